@@ -1,0 +1,128 @@
+/* Engine registry and the device-independent parts of the engine interface.
+ * This is the one host file that knows which engines were built. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "config.h"
+#include "model/engine.h"
+#ifdef HAVE_CUDA
+#include "gpu/gpu.h"
+#endif
+
+engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
+{
+    engine_config c = *cfg;
+    if (c.max_batch < 1) {
+        snprintf(err, errlen, "max batch must be at least 1 (got %d)", c.max_batch);
+        return NULL;
+    }
+    if (c.device == ENGINE_DEVICE_AUTO) {
+#ifdef HAVE_CUDA
+        c.device = gpu_device_count() > 0 ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+#else
+        c.device = ENGINE_DEVICE_CPU;
+#endif
+    }
+    if (c.device == ENGINE_DEVICE_CPU)
+        return engine_cpu_create(w, &c, err, errlen);
+#ifdef HAVE_CUDA
+    int n = gpu_device_count();
+    if (n == 0) {
+        snprintf(err, errlen, "device cuda:%d requested but no CUDA device is usable", c.device_index);
+        return NULL;
+    }
+    if (c.device_index < 0 || c.device_index >= n) {
+        snprintf(err, errlen, "device cuda:%d requested but only %d CUDA device(s) exist", c.device_index, n);
+        return NULL;
+    }
+    return engine_cuda_create(w, &c, err, errlen);
+#else
+    snprintf(err, errlen, "device cuda requested but resnetd was built without CUDA");
+    return NULL;
+#endif
+}
+
+int engine_submit(engine *e, int slot, int n, char *err, size_t errlen)
+{
+    if (slot < 0 || slot >= e->nslots) {
+        snprintf(err, errlen, "slot %d out of range (engine has %d)", slot, e->nslots);
+        return -1;
+    }
+    if (n < 1 || n > e->max_batch) {
+        snprintf(err, errlen, "batch of %d images outside 1..%d", n, e->max_batch);
+        return -1;
+    }
+    return e->ops->submit(e->ctx, slot, n, err, errlen);
+}
+
+int engine_wait(engine *e, int slot, char *err, size_t errlen)
+{
+    if (slot < 0 || slot >= e->nslots) {
+        snprintf(err, errlen, "slot %d out of range (engine has %d)", slot, e->nslots);
+        return -1;
+    }
+    return e->ops->wait(e->ctx, slot, err, errlen);
+}
+
+void engine_destroy(engine *e)
+{
+    if (e)
+        e->ops->destroy(e->ctx);
+}
+
+int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *err, size_t errlen)
+{
+    if (n < 1 || n > e->max_batch) {
+        snprintf(err, errlen, "batch of %d images outside 1..%d", n, e->max_batch);
+        return -1;
+    }
+    memcpy(e->input[0], images, (size_t)n * RESNET18_INPUT_BYTES);
+    if (engine_submit(e, 0, n, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
+        return -1;
+    memcpy(logits, e->logits[0], (size_t)n * RESNET18_CLASSES * sizeof(float));
+    return 0;
+}
+
+const char *engine_device_name(engine_device d)
+{
+    switch (d) {
+    case ENGINE_DEVICE_CPU: return "cpu";
+    case ENGINE_DEVICE_CUDA: return "cuda";
+    default: return "auto";
+    }
+}
+
+const char *engine_precision_name(engine_precision p)
+{
+    switch (p) {
+    case ENGINE_PRECISION_FP32: return "fp32";
+    case ENGINE_PRECISION_FP16: return "fp16";
+    default: return "default";
+    }
+}
+
+int engine_parse_device(const char *s, engine_device *d, int *index)
+{
+    *index = 0;
+    if (strcmp(s, "cpu") == 0) { *d = ENGINE_DEVICE_CPU; return 0; }
+    if (strcmp(s, "auto") == 0) { *d = ENGINE_DEVICE_AUTO; return 0; }
+    if (strcmp(s, "cuda") == 0) { *d = ENGINE_DEVICE_CUDA; return 0; }
+    if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
+        char *end;
+        long v = strtol(s + 5, &end, 10);
+        if (*end == '\0' && v >= 0 && v < 64) {
+            *d = ENGINE_DEVICE_CUDA;
+            *index = (int)v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int engine_parse_precision(const char *s, engine_precision *p)
+{
+    if (strcmp(s, "fp32") == 0) { *p = ENGINE_PRECISION_FP32; return 0; }
+    if (strcmp(s, "fp16") == 0) { *p = ENGINE_PRECISION_FP16; return 0; }
+    if (strcmp(s, "default") == 0 || strcmp(s, "auto") == 0) { *p = ENGINE_PRECISION_DEFAULT; return 0; }
+    return -1;
+}

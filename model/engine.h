@@ -1,0 +1,79 @@
+/* The one inference-engine interface: CPU and CUDA engines fill it.
+ *
+ * An engine owns nslots slots. Each slot has an input buffer the caller fills
+ * with up to max_batch preprocessed images (uint8 RGB, NHWC, 224x224x3, not
+ * normalised: normalisation is the engine's first step) and an output buffer
+ * of logits ([max_batch][1000] FP32). The caller fills a slot, calls
+ * engine_submit(), and later engine_wait() on that slot; different slots may
+ * be in flight at once, so a double-buffered engine overlaps them. A slot is
+ * used by one thread at a time. Buffers are allocated at creation; after
+ * that, submit and wait allocate nothing.
+ *
+ * The daemon never includes a CUDA header: engine_create() is the only place
+ * that knows which engines exist. */
+#ifndef RESNETD_ENGINE_H
+#define RESNETD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model/resnet18.h"
+
+#define ENGINE_MAX_SLOTS 4
+
+typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
+typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION_FP16 } engine_precision;
+
+typedef struct engine_config {
+    engine_device device;
+    int device_index;          /* CUDA device ordinal */
+    engine_precision precision;
+    int max_batch;             /* >= 1 */
+    int nslots;                /* 0: the engine's default */
+    int threads;               /* CPU engine: 0 = all cores */
+} engine_config;
+
+typedef struct engine_ops {
+    const char *name;          /* "cpu", "cuda" */
+    /* Starts inference of the first n images in slot's input. */
+    int (*submit)(void *ctx, int slot, int n, char *err, size_t errlen);
+    /* Blocks until slot's inference is done; its logits are then valid. */
+    int (*wait)(void *ctx, int slot, char *err, size_t errlen);
+    void (*destroy)(void *ctx);
+    /* Optional: bytes of device and pinned memory held, for metrics. */
+    size_t (*device_memory)(void *ctx);
+    size_t (*pinned_memory)(void *ctx);
+} engine_ops;
+
+typedef struct engine {
+    const engine_ops *ops;
+    void *ctx;
+    engine_device device;      /* resolved: CPU or CUDA */
+    engine_precision precision; /* resolved: FP32 or FP16 */
+    int device_index;
+    int max_batch;
+    int nslots;
+    uint8_t *input[ENGINE_MAX_SLOTS];   /* [max_batch][224][224][3] */
+    float *logits[ENGINE_MAX_SLOTS];    /* [max_batch][1000] */
+} engine;
+
+/* Creates the engine cfg asks for (AUTO: CUDA when a device is present,
+ * else CPU). Returns NULL with a message in err. */
+engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
+int engine_submit(engine *e, int slot, int n, char *err, size_t errlen);
+int engine_wait(engine *e, int slot, char *err, size_t errlen);
+void engine_destroy(engine *e);
+
+/* Convenience for tools and tests: copies n images into slot 0, runs them,
+ * and copies the logits out. */
+int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *err, size_t errlen);
+
+const char *engine_device_name(engine_device d);
+const char *engine_precision_name(engine_precision p);
+int engine_parse_device(const char *s, engine_device *d, int *index);
+int engine_parse_precision(const char *s, engine_precision *p);
+
+/* Engines. engine_cuda_create and gpu_device_count live in gpu/ and exist
+ * only when built with CUDA; gpu_device_count returns 0 without a device. */
+engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,17 @@
+/* ImageNet class names, one per line in index order, loaded at run time. */
+#ifndef RESNETD_LABELS_H
+#define RESNETD_LABELS_H
+
+#include <stddef.h>
+
+typedef struct labels {
+    char **names;   /* count entries */
+    int count;
+    char *text;     /* backing storage */
+} labels;
+
+/* Loads path; exactly `expect` non-empty lines or it is an error. */
+int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen);
+void labels_free(labels *l);
+
+#endif

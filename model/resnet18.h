@@ -1,0 +1,64 @@
+/* ResNet18's topology and its BatchNorm-folded FP32 parameters.
+ *
+ * The network is described once here, as a table of 20 convolutions in
+ * execution order; every engine walks this table. Weights are KRSC
+ * ([cout][kh][kw][cin]) FP32 with each BatchNorm folded into the conv's
+ * weight and bias. Activations are NHWC. */
+#ifndef RESNETD_RESNET18_H
+#define RESNETD_RESNET18_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RESNET18_NUM_CONVS 20
+#define RESNET18_IMG 224          /* input height and width */
+#define RESNET18_CLASSES 1000
+#define RESNET18_FEATURES 512     /* channels into the FC layer */
+#define RESNET18_INPUT_BYTES (RESNET18_IMG * RESNET18_IMG * 3)
+
+/* Where a convolution reads its input or its residual from: an index into
+ * the conv table (that conv's output), or one of these. */
+#define R18_IMAGE (-3)  /* the normalised input image */
+#define R18_POOL  (-1)  /* the stem's 3x3/2 maxpool output, 56x56x64 */
+#define R18_NONE  (-2)  /* no residual */
+typedef struct resnet18_conv_desc {
+    const char *name;   /* torchvision prefix, e.g. "layer2.0.conv1" */
+    const char *bn;     /* its BatchNorm prefix, e.g. "layer2.0.bn1" */
+    int cin, cout, k, stride, pad;
+    int in_h;           /* input height (= width) at 224x224 */
+    int out_h;          /* output height (= width) */
+    int src;            /* this conv's input: a conv index, R18_IMAGE or R18_POOL */
+    int residual;       /* added before ReLU: a conv index, R18_POOL or R18_NONE */
+    int relu;           /* apply ReLU after bias (+ residual) */
+} resnet18_conv_desc;
+
+/* conv 0 is the stem (7x7/2 + ReLU), followed by a 3x3/2 pad-1 maxpool. */
+extern const resnet18_conv_desc resnet18_convs[RESNET18_NUM_CONVS];
+
+typedef struct resnet18_conv {
+    float *w;           /* [cout][k][k][cin], BN folded */
+    float *b;           /* [cout], BN folded */
+} resnet18_conv;
+
+typedef struct resnet18_weights {
+    resnet18_conv conv[RESNET18_NUM_CONVS];
+    float *fc_w;        /* [1000][512] */
+    float *fc_b;        /* [1000] */
+    char sha256[65];    /* hex digest of the weights file, "" for synthetic */
+    int synthetic;      /* 1 when made by weights_synthetic() */
+} resnet18_weights;
+
+/* Loads a safetensors file with torchvision's resnet18 names, validates
+ * every tensor, and folds BN (eps 1e-5). Returns 0, or -1 with a one-line
+ * message naming the file and the problem in err. */
+int weights_load(const char *path, resnet18_weights *w, char *err, size_t errlen);
+
+/* Seeded random weights with sensible scales, for load tests only. */
+int weights_synthetic(uint64_t seed, resnet18_weights *w, char *err, size_t errlen);
+
+void weights_free(resnet18_weights *w);
+
+/* Multiply-accumulates per image (for TFLOP/s reports). */
+double resnet18_macs_per_image(void);
+
+#endif

@@ -1,0 +1,29 @@
+/* Shared helpers for the Check test programs: where the reference data is,
+ * reading files, comparing tensors, running a suite. */
+#ifndef RESNETD_TESTUTIL_H
+#define RESNETD_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The reference directory written by tests/reference.py, or exits: 77
+ * (skip) when it is missing, 1 when RESNETD_REQUIRE_REFERENCE=1 (CI). */
+const char *testutil_require_reference(void);
+
+/* ref_dir/name in a static buffer (one at a time). */
+const char *testutil_ref_path(const char *name);
+
+/* Whole file into malloc'd memory; NULL on error. */
+uint8_t *testutil_read_file(const char *path, size_t *len);
+
+/* ||a - b|| / ||b|| over n floats, in double. */
+double testutil_rel_l2(const float *a, const float *b, size_t n);
+
+/* Indices of the k largest values, best first. */
+void testutil_topk(const float *v, int n, int k, int *idx);
+
+/* Runs s without forking when CK_FORK=no, returns main()'s exit status. */
+int testutil_run(Suite *s);
+
+#endif
