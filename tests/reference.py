@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Independent reference for resnetd: torchvision on the same weights and inputs.
+
+Writes into --out:
+  weights.safetensors        seeded torchvision resnet18, BN statistics and
+                             affine parameters randomised so folding is exercised
+  weights-f16.safetensors    the same tensors stored as F16
+  weights-bf16.safetensors   ... and as BF16
+  jpegs.txt                  names of the generated test JPEGs, one a line
+  jpeg/NAME.jpg              test JPEGs: sizes 1x1..4000x3000, odd sizes,
+                             4:4:4/4:2:2/4:2:0, progressive, grayscale,
+                             restart markers, and real photos Debian ships
+  crop/NAME.npy              uint8 [224,224,3]: PIL Resize(256) + CenterCrop(224)
+  input/NAME.npy             float32 [3,224,224]: what torchvision feeds the model
+  logits.npy                 float32 [N,1000]: FP32 logits of input/*, jpegs.txt order
+  random_u8.npy              uint8 [R,224,224,3] random images
+  random_logits*.npy         float32 [R,1000] for F32, F16- and BF16-rounded weights
+  bad/not_jpeg.png, bad/cmyk.jpg
+
+With --bench, times PyTorch on the CPU instead (the anchor for resnetd-bench).
+Runs under Debian's python3-torch / python3-torchvision (/usr/bin/python3).
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torchvision
+from PIL import Image
+from torchvision import transforms as T
+
+SEED = 20261122
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+REAL_PHOTOS = ["/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg"]
+
+
+def make_model(seed=SEED):
+    """torchvision resnet18 with seeded weights. BN running statistics are
+    measured on photo-like images (so every channel is normalised and the
+    output depends on the input, unlike a raw random init where every image
+    gets the same top-1), then perturbed along with the affine parameters so
+    that folding BN is really exercised."""
+    torch.manual_seed(seed)
+    m = torchvision.models.resnet18()
+    g = torch.Generator().manual_seed(seed + 1)
+    rng = np.random.default_rng(seed + 3)
+    calib = normalise_u8(np.stack([np.asarray(photo_like(224, 224, rng)) for _ in range(16)]))
+    bns = [mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm2d)]
+    with torch.no_grad():
+        for bn in bns:
+            bn.weight.uniform_(0.5, 1.5, generator=g)
+            bn.bias.normal_(0.0, 0.3, generator=g)
+            bn.reset_running_stats()
+            bn.momentum = None  # cumulative average: exactly the calibration batch's statistics
+        m.train()
+        m(calib)
+        for bn in bns:
+            bn.running_var.mul_(torch.empty_like(bn.running_var).uniform_(0.8, 1.25, generator=g))
+            bn.running_mean.add_(0.1 * bn.running_var.sqrt() * torch.randn(bn.running_mean.shape, generator=g))
+            bn.num_batches_tracked.fill_(1234)
+        m.fc.bias.normal_(0.0, 0.05, generator=g)
+    return m.eval()
+
+
+def write_safetensors(path, state, dtype):
+    """safetensors by hand: u64 LE header length, JSON header, raw data."""
+    header, blobs, off = {"__metadata__": {"format": "pt", "seed": str(SEED)}}, [], 0
+    for name, t in state.items():
+        t = t.detach().cpu().contiguous()
+        if t.dtype == torch.int64:
+            code, raw = "I64", t.numpy().tobytes()
+        elif dtype == "F32":
+            code, raw = "F32", t.float().numpy().tobytes()
+        elif dtype == "F16":
+            code, raw = "F16", t.half().numpy().tobytes()
+        else:
+            code, raw = "BF16", t.bfloat16().view(torch.int16).numpy().tobytes()
+        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def rounded_model(model, dtype):
+    """A copy whose float tensors went through dtype, as a loader reading that file sees them."""
+    m = make_model()
+    sd = {k: (v.to(dtype).float() if v.is_floating_point() else v) for k, v in model.state_dict().items()}
+    m.load_state_dict(sd)
+    return m.eval()
+
+
+def photo_like(w, h, rng, gray=False):
+    """Smooth gradients, waves, hard edges and noise: exercises every filter tap."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    sx, sy = max(w, 1), max(h, 1)
+    chans = []
+    for c in range(1 if gray else 3):
+        fx, fy = rng.uniform(2, 12, size=2)
+        ph = rng.uniform(0, 6.28)
+        v = 128 + 60 * np.sin(fx * 6.28 * x / sx + ph) * np.cos(fy * 6.28 * y / sy)
+        v += 50 * (x / sx - 0.5) * (c - 1) + 40 * (y / sy - 0.5)
+        v += np.where((x // max(sx // 7, 1) + y // max(sy // 5, 1)) % 2 == 0, 25, -25)
+        v += rng.normal(0, 12, size=v.shape)
+        chans.append(v)
+    a = np.clip(np.stack(chans, -1), 0, 255).astype(np.uint8)
+    return Image.fromarray(a[..., 0] if gray else a, "L" if gray else "RGB")
+
+
+def cjpeg(img, dst, args):
+    """Encodes with libjpeg-turbo's cjpeg, for options Pillow 9 lacks (restart markers)."""
+    with tempfile.NamedTemporaryFile(suffix=".ppm" if img.mode == "RGB" else ".pgm") as f:
+        img.save(f.name)
+        subprocess.run(["cjpeg", *args, "-outfile", dst, f.name], check=True)
+
+
+def make_jpegs(out):
+    rng = np.random.default_rng(SEED)
+    os.makedirs(os.path.join(out, "jpeg"), exist_ok=True)
+    cases = []  # (name, w, h, how)
+    for w, h in [(1, 1), (2, 3), (7, 5), (17, 31), (224, 224), (256, 256), (256, 300), (300, 256),
+                 (255, 257), (333, 500), (500, 333), (640, 480), (1023, 767), (31, 1000), (1000, 31),
+                 (1920, 1080), (4000, 3000)]:
+        cases.append((f"s{w}x{h}", w, h, "q90_420"))
+    for sub, tag in [(0, "444"), (1, "422"), (2, "420")]:
+        cases.append((f"sub{tag}_333x501", 333, 501, f"q95_{tag}"))
+    cases += [("progressive_801x601", 801, 601, "progressive"), ("gray_640x481", 640, 481, "gray"),
+              ("gray_progressive_97x300", 97, 300, "gray_progressive"),
+              ("restart1_501x333", 501, 333, "restart1"), ("restart_rows_640x480", 640, 480, "restart_rows"),
+              ("restart_progressive_400x300", 400, 300, "restart_progressive"),
+              ("q50_420_2000x1500", 2000, 1500, "q50_420")]
+    names = []
+    for name, w, h, how in cases:
+        dst = os.path.join(out, "jpeg", name + ".jpg")
+        img = photo_like(w, h, rng, gray=how.startswith("gray"))
+        if how.startswith("q"):
+            q, tag = how[1:].split("_")
+            img.save(dst, quality=int(q), subsampling={"444": 0, "422": 1, "420": 2}[tag])
+        elif how == "progressive":
+            img.save(dst, quality=90, progressive=True)
+        elif how == "gray":
+            img.save(dst, quality=90)
+        elif how == "gray_progressive":
+            img.save(dst, quality=90, progressive=True)
+        elif how == "restart1":
+            cjpeg(img, dst, ["-quality", "90", "-restart", "1B"])
+        elif how == "restart_rows":
+            cjpeg(img, dst, ["-quality", "90", "-restart", "2"])
+        elif how == "restart_progressive":
+            cjpeg(img, dst, ["-quality", "90", "-progressive", "-restart", "3B"])
+        names.append(name)
+    for p in REAL_PHOTOS:
+        if os.path.exists(p):
+            name = "photo_" + os.path.splitext(os.path.basename(p))[0]
+            shutil.copyfile(p, os.path.join(out, "jpeg", name + ".jpg"))
+            names.append(name)
+        else:
+            print(f"reference: real photo {p} not installed (python-matplotlib-data); skipped", file=sys.stderr)
+    bad = os.path.join(out, "bad")
+    os.makedirs(bad, exist_ok=True)
+    photo_like(64, 48, rng).save(os.path.join(bad, "not_jpeg.png"))
+    Image.new("CMYK", (64, 48), (10, 200, 30, 5)).save(os.path.join(bad, "cmyk.jpg"), quality=90)
+    return names
+
+
+def preprocess(path):
+    img = Image.open(path).convert("RGB")
+    crop = T.CenterCrop(224)(T.Resize(256)(img))
+    tensor = T.Normalize(MEAN, STD)(T.ToTensor()(crop))
+    return np.asarray(crop, dtype=np.uint8).copy(), tensor
+
+
+def normalise_u8(u8):
+    """uint8 NHWC -> normalised NCHW float, exactly as ToTensor + Normalize."""
+    t = torch.from_numpy(u8).permute(0, 3, 1, 2).float().div(255)
+    return T.Normalize(MEAN, STD)(t)
+
+
+def run_logits(model, x):
+    with torch.inference_mode():
+        return torch.cat([model(x[i:i + 8]) for i in range(0, len(x), 8)]).numpy().astype(np.float32)
+
+
+def generate(out):
+    torch.set_num_threads(os.cpu_count() or 1)
+    os.makedirs(out, exist_ok=True)
+    model = make_model()
+    sd = model.state_dict()
+    for dtype, fname in [("F32", "weights.safetensors"), ("F16", "weights-f16.safetensors"),
+                         ("BF16", "weights-bf16.safetensors")]:
+        write_safetensors(os.path.join(out, fname), sd, dtype)
+
+    names = make_jpegs(out)
+    for d in ("crop", "input"):
+        os.makedirs(os.path.join(out, d), exist_ok=True)
+    inputs = []
+    for n in names:
+        crop, tensor = preprocess(os.path.join(out, "jpeg", n + ".jpg"))
+        np.save(os.path.join(out, "crop", n + ".npy"), crop)
+        np.save(os.path.join(out, "input", n + ".npy"), tensor.numpy().astype(np.float32))
+        inputs.append(tensor)
+    np.save(os.path.join(out, "logits.npy"), run_logits(model, torch.stack(inputs)))
+    with open(os.path.join(out, "jpegs.txt"), "w") as f:
+        f.write("".join(n + "\n" for n in names))
+
+    rng = np.random.default_rng(SEED + 2)
+    noise = rng.integers(0, 256, size=(4, 224, 224, 3), dtype=np.uint8)
+    smooth = np.stack([np.asarray(photo_like(224, 224, rng)) for _ in range(4)])
+    rand = np.concatenate([noise, smooth]).astype(np.uint8)
+    np.save(os.path.join(out, "random_u8.npy"), rand)
+    x = normalise_u8(rand)
+    np.save(os.path.join(out, "random_logits.npy"), run_logits(model, x))
+    np.save(os.path.join(out, "random_logits_f16w.npy"), run_logits(rounded_model(model, torch.float16), x))
+    np.save(os.path.join(out, "random_logits_bf16w.npy"), run_logits(rounded_model(model, torch.bfloat16), x))
+    print(f"reference: {len(names)} JPEGs, {len(rand)} random images -> {out}", file=sys.stderr)
+
+
+def bench(batches, threads, iters):
+    """PyTorch CPU img/s per batch size: median of repeats after warm-up."""
+    torch.set_num_threads(threads)
+    model = make_model()
+    res = {"torch": torch.__version__, "threads": threads}
+    with torch.inference_mode():
+        for b in batches:
+            x = torch.randn(b, 3, 224, 224)
+            model(x)
+            times = []
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                model(x)
+                times.append(time.perf_counter() - t0)
+            ms = sorted(times)[len(times) // 2] * 1000
+            res[f"b{b}"] = {"ms_per_batch": ms, "img_per_s": b * 1000 / ms}
+    print(json.dumps(res))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="tests/ref")
+    ap.add_argument("--bench", action="store_true", help="time PyTorch on the CPU instead")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--iters", type=int, default=5)
+    a = ap.parse_args()
+    if a.bench:
+        bench([int(b) for b in a.batches.split(",")], a.threads, a.iters)
+    else:
+        generate(a.out)
+
+
+if __name__ == "__main__":
+    main()
