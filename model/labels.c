@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "model/labels.h"
 
 int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen)
@@ -85,4 +86,11 @@ void labels_free(labels *l)
     free(l->names);
     free(l->text);
     memset(l, 0, sizeof *l);
+}
+
+const char *labels_default_path(void)
+{
+    static const char installed[] = RESNETD_DATADIR "/imagenet-classes.txt";
+    static const char source[] = RESNETD_SRCDIR "/etc/imagenet-classes.txt";
+    return access(installed, R_OK) == 0 || access(source, R_OK) != 0 ? installed : source;
 }

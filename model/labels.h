@@ -14,4 +14,9 @@ typedef struct labels {
 int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen);
 void labels_free(labels *l);
 
+/* The labels file to use when none is given: the installed one
+ * ($(pkgdatadir)/imagenet-classes.txt), else the source tree's, so programs
+ * run uninstalled from a build directory. */
+const char *labels_default_path(void);
+
 #endif

@@ -1,0 +1,78 @@
+#!/bin/sh
+# The README's two commands. On a fresh Debian machine:
+#   sh tools/quickstart.sh run    install what is missing, build, fetch weights, run
+#   sh tools/quickstart.sh test   install what is missing, build, run the test suite
+# Builds out of tree in ./build. CUDA is used when nvcc is found.
+set -eu
+cd "$(dirname "$0")/.."
+top=$(pwd)
+mode=${1:-}
+case "$mode" in run|test) ;; *) echo "usage: $0 run|test" >&2; exit 2 ;; esac
+
+build_pkgs="build-essential autoconf automake pkg-config libmicrohttpd-dev libjansson-dev
+  libturbojpeg0-dev check libsubunit-dev libopenblas-dev libcurl4-openssl-dev"
+run_pkgs="curl python-matplotlib-data"
+# Reference tests: torchvision on Debian's python3, cjpeg for restart-marker
+# JPEGs, promtool and systemd-analyze for the ops checks.
+test_pkgs="python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
+  python-matplotlib-data prometheus systemd gnuplot-nox"
+
+install_missing() {
+  missing=
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  echo "quickstart: installing$missing"
+  sudo=
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -q
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+}
+
+# shellcheck disable=SC2086
+if [ "$mode" = test ]; then install_missing $build_pkgs $test_pkgs; else install_missing $build_pkgs $run_pkgs; fi
+
+conf_flags=
+[ "${CI:-}" = true ] && conf_flags="--enable-werror"
+if [ ! -f configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
+  autoreconf -fi
+fi
+mkdir -p build
+cd build
+if [ ! -f Makefile ] || [ ../configure -nt Makefile ]; then
+  # shellcheck disable=SC2086
+  ../configure $conf_flags
+fi
+jobs=$(nproc 2>/dev/null || echo 2)
+make -j"$jobs"
+
+if [ "$mode" = test ]; then
+  # In CI a missing reference (torch) is a failure, not a skip.
+  [ "${CI:-}" = true ] && export RESNETD_REQUIRE_REFERENCE=1 RESNETD_REQUIRE_PROMTOOL=1
+  if ! make -j"$jobs" check; then
+    for f in tests/*.log; do
+      grep -qE '^:test-result: (FAIL|ERROR)' "${f%.log}.trs" 2>/dev/null && { echo "=== $f"; tail -n 60 "$f"; }
+    done
+    exit 1
+  fi
+  exit 0
+fi
+
+# run: real ImageNet weights when the network allows, else synthetic ones.
+mkdir -p "$top/weights"
+w="$top/weights/resnet18.tv_in1k.safetensors"
+if [ ! -s "$w" ]; then
+  url=https://huggingface.co/timm/resnet18.tv_in1k/resolve/main/model.safetensors
+  if curl -fsSL --connect-timeout 10 -o "$w.part" "$url"; then
+    mv "$w.part" "$w"
+  else
+    rm -f "$w.part"
+    echo "quickstart: could not download $url (offline?)." >&2
+    echo "quickstart: using SYNTHETIC random weights: predictions are meaningless." >&2
+    w=synthetic
+  fi
+fi
+sample=/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg
+exec ./resnetd-classify --weights "$w" --top-k 5 "$sample"
