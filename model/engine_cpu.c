@@ -1,0 +1,795 @@
+/* The CPU engine: ResNet18 in FP32 on the host, behind the engine interface.
+ *
+ * Layouts: activations NHWC FP32; conv weights KRSC ([cout][kh][kw][cin]) with
+ * BN folded, as resnet18_weights gives them. Each convolution is a GEMM
+ * C[M][N] = A[M][K] * W[N][K]^T with M = output pixels of the batch,
+ * K = k*k*cin, N = cout; A is built by im2col over NHWC rows (for a 1x1
+ * stride-2 conv that is a gather of every other pixel), in bounded chunks of
+ * rows. The epilogue (bias, residual add, ReLU) is fused into the GEMM's
+ * store. The network is walked from the resnet18_convs table; activation
+ * buffers are assigned from the table's liveness at create.
+ *
+ * Two GEMM back ends, chosen at create:
+ *  - avx512: our own 14x32 register-blocked kernel with weights packed into
+ *    32-column panels, run by the engine's own thread pool, which splits each
+ *    layer's output tiles across threads (each thread builds its own im2col
+ *    rows in a private workspace). Used when the CPU has AVX-512F. It exists
+ *    because Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls
+ *    back to its AVX2 Haswell kernels, which are slower than PyTorch.
+ *  - blas: im2col chunk, cblas_sgemm (OpenBLAS threads it), epilogue pass.
+ *    The portable path. RESNETD_CPU_GEMM=blas (or =avx512) forces a choice;
+ *    the tests run both against torchvision.
+ *
+ * Every buffer is allocated at create for max_batch; submit computes
+ * synchronously (under a mutex, since the scratch is shared by the slots) and
+ * wait has nothing left to do. Weights are copied: the caller may free them after
+ * create. */
+#define _GNU_SOURCE   /* sched_getaffinity */
+#include <cblas.h>
+#include <errno.h>
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "model/engine.h"
+#include "model/preprocess.h"
+
+/* OpenBLAS extension; not in every cblas.h. */
+void openblas_set_num_threads(int num_threads);
+
+#define MR 14                 /* rows of the AVX-512 micro-kernel tile */
+#define NR 32                 /* columns: two 16-float vectors */
+#define KC 256                /* K block: keeps a B block within L2 */
+#define GROUP_FLOATS (256 * 1024)   /* per-thread im2col rows: ~1 MiB */
+#define BLAS_WS_FLOATS (8 * 1024 * 1024) /* blas path im2col chunk: 32 MiB */
+#define MAX_THREADS 256
+#define NTENSORS (RESNET18_NUM_CONVS + 2)  /* conv outputs, image, pool */
+#define T_IMAGE RESNET18_NUM_CONVS
+#define T_POOL (RESNET18_NUM_CONVS + 1)
+
+typedef struct cpu_engine cpu_engine;
+
+typedef struct cpu_layer {
+    const resnet18_conv_desc *d;
+    int K;              /* k*k*cin */
+    float *w;           /* avx512: [cout/NR][K][NR] panels; blas: [cout][K] */
+    float *b;           /* [cout] */
+    int src, res, dst;  /* activation buffer indices; res -1 = none */
+} cpu_layer;
+
+typedef struct cpu_pool {
+    pthread_t th[MAX_THREADS];
+    int started;        /* worker threads running (n - 1 when complete) */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen;  /* bumped per job */
+    int busy;           /* workers still on the current job */
+    int stop;
+    void (*fn)(cpu_engine *e, int tid);
+} cpu_pool;
+
+/* A thread's share of a job, and what the job is. */
+typedef struct cpu_job {
+    const cpu_layer *layer;
+    int n;              /* images in the batch */
+    int slot;
+} cpu_job;
+
+struct cpu_engine {
+    engine pub;
+    int avx512;                 /* which GEMM back end */
+    int nthreads;               /* pool threads including the caller */
+    cpu_layer layer[RESNET18_NUM_CONVS];
+    int pool_h;                 /* maxpool output height (= width) */
+    int image_buf, pool_buf;    /* activation buffers of the image and pool */
+    float *act[NTENSORS];       /* distinct activation buffers, [max_batch][h][w][c] */
+    int nact;
+    float *fc_w;                /* [1000][512] */
+    float *fc_b;                /* [1000] */
+    float *feat;                /* [max_batch][512] pooled features */
+    float *ws;                  /* im2col: nthreads x ws_floats */
+    size_t ws_floats;
+    float lut[3][256];          /* uint8 -> normalised float, per channel */
+    pthread_mutex_t run_mu;     /* one batch at a time */
+    cpu_pool pool;
+    cpu_job job;
+};
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+static void *alloc_floats(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n * sizeof(float) + 64) != 0)
+        return NULL;
+    memset(p, 0, n * sizeof(float) + 64);
+    return p;
+}
+
+/* ---- thread pool: the caller is thread 0 ------------------------------ */
+
+typedef struct worker_arg {
+    cpu_engine *e;
+    int tid;
+} worker_arg;
+
+static void *pool_worker(void *p)
+{
+    worker_arg a = *(worker_arg *)p;
+    free(p);
+    cpu_pool *pl = &a.e->pool;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (pl->gen == seen && !pl->stop)
+            pthread_cond_wait(&pl->go, &pl->mu);
+        if (pl->stop)
+            break;
+        seen = pl->gen;
+        void (*fn)(cpu_engine *, int) = pl->fn;
+        pthread_mutex_unlock(&pl->mu);
+        fn(a.e, a.tid);
+        pthread_mutex_lock(&pl->mu);
+        if (--pl->busy == 0)
+            pthread_cond_signal(&pl->done);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+/* Runs fn(e, tid) on every pool thread and returns when all are done. */
+static void pool_run(cpu_engine *e, void (*fn)(cpu_engine *, int))
+{
+    cpu_pool *pl = &e->pool;
+    if (e->nthreads > 1) {
+        pthread_mutex_lock(&pl->mu);
+        pl->fn = fn;
+        pl->busy = e->nthreads - 1;
+        pl->gen++;
+        pthread_cond_broadcast(&pl->go);
+        pthread_mutex_unlock(&pl->mu);
+    }
+    fn(e, 0);
+    if (e->nthreads > 1) {
+        pthread_mutex_lock(&pl->mu);
+        while (pl->busy > 0)
+            pthread_cond_wait(&pl->done, &pl->mu);
+        pthread_mutex_unlock(&pl->mu);
+    }
+}
+
+static int pool_start(cpu_engine *e, char *err, size_t errlen)
+{
+    cpu_pool *pl = &e->pool;
+    for (int t = 1; t < e->nthreads; t++) {
+        worker_arg *a = malloc(sizeof *a);
+        if (!a) {
+            snprintf(err, errlen, "cpu engine: out of memory starting threads");
+            return -1;
+        }
+        a->e = e;
+        a->tid = t;
+        int rc = pthread_create(&pl->th[t], NULL, pool_worker, a);
+        if (rc != 0) {
+            free(a);
+            snprintf(err, errlen, "cpu engine: pthread_create: %s", strerror(rc));
+            return -1;
+        }
+        pl->started++;
+    }
+    return 0;
+}
+
+static void pool_stop(cpu_engine *e)
+{
+    cpu_pool *pl = &e->pool;
+    pthread_mutex_lock(&pl->mu);
+    pl->stop = 1;
+    pthread_cond_broadcast(&pl->go);
+    pthread_mutex_unlock(&pl->mu);
+    for (int t = 1; t <= pl->started; t++)
+        pthread_join(pl->th[t], NULL);
+}
+
+/* Splits [0, total) into nparts near-equal parts; part i is [*lo, *hi). */
+static void split_range(int total, int nparts, int i, int *lo, int *hi)
+{
+    *lo = (int)((long)total * i / nparts);
+    *hi = (int)((long)total * (i + 1) / nparts);
+}
+
+/* ---- im2col ------------------------------------------------------------ */
+
+/* Writes rows [m0, m0 + rows) of conv d's A matrix (row m = output pixel m of
+ * the batch, columns in KRSC order) to dst with leading dimension K. Rows at
+ * or past M are zero so a full kernel tile can read them. */
+static void im2col_rows(const resnet18_conv_desc *d, const float *in, int m0, int rows, int M,
+                        float *dst, int K)
+{
+    const int oh = d->out_h, ih = d->in_h, cin = d->cin, k = d->k, s = d->stride, p = d->pad;
+    const size_t seg = (size_t)k * cin;
+    for (int r = 0; r < rows; r++) {
+        float *row = dst + (size_t)r * K;
+        int m = m0 + r;
+        if (m >= M) {
+            memset(row, 0, (size_t)K * sizeof(float));
+            continue;
+        }
+        int img = m / (oh * oh), rem = m % (oh * oh), oy = rem / oh, ox = rem % oh;
+        const float *base = in + (size_t)img * ih * ih * cin;
+        int x0 = ox * s - p;
+        int kx0 = x0 < 0 ? -x0 : 0;
+        int kx1 = imin(k, ih - x0);
+        for (int ky = 0; ky < k; ky++) {
+            float *out = row + ky * seg;
+            int iy = oy * s - p + ky;
+            if (iy < 0 || iy >= ih || kx1 <= kx0) {
+                memset(out, 0, seg * sizeof(float));
+                continue;
+            }
+            if (kx0 > 0)
+                memset(out, 0, (size_t)kx0 * cin * sizeof(float));
+            memcpy(out + (size_t)kx0 * cin, base + ((size_t)iy * ih + x0 + kx0) * cin,
+                   (size_t)(kx1 - kx0) * cin * sizeof(float));
+            if (kx1 < k)
+                memset(out + (size_t)kx1 * cin, 0, (size_t)(k - kx1) * cin * sizeof(float));
+        }
+    }
+}
+
+/* ---- AVX-512 micro-kernel ---------------------------------------------- */
+
+typedef struct epilogue {
+    const float *bias;  /* NR values for this tile's columns */
+    const float *res;   /* residual tile (row stride ldc), or NULL */
+    int relu;
+} epilogue;
+
+/* C[mr][NR] (row stride ldc) = or += A[MR][kc] (row stride lda) * B[kc][NR].
+ * first: start from zero rather than C. ep: last K block, apply bias,
+ * residual and ReLU. Rows mr..MR-1 of A are read (they must exist) but their
+ * results are dropped. */
+__attribute__((target("avx512f")))
+static void kernel_14x32(int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc,
+                         int mr, int first, const epilogue *ep)
+{
+    __m512 acc[MR][2];
+#pragma GCC unroll 14
+    for (int r = 0; r < MR; r++) {
+        if (!first && r < mr) {
+            acc[r][0] = _mm512_loadu_ps(c + r * ldc);
+            acc[r][1] = _mm512_loadu_ps(c + r * ldc + 16);
+        } else {
+            acc[r][0] = _mm512_setzero_ps();
+            acc[r][1] = _mm512_setzero_ps();
+        }
+    }
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(b + (size_t)k * NR);
+        __m512 b1 = _mm512_load_ps(b + (size_t)k * NR + 16);
+#pragma GCC unroll 14
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(a[r * lda + k]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+    if (ep) {
+        __m512 bias0 = _mm512_loadu_ps(ep->bias), bias1 = _mm512_loadu_ps(ep->bias + 16);
+        __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 14
+        for (int r = 0; r < MR; r++) {
+            if (r >= mr)
+                break;
+            __m512 v0 = _mm512_add_ps(acc[r][0], bias0), v1 = _mm512_add_ps(acc[r][1], bias1);
+            if (ep->res) {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(ep->res + r * ldc));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(ep->res + r * ldc + 16));
+            }
+            if (ep->relu) {
+                v0 = _mm512_max_ps(v0, zero);
+                v1 = _mm512_max_ps(v1, zero);
+            }
+            _mm512_storeu_ps(c + r * ldc, v0);
+            _mm512_storeu_ps(c + r * ldc + 16, v1);
+        }
+    } else {
+#pragma GCC unroll 14
+        for (int r = 0; r < MR; r++) {
+            if (r >= mr)
+                break;
+            _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+            _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+        }
+    }
+}
+
+/* ---- layers -------------------------------------------------------------- */
+
+/* One conv layer, this thread's share (avx512 back end). Output tiles are
+ * split over threads by rows, or by columns when the rows are few. */
+static void conv_avx512_part(cpu_engine *e, int tid)
+{
+    const cpu_layer *L = e->job.layer;
+    const resnet18_conv_desc *d = L->d;
+    const int M = e->job.n * d->out_h * d->out_h, N = d->cout, K = L->K;
+    const int mblocks = (M + MR - 1) / MR, panels = N / NR;
+    const int nt = e->nthreads;
+    int tn = (mblocks >= 4 * nt || panels < nt) ? 1 : nt;
+    int tm = nt / tn;
+    if (tid >= tm * tn)
+        return;
+    int mb0, mb1, p0, p1;
+    split_range(mblocks, tm, tid / tn, &mb0, &mb1);
+    split_range(panels, tn, tid % tn, &p0, &p1);
+
+    const float *in = e->act[L->src];
+    float *out = e->act[L->dst];
+    const float *res = L->res >= 0 ? e->act[L->res] : NULL;
+    float *ws = e->ws + (size_t)tid * e->ws_floats;
+    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0;
+    int group = (int)(e->ws_floats / ((size_t)K * MR));   /* m-blocks per im2col group */
+    if (group < 1)
+        group = 1;
+
+    for (int g0 = mb0; g0 < mb1; g0 += group) {
+        int g1 = imin(g0 + group, mb1);
+        int m0 = g0 * MR, rows = (g1 - g0) * MR;
+        const float *A;
+        if (direct) {
+            A = in + (size_t)m0 * K;   /* buffers carry MR rows of slack */
+        } else {
+            im2col_rows(d, in, m0, rows, M, ws, K);
+            A = ws;
+        }
+        for (int k0 = 0; k0 < K; k0 += KC) {
+            int kc = imin(KC, K - k0);
+            int last = k0 + kc == K;
+            for (int mb = g0; mb < g1; mb++) {
+                int m = mb * MR, mr = imin(MR, M - m);
+                const float *a = A + (size_t)(m - m0) * K + k0;
+                for (int p = p0; p < p1; p++) {
+                    epilogue ep = {
+                        .bias = L->b + p * NR,
+                        .res = res ? res + (size_t)m * N + p * NR : NULL,
+                        .relu = d->relu,
+                    };
+                    kernel_14x32(kc, a, (size_t)K, L->w + ((size_t)p * K + k0) * NR,
+                                 out + (size_t)m * N + p * NR, (size_t)N, mr, k0 == 0,
+                                 last ? &ep : NULL);
+                }
+            }
+        }
+    }
+}
+
+/* One conv layer on the blas back end: im2col in chunks, OpenBLAS threads the
+ * GEMM, then the epilogue pass. Runs on the calling thread only. */
+static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
+{
+    const resnet18_conv_desc *d = L->d;
+    const int M = n * d->out_h * d->out_h, N = d->cout, K = L->K;
+    const float *in = e->act[L->src];
+    float *out = e->act[L->dst];
+    const float *res = L->res >= 0 ? e->act[L->res] : NULL;
+    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0;
+    int chunk = (int)(e->ws_floats * e->nthreads / (size_t)K);
+    if (chunk < 1)
+        chunk = 1;
+    for (int m0 = 0; m0 < M; m0 += chunk) {
+        int rows = imin(chunk, M - m0);
+        const float *A = in + (size_t)m0 * K;
+        if (!direct) {
+            im2col_rows(d, in, m0, rows, M, e->ws, K);
+            A = e->ws;
+        }
+        float *C = out + (size_t)m0 * N;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0f, A, K, L->w, K,
+                    0.0f, C, N);
+        const float *R = res ? res + (size_t)m0 * N : NULL;
+        for (int r = 0; r < rows; r++) {
+            float *c = C + (size_t)r * N;
+            for (int j = 0; j < N; j++) {
+                float v = c[j] + L->b[j];
+                if (R)
+                    v += R[(size_t)r * N + j];
+                if (d->relu && v < 0.0f)
+                    v = 0.0f;
+                c[j] = v;
+            }
+        }
+    }
+}
+
+/* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std. */
+static void normalize_part(cpu_engine *e, int tid)
+{
+    const size_t pixels = (size_t)e->job.n * RESNET18_IMG * RESNET18_IMG;
+    int lo, hi;
+    split_range((int)pixels, e->nthreads, tid, &lo, &hi);
+    const uint8_t *in = e->pub.input[e->job.slot];
+    float *out = e->act[e->image_buf];
+    for (size_t i = (size_t)lo; i < (size_t)hi; i++)
+        for (int c = 0; c < 3; c++)
+            out[i * 3 + c] = e->lut[c][in[i * 3 + c]];
+}
+
+/* 3x3 stride-2 pad-1 max pool of conv 0's output. */
+static void maxpool_part(cpu_engine *e, int tid)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[0];
+    const int ih = d->out_h, oh = e->pool_h, C = d->cout;
+    int lo, hi;
+    split_range(e->job.n * oh, e->nthreads, tid, &lo, &hi);  /* output rows */
+    const float *in = e->act[e->layer[0].dst];
+    float *out = e->act[e->pool_buf];
+    for (int row = lo; row < hi; row++) {
+        int img = row / oh, oy = row % oh;
+        const float *src = in + (size_t)img * ih * ih * C;
+        for (int ox = 0; ox < oh; ox++) {
+            float *o = out + (((size_t)img * oh + oy) * oh + ox) * C;
+            for (int c = 0; c < C; c++)
+                o[c] = -INFINITY;
+            for (int ky = 0; ky < 3; ky++) {
+                int iy = oy * 2 - 1 + ky;
+                if (iy < 0 || iy >= ih)
+                    continue;
+                for (int kx = 0; kx < 3; kx++) {
+                    int ix = ox * 2 - 1 + kx;
+                    if (ix < 0 || ix >= ih)
+                        continue;
+                    const float *p = src + ((size_t)iy * ih + ix) * C;
+                    for (int c = 0; c < C; c++)
+                        o[c] = p[c] > o[c] ? p[c] : o[c];
+                }
+            }
+        }
+    }
+}
+
+/* Global average pool of the last conv's output, then this thread's share of
+ * the FC's output classes. */
+static void avgpool_part(cpu_engine *e, int tid)
+{
+    const cpu_layer *L = &e->layer[RESNET18_NUM_CONVS - 1];
+    const int hw = L->d->out_h * L->d->out_h, C = L->d->cout;
+    int lo, hi;
+    split_range(e->job.n, e->nthreads, tid, &lo, &hi);
+    for (int img = lo; img < hi; img++) {
+        const float *src = e->act[L->dst] + (size_t)img * hw * C;
+        float *f = e->feat + (size_t)img * C;
+        for (int c = 0; c < C; c++)
+            f[c] = 0.0f;
+        for (int p = 0; p < hw; p++)
+            for (int c = 0; c < C; c++)
+                f[c] += src[(size_t)p * C + c];
+        for (int c = 0; c < C; c++)
+            f[c] /= (float)hw;
+    }
+}
+
+static void fc_part(cpu_engine *e, int tid)
+{
+    int lo, hi;
+    split_range(RESNET18_CLASSES, e->nthreads, tid, &lo, &hi);
+    float *logits = e->pub.logits[e->job.slot];
+    for (int img = 0; img < e->job.n; img++)
+        memcpy(logits + (size_t)img * RESNET18_CLASSES + lo, e->fc_b + lo,
+               (size_t)(hi - lo) * sizeof(float));
+    if (hi > lo)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e->job.n, hi - lo, RESNET18_FEATURES,
+                    1.0f, e->feat, RESNET18_FEATURES, e->fc_w + (size_t)lo * RESNET18_FEATURES,
+                    RESNET18_FEATURES, 1.0f, logits + lo, RESNET18_CLASSES);
+}
+
+static void forward(cpu_engine *e, int slot, int n)
+{
+    e->job.n = n;
+    e->job.slot = slot;
+    pool_run(e, normalize_part);
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        e->job.layer = &e->layer[i];
+        if (e->avx512)
+            pool_run(e, conv_avx512_part);
+        else
+            conv_blas(e, &e->layer[i], n);
+        if (i == 0)
+            pool_run(e, maxpool_part);
+    }
+    pool_run(e, avgpool_part);
+    pool_run(e, fc_part);
+}
+
+/* ---- engine interface ------------------------------------------------------ */
+
+static int cpu_submit(void *ctx, int slot, int n, char *err, size_t errlen)
+{
+    cpu_engine *e = ctx;
+    if (n < 1 || n > e->pub.max_batch) {
+        snprintf(err, errlen, "batch of %d images outside 1..%d", n, e->pub.max_batch);
+        return -1;
+    }
+    pthread_mutex_lock(&e->run_mu);
+    forward(e, slot, n);
+    pthread_mutex_unlock(&e->run_mu);
+    return 0;
+}
+
+/* submit already computed the batch. */
+static int cpu_wait(void *ctx, int slot, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)slot;
+    (void)err;
+    (void)errlen;
+    return 0;
+}
+
+static void cpu_destroy(void *ctx)
+{
+    cpu_engine *e = ctx;
+    if (!e)
+        return;
+    pool_stop(e);
+    pthread_mutex_destroy(&e->pool.mu);
+    pthread_cond_destroy(&e->pool.go);
+    pthread_cond_destroy(&e->pool.done);
+    pthread_mutex_destroy(&e->run_mu);
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        free(e->layer[i].w);
+        free(e->layer[i].b);
+    }
+    for (int i = 0; i < e->nact; i++)
+        free(e->act[i]);
+    for (int s = 0; s < e->pub.nslots; s++) {
+        free(e->pub.input[s]);
+        free(e->pub.logits[s]);
+    }
+    free(e->fc_w);
+    free(e->fc_b);
+    free(e->feat);
+    free(e->ws);
+    free(e);
+}
+
+static size_t cpu_device_memory(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static const engine_ops cpu_ops = {
+    .name = "cpu",
+    .submit = cpu_submit,
+    .wait = cpu_wait,
+    .destroy = cpu_destroy,
+    .device_memory = cpu_device_memory,
+    .pinned_memory = cpu_device_memory,
+};
+
+static int tensor_id(int x) { return x >= 0 ? x : x == R18_IMAGE ? T_IMAGE : T_POOL; }
+
+/* Walks the conv table: checks that shapes chain, then gives every tensor an
+ * activation buffer, reusing a buffer once its tensor is dead. Returns the
+ * buffer count and each buffer's size in floats per image, or -1. */
+static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, size_t errlen)
+{
+    const resnet18_conv_desc *c0 = &resnet18_convs[0];
+    e->pool_h = (c0->out_h + 2 - 3) / 2 + 1;
+    int h[NTENSORS], ch[NTENSORS], last_use[NTENSORS], buf_of[NTENSORS];
+    h[T_IMAGE] = RESNET18_IMG;
+    ch[T_IMAGE] = 3;
+    h[T_POOL] = e->pool_h;
+    ch[T_POOL] = c0->cout;
+    /* Times: 0 normalise, 1 conv0, 2 maxpool, i + 2 conv i (i >= 1), then the
+     * average pool. A tensor lives from the time it is written to its last
+     * read; a buffer is reused only once its tensor is dead. */
+    int born[NTENSORS];
+    for (int t = 0; t < NTENSORS; t++)
+        last_use[t] = -1;
+    born[T_IMAGE] = 0;
+    born[T_POOL] = 2;
+    last_use[0] = 2;
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int now = i == 0 ? 1 : i + 2;
+        if ((d->src >= i) || (d->residual >= i) || (i == 0) != (d->src == R18_IMAGE)) {
+            snprintf(err, errlen, "cpu engine: conv %s reads a tensor not yet computed", d->name);
+            return -1;
+        }
+        int s = tensor_id(d->src);
+        if (h[s] != d->in_h || ch[s] != d->cin ||
+            d->out_h != (d->in_h + 2 * d->pad - d->k) / d->stride + 1 || d->cout % NR != 0) {
+            snprintf(err, errlen, "cpu engine: conv %s: shape does not chain", d->name);
+            return -1;
+        }
+        h[i] = d->out_h;
+        ch[i] = d->cout;
+        born[i] = now;
+        if (now > last_use[s])
+            last_use[s] = now;
+        if (d->residual != R18_NONE) {
+            int r = tensor_id(d->residual);
+            if (h[r] != d->out_h || ch[r] != d->cout) {
+                snprintf(err, errlen, "cpu engine: conv %s: residual shape mismatch", d->name);
+                return -1;
+            }
+            if (now > last_use[r])
+                last_use[r] = now;
+        }
+    }
+    last_use[RESNET18_NUM_CONVS - 1] = RESNET18_NUM_CONVS + 2;
+    if (ch[RESNET18_NUM_CONVS - 1] != RESNET18_FEATURES) {
+        snprintf(err, errlen, "cpu engine: last conv does not give %d features", RESNET18_FEATURES);
+        return -1;
+    }
+
+    int order[NTENSORS], n = 0;
+    order[n++] = T_IMAGE;
+    order[n++] = 0;
+    order[n++] = T_POOL;
+    for (int i = 1; i < RESNET18_NUM_CONVS; i++)
+        order[n++] = i;
+    int holder[NTENSORS], nbuf = 0;
+    for (int j = 0; j < n; j++) {
+        int t = order[j], b = -1;
+        for (int k = 0; k < nbuf && b < 0; k++)
+            if (last_use[holder[k]] < born[t])
+                b = k;
+        if (b < 0) {
+            b = nbuf++;
+            per_image[b] = 0;
+        }
+        holder[b] = t;
+        buf_of[t] = b;
+        size_t sz = (size_t)h[t] * h[t] * ch[t];
+        if (sz > per_image[b])
+            per_image[b] = sz;
+    }
+    e->image_buf = buf_of[T_IMAGE];
+    e->pool_buf = buf_of[T_POOL];
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        e->layer[i].d = d;
+        e->layer[i].K = d->k * d->k * d->cin;
+        e->layer[i].src = buf_of[tensor_id(d->src)];
+        e->layer[i].dst = buf_of[i];
+        e->layer[i].res = d->residual == R18_NONE ? -1 : buf_of[tensor_id(d->residual)];
+    }
+    return nbuf;
+}
+
+static int cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int choose_avx512(void)
+{
+    const char *force = getenv("RESNETD_CPU_GEMM");
+    int have = __builtin_cpu_supports("avx512f");
+    if (force && strcmp(force, "blas") == 0)
+        return 0;
+    return have;
+}
+
+engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->max_batch < 1) {
+        snprintf(err, errlen, "cpu engine: max batch must be at least 1 (got %d)", cfg->max_batch);
+        return NULL;
+    }
+    if (cfg->nslots < 0 || cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 ||
+        cfg->threads > MAX_THREADS) {
+        snprintf(err, errlen, "cpu engine: slots must be 0..%d and threads 0..%d", ENGINE_MAX_SLOTS,
+                 MAX_THREADS);
+        return NULL;
+    }
+    if (cfg->precision == ENGINE_PRECISION_FP16) {
+        snprintf(err, errlen, "cpu engine: precision fp16 is not supported (fp32 only)");
+        return NULL;
+    }
+    const char *force = getenv("RESNETD_CPU_GEMM");
+    if (force && strcmp(force, "blas") != 0 && strcmp(force, "avx512") != 0) {
+        snprintf(err, errlen, "cpu engine: RESNETD_CPU_GEMM must be blas or avx512 (got '%s')", force);
+        return NULL;
+    }
+    if (force && strcmp(force, "avx512") == 0 && !__builtin_cpu_supports("avx512f")) {
+        snprintf(err, errlen, "cpu engine: RESNETD_CPU_GEMM=avx512 but this CPU lacks AVX-512F");
+        return NULL;
+    }
+
+    cpu_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "cpu engine: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&e->run_mu, NULL);
+    pthread_mutex_init(&e->pool.mu, NULL);
+    pthread_cond_init(&e->pool.go, NULL);
+    pthread_cond_init(&e->pool.done, NULL);
+    e->pub.ops = &cpu_ops;
+    e->pub.ctx = e;
+    e->pub.device = ENGINE_DEVICE_CPU;
+    e->pub.precision = ENGINE_PRECISION_FP32;
+    e->pub.max_batch = cfg->max_batch;
+    e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
+    e->avx512 = choose_avx512();
+    int threads = cfg->threads ? cfg->threads : cpu_count();
+    /* The blas back end leaves threading to OpenBLAS; the avx512 one uses the
+     * pool and keeps OpenBLAS (only the FC) on the calling threads, so no
+     * OpenBLAS worker spins against the pool. */
+    e->nthreads = e->avx512 ? threads : 1;
+    openblas_set_num_threads(e->avx512 ? 1 : threads);
+
+    size_t per_image[NTENSORS];
+    int nbuf = plan_buffers(e, per_image, err, errlen);
+    if (nbuf < 0)
+        goto fail;
+    const size_t mb = (size_t)cfg->max_batch;
+    for (int b = 0; b < nbuf; b++) {
+        /* Slack of MR rows of the widest layer, read by a ragged last tile. */
+        e->act[b] = alloc_floats(per_image[b] * mb + (size_t)MR * RESNET18_FEATURES);
+        if (!e->act[b])
+            goto oom;
+        e->nact++;
+    }
+    for (int s = 0; s < e->pub.nslots; s++) {
+        e->pub.input[s] = malloc(mb * RESNET18_INPUT_BYTES);
+        e->pub.logits[s] = alloc_floats(mb * RESNET18_CLASSES);
+        if (!e->pub.input[s] || !e->pub.logits[s])
+            goto oom;
+    }
+    e->feat = alloc_floats(mb * RESNET18_FEATURES);
+    e->fc_w = alloc_floats((size_t)RESNET18_CLASSES * RESNET18_FEATURES);
+    e->fc_b = alloc_floats(RESNET18_CLASSES);
+    e->ws_floats = e->avx512 ? GROUP_FLOATS : BLAS_WS_FLOATS;
+    /* Every layer needs room for at least one MR-row tile. */
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++)
+        if ((size_t)e->layer[i].K * MR > e->ws_floats)
+            e->ws_floats = (size_t)e->layer[i].K * MR;
+    e->ws = alloc_floats(e->ws_floats * (size_t)e->nthreads);
+    if (!e->feat || !e->fc_w || !e->fc_b || !e->ws)
+        goto oom;
+    memcpy(e->fc_w, w->fc_w, (size_t)RESNET18_CLASSES * RESNET18_FEATURES * sizeof(float));
+    memcpy(e->fc_b, w->fc_b, RESNET18_CLASSES * sizeof(float));
+
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        cpu_layer *L = &e->layer[i];
+        const int N = L->d->cout, K = L->K;
+        L->w = alloc_floats((size_t)N * K);
+        L->b = alloc_floats((size_t)N);
+        if (!L->w || !L->b)
+            goto oom;
+        memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
+        if (!e->avx512) {
+            memcpy(L->w, w->conv[i].w, (size_t)N * K * sizeof(float));
+            continue;
+        }
+        for (int p = 0; p < N / NR; p++)
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < NR; j++)
+                    L->w[((size_t)p * K + k) * NR + j] = w->conv[i].w[(size_t)(p * NR + j) * K + k];
+    }
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            e->lut[c][v] = ((float)v / 255.0f - preprocess_mean[c]) / preprocess_std[c];
+
+    if (pool_start(e, err, errlen) != 0)
+        goto fail;
+    return &e->pub;
+
+oom:
+    snprintf(err, errlen, "cpu engine: out of memory for max batch %d", cfg->max_batch);
+fail:
+    cpu_destroy(e);
+    return NULL;
+}
