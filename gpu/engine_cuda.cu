@@ -1,13 +1,675 @@
 // The CUDA engine: implements model/engine.h on one GPU.
-// First landing: the entry point exists so the default CUDA build links; the
-// kernels and the slot pipeline follow in the next commits.
+//
+// At creation it converts the folded weights once to the kernels' layout and
+// precision (KRSC FP16 or FP32; the stem padded to 4 input channels and 8
+// taps per row, see stem_weights), allocates every buffer, and captures one
+// CUDA graph per (slot, batch-size bucket). After that submit/wait allocate
+// nothing and never synchronise the device.
+//
+// Buffers. Per slot: a stream, a pinned uint8 NHWC input (engine.input[s],
+// max_batch x 224 x 224 x 3), its device copy, device and pinned logits
+// (engine.logits[s]) and top-k results. Shared by all slots: the weights and
+// the activation buffers, assigned to tensors by plan_buffers so that
+// tensors whose lifetimes do not overlap share memory.
+//
+// Pipeline. submit() enqueues on the slot's stream: the input copy, a wait
+// for the previous submit's compute (the slots share activations, so their
+// compute runs in submit order), the graph, then the copies of logits and
+// top-k back, and records the slot's `done` event; wait() synchronises on
+// that event. Slot B's input copy thus overlaps slot A's compute, and A's
+// output copy overlaps B's compute. A mutex keeps the "previous compute"
+// bookkeeping consistent when slots are driven from different threads.
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_fp16.h>
+#include "gpu/cuda_check.cuh"
 #include "gpu/gpu.h"
+#include "gpu/kernels.cuh"
 
-extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_config *cfg, char *err,
-                                      size_t errlen)
+#define NCONV RESNET18_NUM_CONVS
+#define MAX_BUCKETS 48
+#define STEM_C 4   // stem input channels after padding RGB
+#define STEM_KW 8  // stem taps per row after padding 7 -> 8
+#define BLAS_WORKSPACE (8u << 20)
+
+// Tensors of one forward pass, in the order they are produced.
+enum { T_IMG = NCONV, T_POOL = NCONV + 1, NTENSORS = NCONV + 2 };  // 0..19: conv outputs
+#define MAX_BUFFERS NTENSORS
+
+typedef struct cuda_slot {
+    cudaStream_t stream;
+    cudaEvent_t computed;  // after this slot's graph
+    cudaEvent_t done;      // after its output copies
+    uint8_t *h_in, *d_in;  // [max_batch][224][224][3]
+    float *h_logits, *d_logits;  // [max_batch][1000]
+    int *h_idx, *d_idx;          // [max_batch][GPU_TOPK]
+    float *h_prob, *d_prob;      // [max_batch][GPU_TOPK]
+    cudaGraphExec_t graph[MAX_BUCKETS];
+} cuda_slot;
+
+typedef struct cuda_engine {
+    engine pub;
+    int fp16, esize, num_sms;
+    size_t device_bytes, pinned_bytes;
+    void *w[NCONV];   // KRSC, stem padded
+    float *b[NCONV];
+    void *fc_w;       // [1000][512]
+    float *fc_b;
+    conv_shape shape_per_image[NCONV];  // n = 1
+    void *buf[MAX_BUFFERS];
+    size_t buf_elems[MAX_BUFFERS];  // per image
+    int nbuf;
+    int tensor_buf[NTENSORS];
+    void *feat;       // [max_batch][512]
+    void *blas_ws;
+    cublasHandle_t blas;
+    int buckets[MAX_BUCKETS], nbuckets;
+    cuda_slot slot[ENGINE_MAX_SLOTS];
+    pthread_mutex_t order;
+    int order_init;
+    int last_slot;    // slot of the previous submit, -1 before the first
+} cuda_engine;
+
+/* ---- allocation, counted for metrics -------------------------------- */
+
+static cudaError_t dev_alloc(cuda_engine *ce, void **p, size_t bytes)
 {
-    (void)w;
-    snprintf(err, errlen, "cuda:%d: the CUDA engine is not built yet", cfg->device_index);
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess)
+        ce->device_bytes += bytes;
+    return e;
+}
+
+static cudaError_t host_alloc(cuda_engine *ce, void **p, size_t bytes)
+{
+    cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess)
+        ce->pinned_bytes += bytes;
+    return e;
+}
+
+/* ---- weights ---------------------------------------------------------- */
+
+// The stem's 7x7x3 filters as 7 x 8 x 4: a zero tap in front of each row
+// (so that with pad 4 every 16-byte chunk starts on an even pixel) and a
+// zero fourth channel. Returns [64][7][8][4] FP32.
+static float *stem_weights(const float *w)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[0];
+    float *p = (float *)calloc((size_t)d->cout * d->k * STEM_KW * STEM_C, sizeof(float));
+    if (!p)
+        return NULL;
+    for (int o = 0; o < d->cout; o++)
+        for (int r = 0; r < d->k; r++)
+            for (int s = 0; s < d->k; s++)
+                for (int c = 0; c < 3; c++)
+                    p[(((size_t)o * d->k + r) * STEM_KW + s + 1) * STEM_C + c] =
+                        w[(((size_t)o * d->k + r) * d->k + s) * 3 + c];
+    return p;
+}
+
+// Copies n floats to a new device array in the engine's precision.
+static int upload(cuda_engine *ce, const float *src, size_t n, int as_fp16, void **dst, char *err, size_t errlen)
+{
+    void *host = NULL;
+    size_t bytes = n * (as_fp16 ? sizeof(__half) : sizeof(float));
+    if (as_fp16) {
+        __half *h = (__half *)malloc(bytes);
+        if (!h) {
+            snprintf(err, errlen, "out of host memory converting weights");
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            h[i] = __float2half_rn(src[i]);
+        host = h;
+    }
+    CUDA_TRY(dev_alloc(ce, dst, bytes));
+    CUDA_TRY(cudaMemcpy(*dst, host ? host : src, bytes, cudaMemcpyHostToDevice));
+    free(host);
+    return 0;
+fail:
+    free(host);
+    return -1;
+}
+
+static int upload_weights(cuda_engine *ce, const resnet18_weights *w, char *err, size_t errlen)
+{
+    for (int i = 0; i < NCONV; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        size_t n = (size_t)d->cout * d->k * d->k * d->cin;
+        float *stem = NULL;
+        if (i == 0) {
+            stem = stem_weights(w->conv[0].w);
+            if (!stem) {
+                snprintf(err, errlen, "out of host memory padding the stem weights");
+                return -1;
+            }
+            n = (size_t)d->cout * d->k * STEM_KW * STEM_C;
+        }
+        int rc = upload(ce, stem ? stem : w->conv[i].w, n, ce->fp16, &ce->w[i], err, errlen);
+        free(stem);
+        if (rc != 0 || upload(ce, w->conv[i].b, d->cout, 0, (void **)&ce->b[i], err, errlen) != 0)
+            return -1;
+    }
+    if (upload(ce, w->fc_w, (size_t)RESNET18_CLASSES * RESNET18_FEATURES, ce->fp16, &ce->fc_w, err, errlen) != 0 ||
+        upload(ce, w->fc_b, RESNET18_CLASSES, 0, (void **)&ce->fc_b, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+/* ---- activation buffers ----------------------------------------------- */
+
+static conv_shape conv_shape_for(const cuda_engine *ce, int i, int n)
+{
+    conv_shape s = ce->shape_per_image[i];
+    s.n = n;
+    return s;
+}
+
+static size_t tensor_elems(int t)
+{
+    if (t == T_IMG)
+        return (size_t)RESNET18_IMG * RESNET18_IMG * STEM_C;
+    if (t == T_POOL)
+        return (size_t)resnet18_convs[1].in_h * resnet18_convs[1].in_h * resnet18_convs[0].cout;
+    const resnet18_conv_desc *d = &resnet18_convs[t];
+    return (size_t)d->out_h * d->out_h * d->cout;
+}
+
+static int source_tensor(int src)
+{
+    return src == R18_IMAGE ? T_IMG : src == R18_POOL ? T_POOL : src;
+}
+
+// Execution order: normalise (writes IMG), conv 0, maxpool (writes POOL),
+// convs 1..19, avgpool. step_of_* give each tensor's write step and last read.
+static void plan_buffers(cuda_engine *ce)
+{
+    int write_step[NTENSORS], last_read[NTENSORS];
+    write_step[T_IMG] = 0;
+    write_step[0] = 1;
+    write_step[T_POOL] = 2;
+    for (int i = 1; i < NCONV; i++)
+        write_step[i] = 2 + i;
+    for (int t = 0; t < NTENSORS; t++)
+        last_read[t] = write_step[t];
+    last_read[T_IMG] = 1;
+    last_read[0] = 2;
+    for (int i = 1; i < NCONV; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        last_read[source_tensor(d->src)] = write_step[i];
+        if (d->residual != R18_NONE)
+            last_read[source_tensor(d->residual)] = write_step[i];
+    }
+    last_read[NCONV - 1] = 2 + NCONV;  // avgpool
+
+    int order[NTENSORS] = {T_IMG, 0, T_POOL};
+    for (int i = 1; i < NCONV; i++)
+        order[2 + i] = i;
+    int owner[MAX_BUFFERS];  // tensor currently in each buffer, -1 free
+    ce->nbuf = 0;
+    for (int j = 0; j < NTENSORS; j++) {
+        int t = order[j], step = write_step[t];
+        size_t need = tensor_elems(t);
+        for (int b = 0; b < ce->nbuf; b++)
+            if (owner[b] >= 0 && last_read[owner[b]] < step)
+                owner[b] = -1;
+        int pick = -1;
+        for (int b = 0; b < ce->nbuf; b++)  // the smallest free buffer that fits, else the largest free
+            if (owner[b] < 0 && (pick < 0 || (ce->buf_elems[b] >= need && (ce->buf_elems[pick] < need ||
+                                                                          ce->buf_elems[b] < ce->buf_elems[pick])) ||
+                                 (ce->buf_elems[pick] < need && ce->buf_elems[b] > ce->buf_elems[pick])))
+                pick = b;
+        if (pick < 0) {
+            pick = ce->nbuf++;
+            ce->buf_elems[pick] = 0;
+        }
+        if (ce->buf_elems[pick] < need)
+            ce->buf_elems[pick] = need;
+        owner[pick] = t;
+        ce->tensor_buf[t] = pick;
+    }
+}
+
+/* ---- the forward pass --------------------------------------------------- */
+
+#define NOPS (NCONV + 5)  // normalise, 20 convs, maxpool, avgpool, fc, softmax/top-k
+
+static const char *op_name(int op)
+{
+    // op order: 0 normalise, 1 stem conv, 2 maxpool, 3..21 convs 1..19, 22 avgpool, 23 fc, 24 top-k
+    if (op == 0)
+        return "normalize";
+    if (op == 1)
+        return resnet18_convs[0].name;
+    if (op == 2)
+        return "maxpool";
+    if (op < 3 + NCONV - 1)
+        return resnet18_convs[op - 2].name;
+    if (op == NCONV + 2)
+        return "avgpool";
+    if (op == NCONV + 3)
+        return "fc";
+    return "softmax_topk";
+}
+
+static void *tensor_ptr(cuda_engine *ce, int t)
+{
+    return ce->buf[ce->tensor_buf[t]];
+}
+
+// Enqueues the forward pass of n images of slot s on stream st. When marks
+// is given, records marks[op] after each op (for per-layer timing).
+static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *marks, char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[s];
+    const float one = 1.f, zero = 0.f;
+    int op = 0;
+#define MARK()                                            \
+    do {                                                  \
+        if (marks)                                        \
+            CUDA_TRY(cudaEventRecord(marks[op], st));     \
+        op++;                                             \
+    } while (0)
+
+    CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), (long)n * RESNET18_IMG * RESNET18_IMG, st));
+    MARK();
+    for (int i = 0; i < NCONV; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        conv_shape sh = conv_shape_for(ce, i, n);
+        int tile = conv_tile_pick(ce->fp16, &sh, ce->num_sms);
+        const void *res = d->residual == R18_NONE ? NULL : tensor_ptr(ce, source_tensor(d->residual));
+        CUDA_TRY(conv_launch(ce->fp16, tile, &sh, tensor_ptr(ce, source_tensor(d->src)), ce->w[i], ce->b[i], res,
+                             d->relu, tensor_ptr(ce, i), st));
+        MARK();
+        if (i == 0) {
+            const resnet18_conv_desc *l1 = &resnet18_convs[1];
+            CUDA_TRY(maxpool_launch(ce->fp16, tensor_ptr(ce, 0), tensor_ptr(ce, T_POOL), n, d->out_h, d->out_h,
+                                    d->cout, l1->in_h, l1->in_h, st));
+            MARK();
+        }
+    }
+    {
+        const resnet18_conv_desc *last = &resnet18_convs[NCONV - 1];
+        CUDA_TRY(avgpool_launch(ce->fp16, tensor_ptr(ce, NCONV - 1), ce->feat, n, last->out_h * last->out_h,
+                                RESNET18_FEATURES, st));
+        MARK();
+    }
+    CUBLAS_TRY(cublasSetStream(ce->blas, st));
+    {
+        cudaDataType_t t = ce->fp16 ? CUDA_R_16F : CUDA_R_32F;
+        cublasComputeType_t ct = ce->fp16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+        // Column-major: logits^T (1000 x n) = W (512 x 1000)^T * feat^T (512 x n).
+        CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, RESNET18_CLASSES, n, RESNET18_FEATURES, &one,
+                                ce->fc_w, t, RESNET18_FEATURES, ce->feat, t, RESNET18_FEATURES, &zero, sl->d_logits,
+                                CUDA_R_32F, RESNET18_CLASSES, ct, CUBLAS_GEMM_DEFAULT));
+    }
+    MARK();
+    CUDA_TRY(softmax_topk_launch(sl->d_logits, ce->fc_b, n, RESNET18_CLASSES, GPU_TOPK, sl->d_idx, sl->d_prob, st));
+    MARK();
+#undef MARK
+    return 0;
+fail:
+    return -1;
+}
+
+// One graph per (slot, bucket); the bucket runs padded inputs beyond n.
+static int capture_graphs(cuda_engine *ce, int s, char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[s];
+    for (int b = 0; b < ce->nbuckets; b++) {
+        cudaGraph_t g = NULL;
+        CUDA_TRY(cudaStreamBeginCapture(sl->stream, cudaStreamCaptureModeThreadLocal));
+        if (forward(ce, s, ce->buckets[b], sl->stream, NULL, err, errlen) != 0) {
+            cudaGraph_t dropped;
+            if (cudaStreamEndCapture(sl->stream, &dropped) == cudaSuccess && dropped)
+                cudaGraphDestroy(dropped);
+            return -1;
+        }
+        CUDA_TRY(cudaStreamEndCapture(sl->stream, &g));
+        cudaError_t e = cudaGraphInstantiate(&sl->graph[b], g, 0);
+        cudaGraphDestroy(g);
+        CUDA_TRY(e);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static void make_buckets(cuda_engine *ce, int max_batch)
+{
+    static const int steps[] = {1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256};
+    int nb = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0] && steps[i] < max_batch; i++)
+        ce->buckets[nb++] = steps[i];
+    int next = 256 + 64;
+    while (next < max_batch && nb < MAX_BUCKETS - 1) {
+        ce->buckets[nb++] = next;
+        next += next >= 1024 ? 256 : 64;
+    }
+    ce->buckets[nb++] = max_batch;
+    ce->nbuckets = nb;
+}
+
+static int bucket_for(const cuda_engine *ce, int n)
+{
+    for (int b = 0; b < ce->nbuckets; b++)
+        if (ce->buckets[b] >= n)
+            return b;
+    return ce->nbuckets - 1;
+}
+
+/* ---- engine_ops ---------------------------------------------------------- */
+
+static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
+{
+    cuda_engine *ce = (cuda_engine *)ctx;
+    cuda_slot *sl = &ce->slot[s];
+    int b = bucket_for(ce, n);
+    CUDA_TRY(cudaSetDevice(ce->pub.device_index));
+    if (pthread_mutex_lock(&ce->order) != 0) {
+        snprintf(err, errlen, "cuda engine: cannot lock the submit order");
+        return -1;
+    }
+    CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
+    if (ce->last_slot >= 0 && ce->last_slot != s)
+        CUDA_TRY(cudaStreamWaitEvent(sl->stream, ce->slot[ce->last_slot].computed, 0));
+    CUDA_TRY(cudaGraphLaunch(sl->graph[b], sl->stream));
+    CUDA_TRY(cudaEventRecord(sl->computed, sl->stream));
+    ce->last_slot = s;
+    CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * RESNET18_CLASSES * sizeof(float),
+                             cudaMemcpyDeviceToHost, sl->stream));
+    CUDA_TRY(cudaMemcpyAsync(sl->h_idx, sl->d_idx, (size_t)n * GPU_TOPK * sizeof(int), cudaMemcpyDeviceToHost, sl->stream));
+    CUDA_TRY(cudaMemcpyAsync(sl->h_prob, sl->d_prob, (size_t)n * GPU_TOPK * sizeof(float), cudaMemcpyDeviceToHost,
+                             sl->stream));
+    CUDA_TRY(cudaEventRecord(sl->done, sl->stream));
+    pthread_mutex_unlock(&ce->order);
+    return 0;
+fail:
+    pthread_mutex_unlock(&ce->order);
+    return -1;
+}
+
+static int cuda_wait(void *ctx, int s, char *err, size_t errlen)
+{
+    cuda_engine *ce = (cuda_engine *)ctx;
+    CUDA_TRY(cudaEventSynchronize(ce->slot[s].done));
+    return 0;
+fail:
+    return -1;
+}
+
+static size_t cuda_device_memory(void *ctx)
+{
+    return ((cuda_engine *)ctx)->device_bytes;
+}
+
+static size_t cuda_pinned_memory(void *ctx)
+{
+    return ((cuda_engine *)ctx)->pinned_bytes;
+}
+
+static void cuda_destroy(void *ctx)
+{
+    cuda_engine *ce = (cuda_engine *)ctx;
+    if (!ce)
+        return;
+    cudaSetDevice(ce->pub.device_index);
+    for (int s = 0; s < ENGINE_MAX_SLOTS; s++) {
+        cuda_slot *sl = &ce->slot[s];
+        if (sl->stream)
+            cudaStreamSynchronize(sl->stream);
+        for (int b = 0; b < MAX_BUCKETS; b++)
+            if (sl->graph[b])
+                cudaGraphExecDestroy(sl->graph[b]);
+        if (sl->computed)
+            cudaEventDestroy(sl->computed);
+        if (sl->done)
+            cudaEventDestroy(sl->done);
+        if (sl->stream)
+            cudaStreamDestroy(sl->stream);
+        cudaFreeHost(sl->h_in);
+        cudaFreeHost(sl->h_logits);
+        cudaFreeHost(sl->h_idx);
+        cudaFreeHost(sl->h_prob);
+        cudaFree(sl->d_in);
+        cudaFree(sl->d_logits);
+        cudaFree(sl->d_idx);
+        cudaFree(sl->d_prob);
+    }
+    for (int i = 0; i < NCONV; i++) {
+        cudaFree(ce->w[i]);
+        cudaFree(ce->b[i]);
+    }
+    for (int b = 0; b < ce->nbuf; b++)
+        cudaFree(ce->buf[b]);
+    cudaFree(ce->fc_w);
+    cudaFree(ce->fc_b);
+    cudaFree(ce->feat);
+    if (ce->blas)
+        cublasDestroy(ce->blas);
+    cudaFree(ce->blas_ws);
+    if (ce->order_init)
+        pthread_mutex_destroy(&ce->order);
+    free(ce);
+}
+
+static const engine_ops cuda_ops = {
+    "cuda", cuda_submit, cuda_wait, cuda_destroy, cuda_device_memory, cuda_pinned_memory,
+};
+
+static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[s];
+    size_t nb = (size_t)ce->pub.max_batch;
+    CUDA_TRY(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaEventCreateWithFlags(&sl->computed, cudaEventDisableTiming));
+    CUDA_TRY(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming | cudaEventBlockingSync));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_in, nb * RESNET18_INPUT_BYTES));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_logits, nb * RESNET18_CLASSES * sizeof(float)));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_idx, nb * GPU_TOPK * sizeof(int)));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_prob, nb * GPU_TOPK * sizeof(float)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_in, nb * RESNET18_INPUT_BYTES));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_logits, nb * RESNET18_CLASSES * sizeof(float)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_idx, nb * GPU_TOPK * sizeof(int)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_prob, nb * GPU_TOPK * sizeof(float)));
+    // Padded bucket rows read whatever is in d_in: make that defined.
+    memset(sl->h_in, 0, nb * RESNET18_INPUT_BYTES);
+    CUDA_TRY(cudaMemset(sl->d_in, 0, nb * RESNET18_INPUT_BYTES));
+    ce->pub.input[s] = sl->h_in;
+    ce->pub.logits[s] = sl->h_logits;
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
+{
+    cuda_engine *ce = (cuda_engine *)calloc(1, sizeof *ce);
+    if (!ce) {
+        snprintf(err, errlen, "out of memory creating the CUDA engine");
+        return NULL;
+    }
+    int nslots = cfg->nslots > 0 ? cfg->nslots : 2;
+    if (nslots > ENGINE_MAX_SLOTS) {
+        snprintf(err, errlen, "cuda engine: %d slots requested, at most %d", nslots, ENGINE_MAX_SLOTS);
+        free(ce);
+        return NULL;
+    }
+    ce->pub.ops = &cuda_ops;
+    ce->pub.ctx = ce;
+    ce->pub.device = ENGINE_DEVICE_CUDA;
+    ce->pub.precision = cfg->precision == ENGINE_PRECISION_FP32 ? ENGINE_PRECISION_FP32 : ENGINE_PRECISION_FP16;
+    ce->pub.device_index = cfg->device_index;
+    ce->pub.max_batch = cfg->max_batch;
+    ce->pub.nslots = nslots;
+    ce->fp16 = ce->pub.precision == ENGINE_PRECISION_FP16;
+    ce->esize = ce->fp16 ? 2 : 4;
+    ce->last_slot = -1;
+    size_t nb = (size_t)cfg->max_batch;
+
+    if (pthread_mutex_init(&ce->order, NULL) != 0) {
+        snprintf(err, errlen, "cuda engine: cannot create a mutex");
+        goto fail;
+    }
+    ce->order_init = 1;
+    CUDA_TRY(cudaSetDevice(cfg->device_index));
+    CUDA_TRY(cudaDeviceGetAttribute(&ce->num_sms, cudaDevAttrMultiProcessorCount, cfg->device_index));
+    CUDA_TRY(conv_init());
+
+    for (int i = 0; i < NCONV; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        if (i == 0) {  // padded stem; ow fixed because the extra left tap would add a column
+            ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, STEM_C, d->cout, d->k, STEM_KW, d->stride,
+                                                     d->pad, d->pad + 1);
+            ce->shape_per_image[i].ow = d->out_h;
+        } else {
+            ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, d->cin, d->cout, d->k, d->k, d->stride,
+                                                     d->pad, d->pad);
+        }
+        if (conv_shape_check(&ce->shape_per_image[i], ce->fp16, err, errlen) != 0)
+            goto fail;
+    }
+    if (upload_weights(ce, w, err, errlen) != 0)
+        goto fail;
+
+    plan_buffers(ce);
+    for (int b = 0; b < ce->nbuf; b++)
+        CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_elems[b] * ce->esize));
+    CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * ce->esize));
+    CUDA_TRY(dev_alloc(ce, &ce->blas_ws, BLAS_WORKSPACE));
+    CUBLAS_TRY(cublasCreate(&ce->blas));
+    CUBLAS_TRY(cublasSetWorkspace(ce->blas, ce->blas_ws, BLAS_WORKSPACE));
+
+    make_buckets(ce, cfg->max_batch);
+    for (int s = 0; s < nslots; s++)
+        if (create_slot(ce, s, err, errlen) != 0)
+            goto fail;
+    for (int s = 0; s < nslots; s++)
+        if (capture_graphs(ce, s, err, errlen) != 0)
+            goto fail;
+    CUDA_TRY(cudaDeviceSynchronize());  // creation only: the memsets and uploads are done
+    return &ce->pub;
+fail:
+    cuda_destroy(ce);
     return NULL;
+}
+
+/* ---- extras for tools and tests (gpu/gpu.h) ----------------------------- */
+
+static cuda_engine *as_cuda(engine *e)
+{
+    return e && e->ops == &cuda_ops ? (cuda_engine *)e->ctx : NULL;
+}
+
+extern "C" int engine_cuda_topk(engine *e, int slot, const int **idx, const float **prob)
+{
+    cuda_engine *ce = as_cuda(e);
+    if (!ce || slot < 0 || slot >= e->nslots)
+        return -1;
+    *idx = ce->slot[slot].h_idx;
+    *prob = ce->slot[slot].h_prob;
+    return GPU_TOPK;
+}
+
+extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char *err, size_t errlen)
+{
+    cuda_engine *ce = as_cuda(e);
+    cudaEvent_t marks[NOPS + 1] = {0};
+    int count = 0;
+    if (!ce || n < 1 || n > e->max_batch) {
+        snprintf(err, errlen, "layer times need a CUDA engine and 1..max_batch images");
+        return -1;
+    }
+    cuda_slot *sl = &ce->slot[0];
+    CUDA_TRY(cudaSetDevice(e->device_index));
+    for (int i = 0; i <= NOPS; i++)
+        CUDA_TRY(cudaEventCreate(&marks[i]));
+    CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
+    CUDA_TRY(cudaEventRecord(marks[0], sl->stream));
+    if (forward(ce, 0, n, sl->stream, marks + 1, err, errlen) != 0)
+        goto fail;
+    CUDA_TRY(cudaStreamSynchronize(sl->stream));
+    for (int op = 0; op < NOPS && op < max; op++) {
+        float ms;
+        CUDA_TRY(cudaEventElapsedTime(&ms, marks[op], marks[op + 1]));
+        out[op].name = op_name(op);
+        out[op].ms = ms;
+        out[op].tile = NULL;
+        if (op == 1 || (op >= 3 && op < NCONV + 2)) {
+            int ci = op == 1 ? 0 : op - 2;
+            conv_shape sh = conv_shape_for(ce, ci, n);
+            out[op].tile = conv_tile_get(ce->fp16, conv_tile_pick(ce->fp16, &sh, ce->num_sms))->name;
+        }
+        count++;
+    }
+    for (int i = 0; i <= NOPS; i++)
+        cudaEventDestroy(marks[i]);
+    return count;
+fail:
+    for (int i = 0; i <= NOPS; i++)
+        if (marks[i])
+            cudaEventDestroy(marks[i]);
+    return -1;
+}
+
+// Enqueues one serial batch on slot 0 with events between its phases.
+static int phase_batch(cuda_engine *ce, int n, cudaEvent_t ev[4], char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[0];
+    if (ce->last_slot > 0)
+        CUDA_TRY(cudaStreamWaitEvent(sl->stream, ce->slot[ce->last_slot].computed, 0));
+    ce->last_slot = 0;
+    CUDA_TRY(cudaEventRecord(ev[0], sl->stream));
+    CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
+    CUDA_TRY(cudaEventRecord(ev[1], sl->stream));
+    CUDA_TRY(cudaGraphLaunch(sl->graph[bucket_for(ce, n)], sl->stream));
+    CUDA_TRY(cudaEventRecord(sl->computed, sl->stream));
+    CUDA_TRY(cudaEventRecord(ev[2], sl->stream));
+    CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * RESNET18_CLASSES * sizeof(float),
+                             cudaMemcpyDeviceToHost, sl->stream));
+    CUDA_TRY(cudaEventRecord(ev[3], sl->stream));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms,
+                                       char *err, size_t errlen)
+{
+    cuda_engine *ce = as_cuda(e);
+    cudaEvent_t ev[4] = {0};
+    float t[3];
+    int rc;
+    if (!ce || n < 1 || n > e->max_batch) {
+        snprintf(err, errlen, "phase times need a CUDA engine and 1..max_batch images");
+        return -1;
+    }
+    CUDA_TRY(cudaSetDevice(e->device_index));
+    for (int i = 0; i < 4; i++)
+        CUDA_TRY(cudaEventCreate(&ev[i]));
+    if (pthread_mutex_lock(&ce->order) != 0) {
+        snprintf(err, errlen, "cuda engine: cannot lock the submit order");
+        goto fail;
+    }
+    rc = phase_batch(ce, n, ev, err, errlen);
+    pthread_mutex_unlock(&ce->order);
+    if (rc != 0)
+        goto fail;
+    CUDA_TRY(cudaStreamSynchronize(ce->slot[0].stream));
+    for (int i = 0; i < 3; i++)
+        CUDA_TRY(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+    *h2d_ms = t[0];
+    *compute_ms = t[1];
+    *d2h_ms = t[2];
+    for (int i = 0; i < 4; i++)
+        cudaEventDestroy(ev[i]);
+    return 0;
+fail:
+    for (int i = 0; i < 4; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    return -1;
 }

@@ -20,6 +20,34 @@ int gpu_device_name(int index, char *buf, size_t len);
  * cfg->device_index a valid ordinal. */
 engine *engine_cuda_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
 
+/* --- optional extras of the CUDA engine (tools, tests, the daemon) ---- */
+
+/* Classes the GPU ranks per image after softmax. */
+#define GPU_TOPK 5
+
+/* After engine_wait(e, slot): the GPU's softmax top-k of each image, best
+ * first, idx[n][GPU_TOPK] and prob[n][GPU_TOPK] (pinned memory owned by the
+ * engine). Returns GPU_TOPK, or -1 when e is not a CUDA engine. */
+int engine_cuda_topk(engine *e, int slot, const int **idx, const float **prob);
+
+/* Per-op time of one forward pass. */
+typedef struct gpu_layer_time {
+    const char *name;   /* "layer1.0.conv1", "maxpool", "fc", ... */
+    const char *tile;   /* convs: the tile configuration used; else NULL */
+    double ms;
+} gpu_layer_time;
+
+/* Runs n images of slot 0's input through the forward pass op by op (not
+ * from the graph), timing each op with events. Returns the number of ops
+ * written to out (at most max), or -1 with err. Not for concurrent use with
+ * submit on slot 0. */
+int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char *err, size_t errlen);
+
+/* One batch of n images on slot 0, serially, timed by phase: host-to-device
+ * copy, compute (the graph), device-to-host copy of the logits. */
+int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms, char *err,
+                            size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,547 @@
+// Convolution as an implicit GEMM: the im2col unroll happens in the tile
+// loader's addressing, the GEMM in registers, and the epilogue (folded-BN
+// bias, optional residual add, ReLU) before the one store of the output.
+//
+// GEMM view: M = n*oh*ow output pixels (rows of the NHWC output), N = cout,
+// K = kh*kw*cin in (r, s, c) order, the order of a KRSC weight row, so both
+// operands are K-contiguous: A[m][k] gathered from the input, B[n][k] the
+// weights. Tiles move in 16-byte chunks (8 halves or 4 floats) that never
+// straddle a filter tap, which is what conv_shape_check enforces.
+//
+// Two kernels from one template family share the geometry and the loaders:
+//   conv2d_igemm_f16_kernel: FP16 tensor cores (mma.sync m16n8k16, FP32
+//     accumulate), ldmatrix fragments, a STAGES-deep cp.async pipeline.
+//   conv2d_igemm_f32_kernel: FP32 SIMT, 8x8 outputs per thread, register-
+//     staged double buffering (exact FP32 for parity with the CPU engine).
+// Tile shapes are template parameters; kTilesF16/kTilesF32 list the
+// instantiations and conv_tile_pick chooses one per layer and batch.
+#include <stdio.h>
+#include "gpu/kernels.cuh"
+
+/* ===================================================================== */
+/* Geometry shared by both kernels                                       */
+/* ===================================================================== */
+
+conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h,
+                           int pad_w)
+{
+    conv_shape s;
+    s.n = n; s.h = h; s.w = w; s.c = c;
+    s.k = k; s.kh = kh; s.kw = kw;
+    s.stride = stride; s.pad_h = pad_h; s.pad_w = pad_w;
+    s.oh = (h + 2 * pad_h - kh) / stride + 1;
+    s.ow = (w + 2 * pad_w - kw) / stride + 1;
+    return s;
+}
+
+int conv_shape_check(const conv_shape *s, int fp16, char *err, size_t errlen)
+{
+    int chunk = fp16 ? 8 : 4;
+    int stem_layout = fp16 && s->c == 4 && s->kw % 2 == 0 && s->w % 2 == 0 && s->pad_w % 2 == 0 &&
+                      s->stride % 2 == 0;
+    if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->kh < 1 || s->kw < 1 ||
+        s->stride < 1 || s->pad_h < 0 || s->pad_w < 0 || s->oh < 1 || s->ow < 1) {
+        snprintf(err, errlen, "conv shape out of range");
+        return -1;
+    }
+    if (s->c % chunk != 0 && !stem_layout) {
+        snprintf(err, errlen, "conv input channels %d not a multiple of %d", s->c, chunk);
+        return -1;
+    }
+    if (s->k % 8 != 0) {
+        snprintf(err, errlen, "conv output channels %d not a multiple of 8", s->k);
+        return -1;
+    }
+    if ((double)s->n * s->oh * s->ow * s->k >= 2147483647.0 || (double)s->n * s->h * s->w * s->c >= 2147483647.0) {
+        snprintf(err, errlen, "conv tensor too large");
+        return -1;
+    }
+    return 0;
+}
+
+// Where row m of A starts: its image's base pointer and the top-left input
+// coordinate of its receptive field. Rows past M get a coordinate that is
+// outside every image, so their chunks load as zeros.
+template <typename T>
+struct igemm_row {
+    const T *base;
+    int iy, ix;
+};
+
+template <typename T>
+__device__ __forceinline__ igemm_row<T> igemm_row_make(const conv_shape &s, const T *in, int m, int M)
+{
+    igemm_row<T> r;
+    if (m < M) {
+        int hw = s.oh * s.ow;
+        int img = m / hw, rem = m - img * hw;
+        int oy = rem / s.ow, ox = rem - oy * s.ow;
+        r.base = in + (size_t)img * s.h * s.w * s.c;
+        r.iy = oy * s.stride - s.pad_h;
+        r.ix = ox * s.stride - s.pad_w;
+    } else {
+        r.base = in;
+        r.iy = -(1 << 28);
+        r.ix = 0;
+    }
+    return r;
+}
+
+// The filter tap (r, s) and channel c of GEMM column k.
+struct igemm_col {
+    int r, s, c;
+};
+
+__device__ __forceinline__ igemm_col igemm_col_make(const conv_shape &s, int k)
+{
+    igemm_col q;
+    int rs = k / s.c;
+    q.c = k - rs * s.c;
+    q.r = rs / s.kw;
+    q.s = rs - q.r * s.kw;
+    return q;
+}
+
+// Address of A[m][k..k+chunk) and whether it lies inside the image.
+template <typename T>
+__device__ __forceinline__ const T *igemm_a_addr(const conv_shape &s, const igemm_row<T> &row,
+                                                 const igemm_col &col, bool kvalid, bool *valid)
+{
+    int iy = row.iy + col.r, ix = row.ix + col.s;
+    *valid = kvalid && (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;
+    return row.base + ((size_t)iy * s.w + ix) * s.c + col.c;
+}
+
+/* ===================================================================== */
+/* FP16 tensor-core kernel                                               */
+/* ===================================================================== */
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int bytes = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+__device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// CTA tile BM x BN, K step BK; WM x WN warps, each owning a
+// (BM/WM) x (BN/WN) block of the output; STAGES tiles in flight.
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+struct f16_tile {
+    static constexpr int threads = WM * WN * 32;
+    static constexpr int lds = BK + 8;  // halves per smem row: +16 bytes keeps ldmatrix conflict-free
+    static constexpr int smem = STAGES * (BM + BN) * lds * 2;
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(WM *WN * 32)
+    conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in,
+                            const __half *__restrict__ wgt, const float *__restrict__ bias,
+                            const __half *__restrict__ res, __half *__restrict__ out, int relu)
+{
+    typedef f16_tile<BM, BN, BK, WM, WN, STAGES> cfg;
+    constexpr int T = cfg::threads, LDS = cfg::lds, KCH = BK / 8;
+    constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
+    constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+    static_assert(BM * KCH % T == 0 && BN * KCH % T == 0 && T % KCH == 0, "loader shape");
+    static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tile shape");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __half *As = reinterpret_cast<__half *>(smem_raw);  // [STAGES][BM][LDS]
+    __half *Bs = As + STAGES * BM * LDS;                // [STAGES][BN][LDS]
+
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const int kc = tid % KCH, row0 = tid / KCH;
+
+    igemm_row<__half> arow[A_PER];
+#pragma unroll
+    for (int i = 0; i < A_PER; i++)
+        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
+    const __half *brow[B_PER];
+    bool bvalid[B_PER];
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int n = n0 + row0 + i * ROW_STEP;
+        bvalid[i] = n < N;
+        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
+    }
+
+    const int KT = (K + BK - 1) / BK;
+    auto load_tile = [&](int stage, int kt) {
+        int k = kt * BK + kc * 8;
+        bool kvalid = k < K;
+        igemm_col col = igemm_col_make(s, kvalid ? k : 0);
+        __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            bool v;
+            const __half *src = igemm_a_addr(s, arow[i], col, kvalid, &v);
+            cp_async16(as + (row0 + i * ROW_STEP) * LDS + kc * 8, v ? src : in, v);
+        }
+#pragma unroll
+        for (int i = 0; i < B_PER; i++) {
+            bool v = kvalid && bvalid[i];
+            cp_async16(bs + (row0 + i * ROW_STEP) * LDS + kc * 8, v ? brow[i] + k : wgt, v);
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                acc[i][j][q] = 0.f;
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < KT)
+            load_tile(st, st);
+        cp_async_commit();
+    }
+
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // tile kt visible to all; the stage refilled next is free
+        int next = kt + STAGES - 1;
+        if (next < KT)
+            load_tile(next % STAGES, next);
+        cp_async_commit();
+
+        const __half *as = As + (kt % STAGES) * BM * LDS, *bs = Bs + (kt % STAGES) * BN * LDS;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldmatrix_x4(a[mi], as + (wm * WTM + mi * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; nj++) {
+                uint32_t r[4];
+                ldmatrix_x4(r, bs + (wn * WTN + nj * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS + kk * 16 +
+                                   ((lane >> 3) & 1) * 8);
+                b[2 * nj][0] = r[0];
+                b[2 * nj][1] = r[1];
+                b[2 * nj + 1][0] = r[2];
+                b[2 * nj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+                    mma_16816(acc[mi][ni], a[mi], b[ni]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: accumulator (row lane/4 [+8], cols 2*(lane%4) [+1]) -> half2.
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) {
+        int col = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
+        if (col >= N)
+            continue;
+        float b0 = bias[col], b1 = bias[col + 1];
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = m0 + wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                if (row >= M)
+                    continue;
+                size_t o = (size_t)row * N + col;
+                float v0 = acc[mi][ni][2 * h] + b0, v1 = acc[mi][ni][2 * h + 1] + b1;
+                if (res) {
+                    float2 r = __half22float2(*reinterpret_cast<const __half2 *>(res + o));
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (relu) {
+                    v0 = fmaxf(v0, 0.f);
+                    v1 = fmaxf(v1, 0.f);
+                }
+                *reinterpret_cast<__half2 *>(out + o) = __floats2half2_rn(v0, v1);
+            }
+        }
+    }
+}
+
+/* ===================================================================== */
+/* FP32 SIMT kernel                                                      */
+/* ===================================================================== */
+
+// CTA tile BM x BN, K step 8, each thread 8x8 outputs split in two 4x4
+// quadrants BM/2 (BN/2) apart so that its smem reads are two float4s.
+template <int BM, int BN>
+struct f32_tile {
+    static constexpr int threads = (BM / 8) * (BN / 8);
+    static constexpr int smem = 0;  // static shared memory
+};
+
+template <int BM, int BN>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8))
+    conv2d_igemm_f32_kernel(const conv_shape s, const float *__restrict__ in, const float *__restrict__ wgt,
+                            const float *__restrict__ bias, const float *__restrict__ res,
+                            float *__restrict__ out, int relu)
+{
+    constexpr int BK = 8, T = (BM / 8) * (BN / 8), KCH = BK / 4;
+    constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
+    static_assert(BM * KCH % T == 0 && BN * KCH % T == 0, "loader shape");
+    __shared__ __align__(16) float As[2][BK][BM + 4];
+    __shared__ __align__(16) float Bs[2][BK][BN + 4];
+
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int tid = threadIdx.x, kc = tid % KCH, row0 = tid / KCH;
+    const int tx = tid % (BN / 8), ty = tid / (BN / 8);
+
+    igemm_row<float> arow[A_PER];
+#pragma unroll
+    for (int i = 0; i < A_PER; i++)
+        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
+    const float *brow[B_PER];
+    bool bvalid[B_PER];
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int n = n0 + row0 + i * ROW_STEP;
+        bvalid[i] = n < N;
+        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
+    }
+
+    float4 ra[A_PER], rb[B_PER];
+    auto load_regs = [&](int kt) {
+        int k = kt * BK + kc * 4;
+        bool kvalid = k < K;
+        igemm_col col = igemm_col_make(s, kvalid ? k : 0);
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            bool v;
+            const float *src = igemm_a_addr(s, arow[i], col, kvalid, &v);
+            ra[i] = v ? __ldg(reinterpret_cast<const float4 *>(src)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < B_PER; i++)
+            rb[i] = kvalid && bvalid[i] ? __ldg(reinterpret_cast<const float4 *>(brow[i] + k))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    auto store_smem = [&](int buf) {
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            int r = row0 + i * ROW_STEP;
+            As[buf][kc * 4 + 0][r] = ra[i].x;
+            As[buf][kc * 4 + 1][r] = ra[i].y;
+            As[buf][kc * 4 + 2][r] = ra[i].z;
+            As[buf][kc * 4 + 3][r] = ra[i].w;
+        }
+#pragma unroll
+        for (int i = 0; i < B_PER; i++) {
+            int r = row0 + i * ROW_STEP;
+            Bs[buf][kc * 4 + 0][r] = rb[i].x;
+            Bs[buf][kc * 4 + 1][r] = rb[i].y;
+            Bs[buf][kc * 4 + 2][r] = rb[i].z;
+            Bs[buf][kc * 4 + 3][r] = rb[i].w;
+        }
+    };
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[i][j] = 0.f;
+
+    const int KT = (K + BK - 1) / BK;
+    load_regs(0);
+    store_smem(0);
+    __syncthreads();
+    for (int kt = 0; kt < KT; kt++) {
+        int buf = kt & 1;
+        if (kt + 1 < KT)
+            load_regs(kt + 1);  // global loads in flight during the FMAs below
+#pragma unroll
+        for (int k = 0; k < BK; k++) {
+            float a[8], b[8];
+            *reinterpret_cast<float4 *>(a) = *reinterpret_cast<const float4 *>(&As[buf][k][ty * 4]);
+            *reinterpret_cast<float4 *>(a + 4) = *reinterpret_cast<const float4 *>(&As[buf][k][BM / 2 + ty * 4]);
+            *reinterpret_cast<float4 *>(b) = *reinterpret_cast<const float4 *>(&Bs[buf][k][tx * 4]);
+            *reinterpret_cast<float4 *>(b + 4) = *reinterpret_cast<const float4 *>(&Bs[buf][k][BN / 2 + tx * 4]);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        if (kt + 1 < KT)
+            store_smem(buf ^ 1);  // buf ^ 1 was last read before the previous barrier
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int row = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
+        if (row >= M)
+            continue;
+#pragma unroll
+        for (int jh = 0; jh < 2; jh++) {
+            int col = n0 + (jh == 0 ? tx * 4 : BN / 2 + tx * 4);
+            if (col >= N)
+                continue;
+            size_t o = (size_t)row * N + col;
+            float4 bb = *reinterpret_cast<const float4 *>(bias + col);
+            float4 v = make_float4(acc[i][jh * 4] + bb.x, acc[i][jh * 4 + 1] + bb.y, acc[i][jh * 4 + 2] + bb.z,
+                                   acc[i][jh * 4 + 3] + bb.w);
+            if (res) {
+                float4 r = *reinterpret_cast<const float4 *>(res + o);
+                v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
+            }
+            if (relu) {
+                v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f);
+                v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+            }
+            *reinterpret_cast<float4 *>(out + o) = v;
+        }
+    }
+}
+
+/* ===================================================================== */
+/* The tile table and the host launchers                                 */
+/* ===================================================================== */
+
+typedef void (*f16_kernel_fn)(const conv_shape, const __half *, const __half *, const float *,
+                              const __half *, __half *, int);
+typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, const float *,
+                              const float *, float *, int);
+
+struct f16_entry {
+    conv_tile_info info;
+    f16_kernel_fn fn;
+};
+struct f32_entry {
+    conv_tile_info info;
+    f32_kernel_fn fn;
+};
+
+#define F16_TILE(BM, BN, BK, WM, WN, ST)                                                                  \
+    {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, f16_tile<BM, BN, BK, WM, WN, ST>::threads, \
+      f16_tile<BM, BN, BK, WM, WN, ST>::smem, 0},                                                        \
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST>}
+#define F32_TILE(BM, BN) \
+    {{"f32_" #BM "x" #BN, BM, BN, f32_tile<BM, BN>::threads, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
+
+static f16_entry kTilesF16[] = {
+    F16_TILE(128, 128, 32, 2, 4, 4),
+    F16_TILE(128, 64, 32, 2, 2, 4),
+    F16_TILE(64, 128, 32, 2, 2, 4),
+    F16_TILE(64, 64, 32, 2, 2, 4),
+    F16_TILE(32, 64, 64, 1, 2, 3),
+};
+static f32_entry kTilesF32[] = {
+    F32_TILE(128, 128),
+    F32_TILE(128, 64),
+    F32_TILE(64, 64),
+    F32_TILE(32, 64),
+};
+#define NTILES_F16 ((int)(sizeof kTilesF16 / sizeof kTilesF16[0]))
+#define NTILES_F32 ((int)(sizeof kTilesF32 / sizeof kTilesF32[0]))
+
+int conv_tile_count(int fp16)
+{
+    return fp16 ? NTILES_F16 : NTILES_F32;
+}
+
+const conv_tile_info *conv_tile_get(int fp16, int tile)
+{
+    if (tile < 0 || tile >= conv_tile_count(fp16))
+        return NULL;
+    return fp16 ? &kTilesF16[tile].info : &kTilesF32[tile].info;
+}
+
+cudaError_t conv_init(void)
+{
+    for (int i = 0; i < NTILES_F16; i++) {
+        conv_tile_info *t = &kTilesF16[i].info;
+        cudaError_t e = cudaFuncSetAttribute(kTilesF16[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF16[i].fn, t->threads, t->smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    for (int i = 0; i < NTILES_F32; i++) {
+        conv_tile_info *t = &kTilesF32[i].info;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF32[i].fn, t->threads, 0);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+// Estimated time of a layer with one tile: the waves of CTAs it takes,
+// each as long as a tile's work divided by how well that tile shape uses the
+// SM (bigger tiles reuse each loaded byte more). The smallest estimate wins.
+int conv_tile_pick(int fp16, const conv_shape *s, int num_sms)
+{
+    long M = (long)s->n * s->oh * s->ow;
+    int best = 0;
+    double best_t = 1e300;
+    for (int i = 0; i < conv_tile_count(fp16); i++) {
+        const conv_tile_info *t = conv_tile_get(fp16, i);
+        long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
+        long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+        long waves = (ctas + slots - 1) / slots;
+        double intensity = (double)t->bm * t->bn / (t->bm + t->bn);  // MACs per loaded element
+        double eff = intensity / (intensity + 16.0);
+        double tm = (double)waves * t->bm * t->bn * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1) / eff;
+        if (tm < best_t * 0.999) {
+            best_t = tm;
+            best = i;
+        }
+    }
+    return best;
+}
+
+cudaError_t conv_launch(int fp16, int tile, const conv_shape *s, const void *in, const void *w,
+                        const float *bias, const void *res, int relu, void *out, cudaStream_t st)
+{
+    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    if (!t)
+        return cudaErrorInvalidValue;
+    long M = (long)s->n * s->oh * s->ow;
+    dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn));
+    if (fp16)
+        kTilesF16[tile].fn<<<grid, t->threads, t->smem, st>>>(
+            *s, (const __half *)in, (const __half *)w, bias, (const __half *)res, (__half *)out, relu);
+    else
+        kTilesF32[tile].fn<<<grid, t->threads, 0, st>>>(*s, (const float *)in, (const float *)w, bias,
+                                                        (const float *)res, (float *)out, relu);
+    return cudaGetLastError();
+}

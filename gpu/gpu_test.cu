@@ -1,0 +1,190 @@
+// Host-data wrappers around single kernels, for tests/test_gpu_kernels.c
+// (declared in gpu/gpu_test.h). Slow and simple on purpose: allocate, copy,
+// poison the output, launch, synchronise, copy back, free.
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_fp16.h>
+#include "gpu/cuda_check.cuh"
+#include "gpu/gpu_test.h"
+#include "gpu/kernels.cuh"
+
+// A device copy of n host floats in the kernel's precision; with fp16 the
+// host array is rounded in place to the values the device holds.
+static cudaError_t to_device(int fp16, float *host, size_t n, void **dev)
+{
+    size_t bytes = n * (fp16 ? 2 : 4);
+    cudaError_t e = cudaMalloc(dev, bytes ? bytes : 1);
+    if (e != cudaSuccess || n == 0)
+        return e;
+    if (!fp16)
+        return cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice);
+    __half *h = (__half *)malloc(bytes);
+    if (!h)
+        return cudaErrorMemoryAllocation;
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2half_rn(host[i]);
+        host[i] = __half2float(h[i]);
+    }
+    e = cudaMemcpy(*dev, h, bytes, cudaMemcpyHostToDevice);
+    free(h);
+    return e;
+}
+
+static cudaError_t poisoned(int fp16, size_t n, void **dev)
+{
+    size_t bytes = n * (fp16 ? 2 : 4);
+    cudaError_t e = cudaMalloc(dev, bytes);
+    return e == cudaSuccess ? cudaMemset(*dev, 0xff, bytes) : e;
+}
+
+static cudaError_t to_host(int fp16, const void *dev, size_t n, float *host)
+{
+    if (!fp16)
+        return cudaMemcpy(host, dev, n * 4, cudaMemcpyDeviceToHost);
+    __half *h = (__half *)malloc(n * 2);
+    if (!h)
+        return cudaErrorMemoryAllocation;
+    cudaError_t e = cudaMemcpy(h, dev, n * 2, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; e == cudaSuccess && i < n; i++)
+        host[i] = __half2float(h[i]);
+    free(h);
+    return e;
+}
+
+extern "C" int gpu_test_conv_tiles(int fp16)
+{
+    return conv_tile_count(fp16);
+}
+
+extern "C" const char *gpu_test_conv_tile_name(int fp16, int tile)
+{
+    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    return t ? t->name : "?";
+}
+
+extern "C" int gpu_test_conv(int fp16, int tile, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
+                             float *res, int relu, float *out, char *err, size_t errlen)
+{
+    void *din = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
+    float *dbias = NULL;
+    int rc = -1;
+    size_t nin, nw, nout;
+    conv_shape s = conv_shape_make(t->n, t->h, t->w, t->c, t->k, t->kh, t->kw, t->stride, t->pad_h, t->pad_w);
+    if (t->oh > 0)
+        s.oh = t->oh;
+    if (t->ow > 0)
+        s.ow = t->ow;
+    t->oh = s.oh;
+    t->ow = s.ow;
+    if (conv_shape_check(&s, fp16, err, errlen) != 0)
+        return -1;
+    nin = (size_t)s.n * s.h * s.w * s.c;
+    nw = (size_t)s.k * s.kh * s.kw * s.c;
+    nout = (size_t)s.n * s.oh * s.ow * s.k;
+    CUDA_TRY(conv_init());
+    CUDA_TRY(to_device(fp16, in, nin, &din));
+    CUDA_TRY(to_device(fp16, w, nw, &dw));
+    CUDA_TRY(cudaMalloc((void **)&dbias, s.k * sizeof(float)));
+    CUDA_TRY(cudaMemcpy(dbias, bias, s.k * sizeof(float), cudaMemcpyHostToDevice));
+    if (res)
+        CUDA_TRY(to_device(fp16, res, nout, &dres));
+    CUDA_TRY(poisoned(fp16, nout, &dout));
+    CUDA_TRY(conv_launch(fp16, tile, &s, din, dw, dbias, dres, relu, dout, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(to_host(fp16, dout, nout, out));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dw);
+    cudaFree(dbias);
+    cudaFree(dres);
+    cudaFree(dout);
+    return rc;
+}
+
+extern "C" int gpu_test_normalize(int fp16, const uint8_t *in, long npix, float *out, char *err, size_t errlen)
+{
+    uint8_t *din = NULL;
+    void *dout = NULL;
+    int rc = -1;
+    CUDA_TRY(cudaMalloc((void **)&din, (size_t)npix * 3));
+    CUDA_TRY(cudaMemcpy(din, in, (size_t)npix * 3, cudaMemcpyHostToDevice));
+    CUDA_TRY(poisoned(fp16, (size_t)npix * 4, &dout));
+    CUDA_TRY(normalize_launch(fp16, din, dout, npix, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(to_host(fp16, dout, (size_t)npix * 4, out));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dout);
+    return rc;
+}
+
+extern "C" int gpu_test_maxpool(int fp16, float *in, int n, int h, int w, int c, int oh, int ow, float *out,
+                                char *err, size_t errlen)
+{
+    void *din = NULL, *dout = NULL;
+    int rc = -1;
+    if (c % 8 != 0) {
+        snprintf(err, errlen, "maxpool channels %d not a multiple of 8", c);
+        return -1;
+    }
+    CUDA_TRY(to_device(fp16, in, (size_t)n * h * w * c, &din));
+    CUDA_TRY(poisoned(fp16, (size_t)n * oh * ow * c, &dout));
+    CUDA_TRY(maxpool_launch(fp16, din, dout, n, h, w, c, oh, ow, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(to_host(fp16, dout, (size_t)n * oh * ow * c, out));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dout);
+    return rc;
+}
+
+extern "C" int gpu_test_avgpool(int fp16, float *in, int n, int hw, int c, float *out, char *err, size_t errlen)
+{
+    void *din = NULL, *dout = NULL;
+    int rc = -1;
+    if (c % 2 != 0) {
+        snprintf(err, errlen, "avgpool channels %d not even", c);
+        return -1;
+    }
+    CUDA_TRY(to_device(fp16, in, (size_t)n * hw * c, &din));
+    CUDA_TRY(poisoned(fp16, (size_t)n * c, &dout));
+    CUDA_TRY(avgpool_launch(fp16, din, dout, n, hw, c, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(to_host(fp16, dout, (size_t)n * c, out));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dout);
+    return rc;
+}
+
+extern "C" int gpu_test_softmax_topk(const float *logits, const float *bias, int n, int classes, int k,
+                                     float *logits_out, int *idx, float *prob, char *err, size_t errlen)
+{
+    float *dl = NULL, *db = NULL, *dp = NULL;
+    int *di = NULL;
+    int rc = -1;
+    size_t nl = (size_t)n * classes;
+    CUDA_TRY(cudaMalloc((void **)&dl, nl * sizeof(float)));
+    CUDA_TRY(cudaMemcpy(dl, logits, nl * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&db, classes * sizeof(float)));
+    CUDA_TRY(cudaMemcpy(db, bias, classes * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&di, (size_t)n * k * sizeof(int)));
+    CUDA_TRY(cudaMemset(di, 0xff, (size_t)n * k * sizeof(int)));
+    CUDA_TRY(poisoned(0, (size_t)n * k, (void **)&dp));
+    CUDA_TRY(softmax_topk_launch(dl, db, n, classes, k, di, dp, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(logits_out, dl, nl * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(idx, di, (size_t)n * k * sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(prob, dp, (size_t)n * k * sizeof(float), cudaMemcpyDeviceToHost));
+    rc = 0;
+fail:
+    cudaFree(dl);
+    cudaFree(db);
+    cudaFree(di);
+    cudaFree(dp);
+    return rc;
+}

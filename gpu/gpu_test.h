@@ -1,0 +1,52 @@
+/* Kernel-level entry points for tests/test_gpu_kernels.c (not used by the
+ * engine). Each runs one gpu/ kernel on host data: inputs are FP32 arrays,
+ * first rounded in place to FP16 when fp16 is set, so that the test's CPU
+ * reference sees exactly what the kernel saw; outputs come back as FP32.
+ * Device outputs are poisoned (all bits set: NaN) before each launch, so an
+ * element the kernel fails to write shows up as NaN. Each returns 0, or -1
+ * with a one-line message in err. */
+#ifndef RESNETD_GPU_TEST_H
+#define RESNETD_GPU_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpu_test_conv_shape {
+    int n, h, w, c;        /* input NHWC */
+    int k, kh, kw;         /* output channels, filter size */
+    int stride, pad_h, pad_w;
+    int oh, ow;            /* 0: computed from the above */
+} gpu_test_conv_shape;
+
+/* The conv tile table: how many configurations, and their names. */
+int gpu_test_conv_tiles(int fp16);
+const char *gpu_test_conv_tile_name(int fp16, int tile);
+
+/* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.
+ * Fills s->oh and s->ow when they are 0. */
+int gpu_test_conv(int fp16, int tile, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
+                  int relu, float *out, char *err, size_t errlen);
+
+/* in: npix RGB pixels; out: npix x 4 (normalised RGB, then 0). */
+int gpu_test_normalize(int fp16, const uint8_t *in, long npix, float *out, char *err, size_t errlen);
+
+/* 3x3/2 pad-1 max pool of in[n][h][w][c] into out[n][oh][ow][c]. */
+int gpu_test_maxpool(int fp16, float *in, int n, int h, int w, int c, int oh, int ow, float *out, char *err,
+                     size_t errlen);
+
+/* Mean over hw of in[n][hw][c] into out[n][c]. */
+int gpu_test_avgpool(int fp16, float *in, int n, int hw, int c, float *out, char *err, size_t errlen);
+
+/* logits_out = logits + bias per row; softmax; k best: idx[n][k], prob[n][k]. */
+int gpu_test_softmax_topk(const float *logits, const float *bias, int n, int classes, int k, float *logits_out,
+                          int *idx, float *prob, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,63 @@
+// The kernels of the CUDA engine and their host launchers (CUDA C++ only;
+// host C code reaches them through gpu/gpu.h and gpu/gpu_test.h).
+//
+// Layouts: activations NHWC, FP16 (__half) or FP32; conv weights KRSC
+// ([cout][kh][kw][cin]) in the same precision; biases FP32. Every launcher
+// takes the stream to run in and returns the launch's error.
+#ifndef RESNETD_GPU_KERNELS_CUH
+#define RESNETD_GPU_KERNELS_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// One convolution: input n x h x w x c, weights k x kh x kw x c, output
+// n x oh x ow x k. As an implicit GEMM: M = n*oh*ow output pixels, N = k
+// output channels, K = kh*kw*c. Requirements (checked by conv_shape_check):
+// c % 8 == 0 (FP16) or c % 4 == 0 (FP32), or c == 4 with kw even and
+// w even and pad_w even for FP16 (the stem's layout: a 16-byte chunk is two
+// whole pixels, both inside or both outside the image); k % 8 == 0.
+struct conv_shape {
+    int n, h, w, c;
+    int k, kh, kw;
+    int stride, pad_h, pad_w;
+    int oh, ow;
+};
+
+conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h,
+                           int pad_w);
+// 0 when the kernels support the shape, else -1 with the reason in err.
+int conv_shape_check(const conv_shape *s, int fp16, char *err, size_t errlen);
+
+// The tile table: the template instantiations a layer can run with.
+struct conv_tile_info {
+    const char *name;   // "f16_128x128x32_s4", ...
+    int bm, bn;         // CTA tile in M and N
+    int threads;
+    int smem;           // dynamic shared memory bytes
+    int ctas_per_sm;    // filled by conv_init from the occupancy calculator
+};
+int conv_tile_count(int fp16);
+const conv_tile_info *conv_tile_get(int fp16, int tile);
+// Sets shared-memory limits and reads occupancy; once per process and device.
+cudaError_t conv_init(void);
+// The tile the engine uses for shape s on a device with num_sms SMs.
+int conv_tile_pick(int fp16, const conv_shape *s, int num_sms);
+// out = relu?(conv(in, w) + bias (+ res)). res may be NULL.
+cudaError_t conv_launch(int fp16, int tile, const conv_shape *s, const void *in, const void *w,
+                        const float *bias, const void *res, int relu, void *out, cudaStream_t st);
+
+// uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
+// fourth channel zero: the stem reads 16-byte chunks of whole pixels.
+cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st);
+// 3x3 stride-2 pad-1 max pool, NHWC; c % 8 == 0.
+cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh,
+                           int ow, cudaStream_t st);
+// Global average pool [n][hw][c] -> [n][c], same precision; c % 2 == 0.
+cudaError_t avgpool_launch(int fp16, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
+// Per image: logits += bias (in place), then softmax and the k best classes
+// (k <= 8), best first: idx[n][k], prob[n][k].
+cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
+                                float *prob, cudaStream_t st);
+
+#endif

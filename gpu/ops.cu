@@ -1,0 +1,315 @@
+// The small kernels around the convolutions: input normalisation, the
+// stem's max pool, the global average pool and the head's softmax + top-k.
+// All are memory-bound; each thread moves 16-byte vectors where the layout
+// allows. Layouts as in gpu/kernels.cuh.
+#include <float.h>
+#include "gpu/kernels.cuh"
+
+/* ---- normalise: uint8 RGB -> (x/255 - mean) / std, 4 channels -------- */
+
+// The same expression, in the same FP32 order, as preprocess_normalize_chw.
+__constant__ float kMean[3] = {0.485f, 0.456f, 0.406f};
+__constant__ float kStd[3] = {0.229f, 0.224f, 0.225f};
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix);
+
+template <>
+__global__ void __launch_bounds__(256)
+    normalize_kernel<float>(const uint8_t *__restrict__ in, float *__restrict__ out, long npix)
+{
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npix)
+        return;
+    const uint8_t *q = in + p * 3;
+    float4 v;
+    v.x = ((float)q[0] / 255.0f - kMean[0]) / kStd[0];
+    v.y = ((float)q[1] / 255.0f - kMean[1]) / kStd[1];
+    v.z = ((float)q[2] / 255.0f - kMean[2]) / kStd[2];
+    v.w = 0.f;
+    reinterpret_cast<float4 *>(out)[p] = v;
+}
+
+template <>
+__global__ void __launch_bounds__(256)
+    normalize_kernel<__half>(const uint8_t *__restrict__ in, __half *__restrict__ out, long npix)
+{
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npix)
+        return;
+    const uint8_t *q = in + p * 3;
+    __half2 lo = __floats2half2_rn(((float)q[0] / 255.0f - kMean[0]) / kStd[0],
+                                   ((float)q[1] / 255.0f - kMean[1]) / kStd[1]);
+    __half2 hi = __floats2half2_rn(((float)q[2] / 255.0f - kMean[2]) / kStd[2], 0.f);
+    uint2 v;
+    v.x = *reinterpret_cast<uint32_t *>(&lo);
+    v.y = *reinterpret_cast<uint32_t *>(&hi);
+    reinterpret_cast<uint2 *>(out)[p] = v;
+}
+
+cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st)
+{
+    unsigned blocks = (unsigned)((npix + 255) / 256);
+    if (fp16)
+        normalize_kernel<__half><<<blocks, 256, 0, st>>>(in, (__half *)out, npix);
+    else
+        normalize_kernel<float><<<blocks, 256, 0, st>>>(in, (float *)out, npix);
+    return cudaGetLastError();
+}
+
+/* ---- 3x3/2 max pool, pad 1 ------------------------------------------- */
+
+// A vector of V channels: 8 halves or 4 floats, 16 bytes.
+template <typename T>
+struct vec16;
+template <>
+struct vec16<__half> {
+    static constexpr int V = 8;
+    __half2 h[4];
+    __device__ static vec16 lowest()
+    {
+        vec16 r;
+        for (int i = 0; i < 4; i++)
+            r.h[i] = __float2half2_rn(-65504.f);
+        return r;
+    }
+    __device__ void max_with(const vec16 &o)
+    {
+        for (int i = 0; i < 4; i++)
+            h[i] = __hmax2(h[i], o.h[i]);
+    }
+};
+template <>
+struct vec16<float> {
+    static constexpr int V = 4;
+    float f[4];
+    __device__ static vec16 lowest()
+    {
+        vec16 r;
+        for (int i = 0; i < 4; i++)
+            r.f[i] = -FLT_MAX;
+        return r;
+    }
+    __device__ void max_with(const vec16 &o)
+    {
+        for (int i = 0; i < 4; i++)
+            f[i] = fmaxf(f[i], o.f[i]);
+    }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    maxpool3x3s2_kernel(const T *__restrict__ in, T *__restrict__ out, int n, int h, int w, int c, int oh, int ow)
+{
+    typedef vec16<T> vt;
+    const int cv = c / vt::V;
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long total = (long)n * oh * ow * cv;
+    if (i >= total)
+        return;
+    int cc = (int)(i % cv);
+    long p = i / cv;
+    int ox = (int)(p % ow);
+    int oy = (int)(p / ow % oh);
+    int img = (int)(p / ((long)ow * oh));
+    const vt *src = reinterpret_cast<const vt *>(in) + (long)img * h * w * cv + cc;
+    vt m = vt::lowest();  // every window holds at least one pixel
+    for (int dy = 0; dy < 3; dy++) {
+        int y = oy * 2 - 1 + dy;
+        if ((unsigned)y >= (unsigned)h)
+            continue;
+        for (int dx = 0; dx < 3; dx++) {
+            int x = ox * 2 - 1 + dx;
+            if ((unsigned)x >= (unsigned)w)
+                continue;
+            m.max_with(src[((long)y * w + x) * cv]);
+        }
+    }
+    reinterpret_cast<vt *>(out)[i] = m;
+}
+
+cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh, int ow,
+                           cudaStream_t st)
+{
+    long total = (long)n * oh * ow * (c / (fp16 ? 8 : 4));
+    unsigned blocks = (unsigned)((total + 255) / 256);
+    if (fp16)
+        maxpool3x3s2_kernel<__half><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, h, w, c, oh, ow);
+    else
+        maxpool3x3s2_kernel<float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, h, w, c, oh, ow);
+    return cudaGetLastError();
+}
+
+/* ---- global average pool --------------------------------------------- */
+
+// One thread per (image, channel pair); consecutive threads read
+// consecutive channels, so each of the hw steps is one coalesced row.
+template <typename T>
+__device__ __forceinline__ float2 load2(const T *p);
+template <>
+__device__ __forceinline__ float2 load2<__half>(const __half *p)
+{
+    return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+template <>
+__device__ __forceinline__ float2 load2<float>(const float *p)
+{
+    return *reinterpret_cast<const float2 *>(p);
+}
+__device__ __forceinline__ void store2(__half *p, float a, float b)
+{
+    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ void store2(float *p, float a, float b)
+{
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    avgpool_kernel(const T *__restrict__ in, T *__restrict__ out, int n, int hw, int c)
+{
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    int c2 = c / 2;
+    if (i >= (long)n * c2)
+        return;
+    int img = (int)(i / c2), ch = (int)(i % c2) * 2;
+    const T *p = in + (long)img * hw * c + ch;
+    float sx = 0.f, sy = 0.f;
+    for (int j = 0; j < hw; j++) {
+        float2 v = load2(p + (long)j * c);
+        sx += v.x;
+        sy += v.y;
+    }
+    store2(out + (long)img * c + ch, sx / (float)hw, sy / (float)hw);
+}
+
+cudaError_t avgpool_launch(int fp16, const void *in, void *out, int n, int hw, int c, cudaStream_t st)
+{
+    unsigned blocks = (unsigned)(((long)n * (c / 2) + 255) / 256);
+    if (fp16)
+        avgpool_kernel<__half><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, hw, c);
+    else
+        avgpool_kernel<float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, hw, c);
+    return cudaGetLastError();
+}
+
+/* ---- head: bias, softmax, top-k -------------------------------------- */
+
+#define TOPK_THREADS 256
+#define TOPK_MAX 8
+
+// Block-wide arg-max of (v, i) pairs; ties go to the lower index, as in a
+// stable sort. Every thread gets the result.
+__device__ void block_argmax(float v, int i, float *sv, int *si, float *out_v, int *out_i)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+        if (v2 > v || (v2 == v && i2 < i)) {
+            v = v2;
+            i = i2;
+        }
+    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        sv[warp] = v;
+        si[warp] = i;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < TOPK_THREADS / 32 ? sv[lane] : -FLT_MAX;
+        i = lane < TOPK_THREADS / 32 ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+            int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+            if (v2 > v || (v2 == v && i2 < i)) {
+                v = v2;
+                i = i2;
+            }
+        }
+        if (lane == 0) {
+            sv[0] = v;
+            si[0] = i;
+        }
+    }
+    __syncthreads();
+    *out_v = sv[0];
+    *out_i = si[0];
+    __syncthreads();  // sv/si are reused by the next call
+}
+
+__device__ float block_sum(float v, float *sv)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
+        sv[warp] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int w = 0; w < TOPK_THREADS / 32; w++)
+        s += sv[w];
+    __syncthreads();
+    return s;
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS)
+    softmax_topk_kernel(float *__restrict__ logits, const float *__restrict__ bias, int classes, int k,
+                        int *__restrict__ idx, float *__restrict__ prob)
+{
+    __shared__ float sv[TOPK_THREADS / 32];
+    __shared__ int si[TOPK_THREADS / 32];
+    float *row = logits + (long)blockIdx.x * classes;
+    float best = -FLT_MAX;
+    int besti = 0x7fffffff;
+    for (int j = threadIdx.x; j < classes; j += TOPK_THREADS) {
+        float v = row[j] + bias[j];
+        row[j] = v;
+        if (v > best) {
+            best = v;
+            besti = j;
+        }
+    }
+    float mx;
+    int mxi;
+    block_argmax(best, besti, sv, si, &mx, &mxi);
+    float se = 0.f;
+    for (int j = threadIdx.x; j < classes; j += TOPK_THREADS)
+        se += expf(row[j] - mx);
+    float denom = block_sum(se, sv);
+    // k rounds of arg-max, each excluding what earlier rounds took.
+    int taken[TOPK_MAX];
+    for (int r = 0; r < k; r++) {
+        best = -FLT_MAX;
+        besti = 0x7fffffff;
+        for (int j = threadIdx.x; j < classes; j += TOPK_THREADS) {
+            bool used = false;
+            for (int q = 0; q < r; q++)
+                used |= taken[q] == j;
+            float v = row[j];
+            if (!used && (v > best || (v == best && j < besti))) {
+                best = v;
+                besti = j;
+            }
+        }
+        float bv;
+        int bi;
+        block_argmax(best, besti, sv, si, &bv, &bi);
+        taken[r] = bi;
+        if (threadIdx.x == 0) {
+            idx[(long)blockIdx.x * k + r] = bi;
+            prob[(long)blockIdx.x * k + r] = expf(bv - mx) / denom;
+        }
+    }
+}
+
+cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
+                                float *prob, cudaStream_t st)
+{
+    if (k < 1 || k > TOPK_MAX)
+        return cudaErrorInvalidValue;
+    softmax_topk_kernel<<<n, TOPK_THREADS, 0, st>>>(logits, bias, classes, k, idx, prob);
+    return cudaGetLastError();
+}

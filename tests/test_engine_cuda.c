@@ -1,0 +1,215 @@
+/* The CUDA engine against the CPU engine, with the reference weights and
+ * random images: FP32 within rel L2 1e-5 per image; FP16 within 5e-3 with
+ * the same top-1 and a top-5 overlap of at least 4. Batches of 1, 2, 3, 17,
+ * 64, 255 and max (300, not a power of two) through both slots, including
+ * two slots in flight at once; logits poisoned before every run. Also checks
+ * the GPU's softmax top-k against the logits it returned.
+ *
+ * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
+ * 1, 3 and 17 only (max 17), for compute-sanitizer. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpu/gpu.h"
+#include "model/engine.h"
+#include "model/resnet18.h"
+#include "tests/testutil.h"
+
+#define POOL 24   /* distinct random images; batches draw from them */
+
+static resnet18_weights weights;
+static uint8_t *pool;        /* [POOL][224*224*3] */
+static float *pool_logits;   /* [POOL][1000], CPU engine FP32 */
+static int quick;
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rng_u32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static void setup_once(void)
+{
+    char err[256];
+    if (pool)
+        return;
+    ck_assert_msg(weights_load(testutil_ref_path("weights.safetensors"), &weights, err, sizeof err) == 0, "%s", err);
+    pool = malloc((size_t)POOL * RESNET18_INPUT_BYTES);
+    pool_logits = malloc((size_t)POOL * RESNET18_CLASSES * sizeof(float));
+    ck_assert(pool && pool_logits);
+    for (size_t i = 0; i < (size_t)POOL * RESNET18_INPUT_BYTES; i++)
+        pool[i] = (uint8_t)rng_u32();
+    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL};
+    engine *cpu = engine_create(&weights, &cfg, err, sizeof err);
+    ck_assert_msg(cpu != NULL, "%s", err);
+    ck_assert_msg(engine_infer(cpu, pool, POOL, pool_logits, err, sizeof err) == 0, "%s", err);
+    engine_destroy(cpu);
+}
+
+static int overlap5(const float *a, const float *b)
+{
+    int ia[5], ib[5], n = 0;
+    testutil_topk(a, RESNET18_CLASSES, 5, ia);
+    testutil_topk(b, RESNET18_CLASSES, 5, ib);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 5; j++)
+            n += ia[i] == ib[j];
+    return n;
+}
+
+/* Fills slot s with n images drawn at random from the pool; which[] records
+ * the draw. Poisons the slot's logits (all bits set: NaN). */
+static void fill_slot(engine *e, int s, int n, int *which)
+{
+    for (int i = 0; i < n; i++) {
+        which[i] = (int)(rng_u32() % POOL);
+        memcpy(e->input[s] + (size_t)i * RESNET18_INPUT_BYTES, pool + (size_t)which[i] * RESNET18_INPUT_BYTES,
+               RESNET18_INPUT_BYTES);
+    }
+    memset(e->logits[s], 0xff, (size_t)e->max_batch * RESNET18_CLASSES * sizeof(float));
+}
+
+static void check_slot(engine *e, int s, int n, const int *which, int fp16)
+{
+    const int *idx;
+    const float *prob;
+    ck_assert_int_eq(engine_cuda_topk(e, s, &idx, &prob), GPU_TOPK);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const float *got = e->logits[s] + (size_t)i * RESNET18_CLASSES;
+        const float *ref = pool_logits + (size_t)which[i] * RESNET18_CLASSES;
+        double rel = testutil_rel_l2(got, ref, RESNET18_CLASSES);
+        worst = rel > worst ? rel : worst;
+        ck_assert_msg(rel <= (fp16 ? 5e-3 : 1e-5), "%s n=%d slot %d image %d: rel L2 %.3g",
+                      fp16 ? "fp16" : "fp32", n, s, i, rel);
+        if (fp16) {
+            int a, b;
+            testutil_topk(got, RESNET18_CLASSES, 1, &a);
+            testutil_topk(ref, RESNET18_CLASSES, 1, &b);
+            ck_assert_msg(a == b, "fp16 n=%d image %d: top-1 %d vs CPU %d", n, i, a, b);
+            ck_assert_msg(overlap5(got, ref) >= 4, "fp16 n=%d image %d: top-5 overlap %d", n, i, overlap5(got, ref));
+        }
+        /* The GPU's own top-k agrees with the logits it returned. */
+        int top[GPU_TOPK];
+        testutil_topk(got, RESNET18_CLASSES, GPU_TOPK, top);
+        ck_assert_int_eq(idx[i * GPU_TOPK], top[0]);
+        ck_assert(prob[i * GPU_TOPK] > 0 && prob[i * GPU_TOPK] <= 1);
+        for (int r = 1; r < GPU_TOPK; r++)
+            ck_assert(prob[i * GPU_TOPK + r] <= prob[i * GPU_TOPK + r - 1]);
+    }
+    fprintf(stderr, "  %s n=%3d slot %d: worst rel L2 %.3g\n", fp16 ? "fp16" : "fp32", n, s, worst);
+}
+
+static void run_precision(engine_precision p)
+{
+    static const int full[] = {1, 2, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
+    const int *batches = quick ? small : full;
+    int nb = quick ? 3 : 7, max = quick ? 17 : 300, fp16 = p == ENGINE_PRECISION_FP16;
+    char err[256];
+    setup_once();
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2};
+    engine *e = engine_create(&weights, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "%s", err);
+    ck_assert_int_eq(e->nslots, 2);
+    ck_assert_int_eq(e->precision, p);
+    ck_assert(e->ops->device_memory(e->ctx) > 0 && e->ops->pinned_memory(e->ctx) > 0);
+    int *w0 = malloc(sizeof(int) * max), *w1 = malloc(sizeof(int) * max);
+    ck_assert(w0 && w1);
+    for (int i = 0; i < nb; i++) {
+        int n = batches[i], s = i % 2;
+        fill_slot(e, s, n, w0);
+        ck_assert_msg(engine_submit(e, s, n, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_wait(e, s, err, sizeof err) == 0, "%s", err);
+        check_slot(e, s, n, w0, fp16);
+    }
+    /* Both slots in flight: different batches, then waited in reverse order. */
+    for (int i = 0; i + 1 < nb; i++) {
+        int n0 = batches[i], n1 = batches[nb - 1 - i];
+        fill_slot(e, 0, n0, w0);
+        fill_slot(e, 1, n1, w1);
+        ck_assert_msg(engine_submit(e, 0, n0, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_submit(e, 1, n1, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_wait(e, 1, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_wait(e, 0, err, sizeof err) == 0, "%s", err);
+        check_slot(e, 0, n0, w0, fp16);
+        check_slot(e, 1, n1, w1, fp16);
+    }
+    free(w0);
+    free(w1);
+    engine_destroy(e);
+}
+
+START_TEST(fp32_matches_cpu_engine_within_1e5)
+{
+    run_precision(ENGINE_PRECISION_FP32);
+}
+END_TEST
+
+START_TEST(fp16_matches_cpu_engine_within_5e3_same_top1)
+{
+    run_precision(ENGINE_PRECISION_FP16);
+}
+END_TEST
+
+START_TEST(default_precision_is_fp16_and_layer_times_cover_every_op)
+{
+    char err[256];
+    setup_once();
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .max_batch = 8};
+    engine *e = engine_create(&weights, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "%s", err);
+    ck_assert_int_eq(e->precision, ENGINE_PRECISION_FP16);
+    gpu_layer_time t[64];
+    int n = engine_cuda_layer_times(e, 8, t, 64, err, sizeof err);
+    ck_assert_msg(n == RESNET18_NUM_CONVS + 5, "%d ops: %s", n, err);
+    for (int i = 0; i < n; i++)
+        ck_assert(t[i].name && t[i].ms >= 0);
+    double h2d, comp, d2h;
+    ck_assert_msg(engine_cuda_phase_times(e, 8, &h2d, &comp, &d2h, err, sizeof err) == 0, "%s", err);
+    ck_assert(h2d > 0 && comp > 0 && d2h > 0);
+    engine_destroy(e);
+}
+END_TEST
+
+START_TEST(rejects_bad_slot_and_batch)
+{
+    char err[256];
+    setup_once();
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = 4};
+    engine *e = engine_create(&weights, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "%s", err);
+    ck_assert_int_eq(engine_submit(e, 2, 1, err, sizeof err), -1);
+    ck_assert_int_eq(engine_submit(e, 0, 5, err, sizeof err), -1);
+    ck_assert_int_eq(engine_submit(e, 0, 0, err, sizeof err), -1);
+    engine_destroy(e);
+}
+END_TEST
+
+int main(void)
+{
+    if (gpu_device_count() == 0) {
+        fprintf(stderr, "no CUDA device: skipping\n");
+        return 77;
+    }
+    testutil_require_reference();
+    const char *q = getenv("RESNETD_GPU_TEST_QUICK");
+    quick = q && strcmp(q, "1") == 0;
+    setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
+    Suite *s = suite_create("engine_cuda");
+    TCase *tc = tcase_create("engine");
+    tcase_set_timeout(tc, 1200);
+    tcase_add_test(tc, fp32_matches_cpu_engine_within_1e5);
+    tcase_add_test(tc, fp16_matches_cpu_engine_within_5e3_same_top1);
+    tcase_add_test(tc, default_precision_is_fp16_and_layer_times_cover_every_op);
+    tcase_add_test(tc, rejects_bad_slot_and_batch);
+    suite_add_tcase(s, tc);
+    int rc = testutil_run(s);
+    weights_free(&weights);
+    free(pool);
+    free(pool_logits);
+    return rc;
+}

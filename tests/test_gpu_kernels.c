@@ -1,0 +1,315 @@
+/* Unit tests of every gpu/ kernel against a CPU reference in double, on
+ * random data and on shapes chosen so that tiles end raggedly in M, N and
+ * K. Every conv tile configuration runs every shape, in FP32 and FP16.
+ * Exits 77 (skip) when no CUDA device is usable. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpu/gpu.h"
+#include "gpu/gpu_test.h"
+#include "tests/testutil.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+/* Uniform in [-a, a). */
+static float rng_float(float a)
+{
+    return a * ((float)(rng_u32() & 0xffffff) / 8388608.0f - 1.0f);
+}
+
+static float *rand_array(size_t n, float a)
+{
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = rng_float(a);
+    return p;
+}
+
+/* ---- convolution -------------------------------------------------------- */
+
+static void conv_ref(const gpu_test_conv_shape *s, const float *in, const float *w, const float *bias,
+                     const float *res, int relu, double *out)
+{
+    for (int n = 0; n < s->n; n++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++)
+                for (int k = 0; k < s->k; k++) {
+                    double acc = bias[k];
+                    for (int r = 0; r < s->kh; r++) {
+                        int iy = oy * s->stride - s->pad_h + r;
+                        if (iy < 0 || iy >= s->h)
+                            continue;
+                        for (int q = 0; q < s->kw; q++) {
+                            int ix = ox * s->stride - s->pad_w + q;
+                            if (ix < 0 || ix >= s->w)
+                                continue;
+                            const float *x = in + (((size_t)n * s->h + iy) * s->w + ix) * s->c;
+                            const float *f = w + (((size_t)k * s->kh + r) * s->kw + q) * s->c;
+                            for (int c = 0; c < s->c; c++)
+                                acc += (double)x[c] * f[c];
+                        }
+                    }
+                    size_t o = (((size_t)n * s->oh + oy) * s->ow + ox) * s->k + k;
+                    if (res)
+                        acc += res[o];
+                    if (relu && acc < 0)
+                        acc = 0;
+                    out[o] = acc;
+                }
+}
+
+static double rel_l2_d(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = a[i] - b[i];
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Shapes: ragged M (n*oh*ow not a multiple of any BM), ragged N (k not a
+ * multiple of 64), ragged K (kh*kw*c not a multiple of 32 or 64), strided
+ * 1x1 (the downsample), and the padded-stem layout (c = 4, kw = 8). */
+static const gpu_test_conv_shape conv_shapes[] = {
+    /* n  h   w   c   k  kh kw s ph pw oh ow */
+    {2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0},
+    {3, 11, 11, 8, 40, 3, 3, 2, 1, 1, 0, 0},
+    {2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0},
+    {2, 20, 20, 4, 16, 7, 8, 2, 3, 4, 0, 10},
+    {2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0},
+    {1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0},
+    {5, 6, 6, 24, 8, 3, 3, 1, 1, 1, 0, 0},
+};
+#define NSHAPES ((int)(sizeof conv_shapes / sizeof conv_shapes[0]))
+
+static void check_conv(int fp16, int tile, int shape, int with_res, int relu)
+{
+    gpu_test_conv_shape s = conv_shapes[shape];
+    char err[256];
+    int oh = s.oh ? s.oh : (s.h + 2 * s.pad_h - s.kh) / s.stride + 1;
+    int ow = s.ow ? s.ow : (s.w + 2 * s.pad_w - s.kw) / s.stride + 1;
+    size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * s.kh * s.kw * s.c;
+    size_t nout = (size_t)s.n * oh * ow * s.k;
+    float *in = rand_array(nin, 1.0f), *w = rand_array(nw, 0.5f), *bias = rand_array(s.k, 0.5f);
+    float *res = with_res ? rand_array(nout, 1.0f) : NULL;
+    float *out = malloc(nout * sizeof *out);
+    double *ref = malloc(nout * sizeof *ref);
+    ck_assert(out && ref);
+    int rc = gpu_test_conv(fp16, tile, &s, in, w, bias, res, relu, out, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(s.oh, oh);
+    ck_assert_int_eq(s.ow, ow);
+    conv_ref(&s, in, w, bias, res, relu, ref);
+    double rel = rel_l2_d(out, ref, nout);
+    double tol = fp16 ? 2e-3 : 1e-5;
+    ck_assert_msg(rel <= tol, "%s shape %d res %d relu %d: rel L2 %.3g > %.1g", gpu_test_conv_tile_name(fp16, tile),
+                  shape, with_res, relu, rel, tol);
+    free(in);
+    free(w);
+    free(bias);
+    free(res);
+    free(out);
+    free(ref);
+}
+
+static void check_all_conv(int fp16)
+{
+    for (int t = 0; t < gpu_test_conv_tiles(fp16); t++)
+        for (int sh = 0; sh < NSHAPES; sh++) {
+            check_conv(fp16, t, sh, sh % 2, 1);
+            check_conv(fp16, t, sh, !(sh % 2), sh != 3);
+        }
+}
+
+START_TEST(conv_fp32_matches_reference_on_ragged_shapes_every_tile)
+{
+    check_all_conv(0);
+}
+END_TEST
+
+START_TEST(conv_fp16_matches_reference_on_ragged_shapes_every_tile)
+{
+    check_all_conv(1);
+}
+END_TEST
+
+START_TEST(conv_rejects_unsupported_channels)
+{
+    gpu_test_conv_shape s = {1, 5, 5, 6, 8, 3, 3, 1, 1, 1, 0, 0};
+    float in[150] = {0}, w[432] = {0}, bias[8] = {0}, out[200];
+    char err[256] = "";
+    ck_assert_int_eq(gpu_test_conv(1, 0, &s, in, w, bias, NULL, 1, out, err, sizeof err), -1);
+    ck_assert(strstr(err, "channels") != NULL);
+}
+END_TEST
+
+/* ---- normalise ------------------------------------------------------------ */
+
+static void check_normalize(int fp16)
+{
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    long npix = 3 * 37 * 29;  /* not a multiple of the block */
+    uint8_t *in = malloc((size_t)npix * 3);
+    float *out = malloc((size_t)npix * 4 * sizeof *out);
+    char err[256];
+    ck_assert(in && out);
+    for (long i = 0; i < npix * 3; i++)
+        in[i] = (uint8_t)rng_u32();
+    ck_assert_msg(gpu_test_normalize(fp16, in, npix, out, err, sizeof err) == 0, "%s", err);
+    double num = 0, den = 0;
+    for (long p = 0; p < npix; p++) {
+        for (int c = 0; c < 3; c++) {
+            float ref = ((float)in[p * 3 + c] / 255.0f - mean[c]) / std[c];
+            double d = out[p * 4 + c] - ref;
+            num += d * d;
+            den += (double)ref * ref;
+        }
+        ck_assert_msg(out[p * 4 + 3] == 0.0f, "pad channel of pixel %ld not zero", p);
+    }
+    double rel = sqrt(num / den);
+    ck_assert_msg(rel <= (fp16 ? 1e-3 : 1e-7), "normalize rel L2 %.3g", rel);
+    free(in);
+    free(out);
+}
+
+START_TEST(normalize_matches_reference)
+{
+    check_normalize(0);
+    check_normalize(1);
+}
+END_TEST
+
+/* ---- max pool -------------------------------------------------------------- */
+
+static void check_maxpool(int fp16, int n, int h, int w, int c)
+{
+    int oh = (h + 2 - 3) / 2 + 1, ow = (w + 2 - 3) / 2 + 1;
+    size_t nin = (size_t)n * h * w * c, nout = (size_t)n * oh * ow * c;
+    float *in = rand_array(nin, 4.0f), *out = malloc(nout * sizeof *out);
+    char err[256];
+    ck_assert_ptr_nonnull(out);
+    ck_assert_msg(gpu_test_maxpool(fp16, in, n, h, w, c, oh, ow, out, err, sizeof err) == 0, "%s", err);
+    for (int b = 0; b < n; b++)
+        for (int y = 0; y < oh; y++)
+            for (int x = 0; x < ow; x++)
+                for (int ch = 0; ch < c; ch++) {
+                    float m = -INFINITY;
+                    for (int dy = -1; dy <= 1; dy++)
+                        for (int dx = -1; dx <= 1; dx++) {
+                            int iy = y * 2 + dy, ix = x * 2 + dx;
+                            if (iy >= 0 && iy < h && ix >= 0 && ix < w) {
+                                float v = in[(((size_t)b * h + iy) * w + ix) * c + ch];
+                                m = v > m ? v : m;
+                            }
+                        }
+                    float g = out[(((size_t)b * oh + y) * ow + x) * c + ch];
+                    ck_assert_msg(g == m, "maxpool (%d,%d,%d,%d): %g != %g", b, y, x, ch, g, m);
+                }
+    free(in);
+    free(out);
+}
+
+START_TEST(maxpool_matches_reference_on_odd_and_even_sizes)
+{
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        check_maxpool(fp16, 2, 13, 13, 16);
+        check_maxpool(fp16, 1, 112, 112, 64);
+        check_maxpool(fp16, 3, 6, 9, 8);
+    }
+}
+END_TEST
+
+/* ---- average pool ------------------------------------------------------------ */
+
+START_TEST(avgpool_matches_reference)
+{
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        int n = 3, hw = 49, c = 520;
+        float *in = rand_array((size_t)n * hw * c, 3.0f), *out = malloc((size_t)n * c * sizeof(float));
+        double *ref = malloc((size_t)n * c * sizeof *ref);
+        char err[256];
+        ck_assert(out && ref);
+        ck_assert_msg(gpu_test_avgpool(fp16, in, n, hw, c, out, err, sizeof err) == 0, "%s", err);
+        for (int b = 0; b < n; b++)
+            for (int ch = 0; ch < c; ch++) {
+                double s = 0;
+                for (int j = 0; j < hw; j++)
+                    s += in[((size_t)b * hw + j) * c + ch];
+                ref[(size_t)b * c + ch] = s / hw;
+            }
+        double rel = rel_l2_d(out, ref, (size_t)n * c);
+        ck_assert_msg(rel <= (fp16 ? 2e-3 : 1e-6), "avgpool fp16=%d rel L2 %.3g", fp16, rel);
+        free(in);
+        free(out);
+        free(ref);
+    }
+}
+END_TEST
+
+/* ---- softmax + top-k ------------------------------------------------------------ */
+
+START_TEST(softmax_topk_matches_reference)
+{
+    enum { N = 7, C = 1000, K = 5 };
+    float *logits = rand_array((size_t)N * C, 8.0f), *bias = rand_array(C, 2.0f);
+    float *out = malloc((size_t)N * C * sizeof *out), prob[N * K];
+    int idx[N * K];
+    char err[256];
+    ck_assert_ptr_nonnull(out);
+    ck_assert_msg(gpu_test_softmax_topk(logits, bias, N, C, K, out, idx, prob, err, sizeof err) == 0, "%s", err);
+    for (int b = 0; b < N; b++) {
+        float row[C];
+        double sum = 0, mx = -INFINITY;
+        for (int j = 0; j < C; j++) {
+            row[j] = logits[(size_t)b * C + j] + bias[j];
+            ck_assert_msg(out[(size_t)b * C + j] == row[j], "biased logit %d,%d", b, j);
+            mx = row[j] > mx ? row[j] : mx;
+        }
+        for (int j = 0; j < C; j++)
+            sum += exp(row[j] - mx);
+        int ref[K];
+        testutil_topk(row, C, K, ref);
+        for (int r = 0; r < K; r++) {
+            ck_assert_int_eq(idx[b * K + r], ref[r]);
+            double p = exp(row[ref[r]] - mx) / sum;
+            ck_assert_msg(fabs(prob[b * K + r] - p) <= 1e-5 * p + 1e-9, "prob %d,%d: %g vs %g", b, r, prob[b * K + r], p);
+        }
+    }
+    free(logits);
+    free(bias);
+    free(out);
+}
+END_TEST
+
+int main(void)
+{
+    if (gpu_device_count() == 0) {
+        fprintf(stderr, "no CUDA device: skipping\n");
+        return 77;
+    }
+    setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
+    Suite *s = suite_create("gpu_kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, conv_fp32_matches_reference_on_ragged_shapes_every_tile);
+    tcase_add_test(tc, conv_fp16_matches_reference_on_ragged_shapes_every_tile);
+    tcase_add_test(tc, conv_rejects_unsupported_channels);
+    tcase_add_test(tc, normalize_matches_reference);
+    tcase_add_test(tc, maxpool_matches_reference_on_odd_and_even_sizes);
+    tcase_add_test(tc, avgpool_matches_reference);
+    tcase_add_test(tc, softmax_topk_matches_reference);
+    suite_add_tcase(s, tc);
+    return testutil_run(s);
+}
