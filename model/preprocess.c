@@ -176,7 +176,7 @@ static crop_plan crop_plan_make(int w, int h)
 
 size_t preprocess_scratch_bytes(int w, int h)
 {
-    return crop_plan_make(w, h).bytes;
+    return w > 0 && h > 0 ? crop_plan_make(w, h).bytes : 0;
 }
 
 /* Pillow resamples horizontally (only the rows the vertical pass reads) into
@@ -185,6 +185,10 @@ size_t preprocess_scratch_bytes(int w, int h)
 void preprocess_resize_crop(const uint8_t *src, int w, int h, uint8_t *out, uint8_t *scratch)
 {
     enum { C = PREPROCESS_CROP };
+    if (w <= 0 || h <= 0) {
+        memset(out, 0, (size_t)C * C * 3);
+        return;
+    }
     crop_plan p = crop_plan_make(w, h);
     int32_t *kx = (int32_t *)scratch;
     int32_t *ky = (int32_t *)(scratch + p.off_ky);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <turbojpeg.h>
 
 enum { CROP_BYTES = PREPROCESS_CROP * PREPROCESS_CROP * 3, CHW = 3 * PREPROCESS_CROP * PREPROCESS_CROP };
 
@@ -491,6 +492,26 @@ START_TEST(test_limitscans_allows_500_scans_and_rejects_501)
 }
 END_TEST
 
+/* TurboJPEG encodes CMYK pixels as a YCCK JPEG; we do not convert those. */
+START_TEST(test_ycck_is_unsupported)
+{
+    enum { W = 32, H = 24 };
+    uint8_t cmyk[W * H * 4];
+    for (int i = 0; i < W * H * 4; i++)
+        cmyk[i] = (uint8_t)(i * 7);
+    tjhandle tj = tjInitCompress();
+    ck_assert_ptr_nonnull(tj);
+    unsigned char *jpeg = NULL;
+    unsigned long len = 0;
+    ck_assert_int_eq(tjCompress2(tj, cmyk, W, 0, H, TJPF_CMYK, &jpeg, &len, TJSAMP_420, 90, 0), 0);
+    preprocess_ctx *p = preprocess_create(NULL);
+    expect(p, jpeg, len, PREP_ERR_UNSUPPORTED, "YCCK JPEG");
+    preprocess_destroy(p);
+    tjFree(jpeg);
+    tjDestroy(tj);
+}
+END_TEST
+
 /* preprocess_resize_crop on a raw image: a constant image stays constant
  * (the fixed-point weights of every output sum to one), for shrinking and
  * enlarging on either axis. */
@@ -531,6 +552,7 @@ static Suite *preprocess_suite(void)
     TCase *self = tcase_create("self-contained");
     tcase_add_test(self, test_status_codes_are_stable);
     tcase_add_test(self, test_limitscans_allows_500_scans_and_rejects_501);
+    tcase_add_test(self, test_ycck_is_unsupported);
     tcase_add_test(self, test_resize_of_constant_image_is_constant);
     suite_add_tcase(s, self);
     return s;
