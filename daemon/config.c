@@ -1,0 +1,431 @@
+/* The option table and everything driven by it: defaults, the key = value
+ * file parser, the command-line parser and --help. Adding an option means
+ * adding one row here, one field in struct config, and its paragraph in
+ * etc/resnetd.conf (tests/test_config checks that last part). */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/config.h"
+#include "model/engine.h"
+
+static int check_listen(const char *v, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    return config_parse_listen(v, host, sizeof host, &port, err, errlen);
+}
+
+static int check_device(const char *v, char *err, size_t errlen)
+{
+    engine_device d;
+    int index;
+    if (engine_parse_device(v, &d, &index) != 0) {
+        snprintf(err, errlen, "'%s' is not a device (cpu, cuda, cuda:N or auto)", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_precision(const char *v, char *err, size_t errlen)
+{
+    engine_precision p;
+    if (engine_parse_precision(v, &p) != 0) {
+        snprintf(err, errlen, "'%s' is not a precision (fp32, fp16 or default)", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_preferred(const char *v, char *err, size_t errlen)
+{
+    int sizes[CONFIG_MAX_PREFERRED];
+    return config_preferred_sizes(v, sizes, CONFIG_MAX_PREFERRED, err, errlen) < 0 ? -1 : 0;
+}
+
+#define STR(field) CONFIG_STRING, offsetof(config, field), sizeof(((config *)0)->field), 0, 0, 0
+#define INT(field, lo, hi) CONFIG_INT, offsetof(config, field), 0, lo, hi, 0
+#define INT_AUTO(field, lo, hi) CONFIG_INT, offsetof(config, field), 0, lo, hi, 1
+#define BYTES(field, lo, hi) CONFIG_BYTES, offsetof(config, field), 0, lo, hi, 0
+
+static const config_option options[] = {
+    { "listen", STR(listen), "127.0.0.1:8080",
+      "address and port to listen on: ADDR:PORT or [ADDR6]:PORT (port 0 picks a free one)", check_listen },
+    { "weights", STR(weights), "",
+      "ResNet18 weights (safetensors, torchvision names), or 'synthetic' for load tests; required", NULL },
+    { "labels", STR(labels), "",
+      "class names, one per line; empty means the installed imagenet-classes.txt", NULL },
+    { "device", STR(device), "auto", "cpu, cuda, cuda:N, or auto (CUDA when present)", check_device },
+    { "precision", STR(precision), "default", "fp32, fp16, or default (the device's best)", check_precision },
+    { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
+      "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },
+    { "max_queue_delay_us", INT_AUTO(max_queue_delay_us, 0, 10000000), "auto",
+      "longest the oldest queued image waits for a fuller batch; auto: 4000 on CPU, 2000 on CUDA", NULL },
+    { "preferred_batch_sizes", STR(preferred_batch_sizes), "",
+      "comma-separated batch sizes sent as soon as they can be formed, e.g. 32,64; empty: none", check_preferred },
+    { "queue_capacity", INT_AUTO(queue_capacity, 1, 65536), "auto",
+      "images that may wait for a batch; more get 503; auto: 8 x max_batch_size, at least 64", NULL },
+    { "threads", INT_AUTO(threads, 1, 256), "auto",
+      "HTTP worker threads, which also decode JPEGs; auto: the number of CPUs, at least 2", NULL },
+    { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
+    { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
+      "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },
+    { "max_pixels", BYTES(max_pixels, 1, 1L << 30), "64M",
+      "largest decoded image, width x height (suffixes K, M, G); larger ones get 413", NULL },
+    { "request_timeout_ms", INT(request_timeout_ms, 1, 3600000), "10000",
+      "a request still queued after this long gets 504", NULL },
+    { "drain_timeout_ms", INT(drain_timeout_ms, 0, 3600000), "30000",
+      "on SIGTERM, longest wait for accepted requests before exiting", NULL },
+    { "connection_limit", INT(connection_limit, 1, 1000000), "1024",
+      "most simultaneous client connections", NULL },
+    { "connection_timeout_s", INT(connection_timeout_s, 1, 3600), "30",
+      "an idle or stalled connection is closed after this long", NULL },
+    { "connection_memory_bytes", BYTES(connection_memory_bytes, 8192, 16L << 20), "64K",
+      "per-connection memory for headers and read buffers (suffixes K, M)", NULL },
+    { "listen_backlog", INT(listen_backlog, 1, 65535), "1024", "kernel listen queue length", NULL },
+};
+
+#define NOPTIONS ((int)(sizeof options / sizeof options[0]))
+
+const config_option *config_options(int *count)
+{
+    *count = NOPTIONS;
+    return options;
+}
+
+const config_option *config_find(const char *name)
+{
+    for (int i = 0; i < NOPTIONS; i++)
+        if (strcmp(options[i].name, name) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static int parse_long(const char *v, int bytes, long *out)
+{
+    if (!isdigit((unsigned char)v[0]))
+        return -1;
+    errno = 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (errno != 0)
+        return -1;
+    if (bytes && *end) {
+        long mult;
+        switch (*end) {
+        case 'k': case 'K': mult = 1L << 10; break;
+        case 'm': case 'M': mult = 1L << 20; break;
+        case 'g': case 'G': mult = 1L << 30; break;
+        default: return -1;
+        }
+        end++;
+        if (n > LONG_MAX / mult)
+            return -1;
+        n *= mult;
+    }
+    if (*end)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+static int option_set(config *c, const config_option *o, const char *value, char *err, size_t errlen)
+{
+    char *field = (char *)c + o->offset;
+    if (o->type == CONFIG_STRING) {
+        size_t n = strlen(value);
+        if (n >= o->size) {
+            snprintf(err, errlen, "%s: value longer than %zu characters", o->name, o->size - 1);
+            return -1;
+        }
+        if (o->check && o->check(value, err, errlen) != 0)
+            return -1;
+        memcpy(field, value, n + 1);
+        return 0;
+    }
+    long v;
+    if (o->allow_auto && strcmp(value, "auto") == 0) {
+        v = CONFIG_AUTO;
+    } else if (parse_long(value, o->type == CONFIG_BYTES, &v) != 0) {
+        snprintf(err, errlen, "%s: '%s' is not %s", o->name, value,
+                 o->type == CONFIG_BYTES ? "a size (digits, optional K/M/G)" :
+                 o->allow_auto ? "a whole number or 'auto'" : "a whole number");
+        return -1;
+    } else if (v < o->min || v > o->max) {
+        snprintf(err, errlen, "%s: %ld is outside %ld..%ld", o->name, v, o->min, o->max);
+        return -1;
+    }
+    memcpy(field, &v, sizeof v);
+    return 0;
+}
+
+void config_defaults(config *c)
+{
+    char err[256];
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NOPTIONS; i++)
+        if (option_set(c, &options[i], options[i].def, err, sizeof err) != 0) {
+            /* A bad default is a programming error that tests/test_config catches. */
+            fprintf(stderr, "resnetd: bad built-in default: %s\n", err);
+            abort();
+        }
+}
+
+int config_set(config *c, const char *name, const char *value, char *err, size_t errlen)
+{
+    const config_option *o = config_find(name);
+    if (!o) {
+        snprintf(err, errlen, "unknown option '%s'", name);
+        return -1;
+    }
+    return option_set(c, o, value, err, errlen);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+int config_load_file(config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[8192], why[512];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
+            snprintf(err, errlen, "%s:%d: line longer than %zu characters", path, lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        if (config_set(c, key, value, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "%s: read error", path);
+        rc = -1;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* "--max-batch-size" -> "max_batch_size" in buf; NULL if not a long flag. */
+static const char *flag_to_name(const char *arg, char *buf, size_t len)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return NULL;
+    size_t i = 0;
+    for (const char *p = arg + 2; *p && *p != '=' && i + 1 < len; p++)
+        buf[i++] = *p == '-' ? '_' : *p;
+    buf[i] = '\0';
+    return buf;
+}
+
+int config_load(config *c, config_cli *cli, int argc, char **argv, char *err, size_t errlen)
+{
+    char name[128], why[512];
+    memset(cli, 0, sizeof *cli);
+    config_defaults(c);
+
+    /* First pass: the switches and --config, so the file loads before flags. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { cli->help = 1; continue; }
+        if (strcmp(a, "--version") == 0) { cli->version = 1; continue; }
+        if (strcmp(a, "--check-config") == 0) { cli->check_config = 1; continue; }
+        if (!flag_to_name(a, name, sizeof name)) {
+            snprintf(err, errlen, "unexpected argument '%s' (options start with --)", a);
+            return -1;
+        }
+        const char *eq = strchr(a, '=');
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+        if (!value) {
+            snprintf(err, errlen, "%s needs a value", a);
+            return -1;
+        }
+        if (!eq)
+            i++;
+        if (strcmp(name, "config") == 0)
+            cli->config_path = value;
+        else if (!config_find(name)) {
+            snprintf(err, errlen, "unknown option '--%.*s' (see --help)", (int)strcspn(a + 2, "="), a + 2);
+            return -1;
+        }
+    }
+    if (cli->help || cli->version)
+        return 0;
+    if (cli->config_path && config_load_file(c, cli->config_path, err, errlen) != 0)
+        return -1;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--check-config") == 0)
+            continue;
+        flag_to_name(a, name, sizeof name);
+        const char *eq = strchr(a, '=');
+        const char *value = eq ? eq + 1 : argv[++i];
+        if (strcmp(name, "config") == 0)
+            continue;
+        if (config_set(c, name, value, why, sizeof why) != 0) {
+            snprintf(err, errlen, "--%.*s: %s", (int)strcspn(a + 2, "="), a + 2, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int config_validate(const config *c, char *err, size_t errlen)
+{
+    if (!c->weights[0]) {
+        snprintf(err, errlen, "weights: required (a safetensors file, or 'synthetic' for load tests)");
+        return -1;
+    }
+    int sizes[CONFIG_MAX_PREFERRED];
+    int n = config_preferred_sizes(c->preferred_batch_sizes, sizes, CONFIG_MAX_PREFERRED, err, errlen);
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (c->max_batch_size != CONFIG_AUTO && sizes[i] > c->max_batch_size) {
+            snprintf(err, errlen, "preferred_batch_sizes: %d is larger than max_batch_size %ld",
+                     sizes[i], c->max_batch_size);
+            return -1;
+        }
+    if (c->queue_capacity != CONFIG_AUTO && c->max_batch_size != CONFIG_AUTO &&
+        c->queue_capacity < c->max_batch_size) {
+        snprintf(err, errlen, "queue_capacity %ld is smaller than max_batch_size %ld",
+                 c->queue_capacity, c->max_batch_size);
+        return -1;
+    }
+    return 0;
+}
+
+void config_resolve(config *c, int cuda, long ncpus)
+{
+    if (c->max_batch_size == CONFIG_AUTO)
+        c->max_batch_size = cuda ? 128 : 8;
+    if (c->max_queue_delay_us == CONFIG_AUTO)
+        c->max_queue_delay_us = cuda ? 2000 : 4000;
+    if (c->queue_capacity == CONFIG_AUTO)
+        c->queue_capacity = c->max_batch_size * 8 < 64 ? 64 : c->max_batch_size * 8;
+    if (c->threads == CONFIG_AUTO)
+        c->threads = ncpus < 2 ? 2 : ncpus;
+}
+
+int config_preferred_sizes(const char *s, int *sizes, int max, char *err, size_t errlen)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        if (!isdigit((unsigned char)*p)) {
+            snprintf(err, errlen, "preferred_batch_sizes: '%s' is not a comma-separated list of sizes", s);
+            return -1;
+        }
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || v < 1 || v > 1024) {
+            snprintf(err, errlen, "preferred_batch_sizes: sizes must be within 1..1024");
+            return -1;
+        }
+        if (n == max) {
+            snprintf(err, errlen, "preferred_batch_sizes: at most %d sizes", max);
+            return -1;
+        }
+        sizes[n++] = (int)v;
+        p = end;
+        if (*p == ',')
+            p++;
+        else if (*p) {
+            snprintf(err, errlen, "preferred_batch_sizes: '%s' is not a comma-separated list of sizes", s);
+            return -1;
+        }
+    }
+    return n;
+}
+
+int config_parse_listen(const char *s, char *host, size_t hostlen, int *port, char *err, size_t errlen)
+{
+    const char *colon, *h = s;
+    size_t hl;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':') {
+            snprintf(err, errlen, "listen: '%s' is not [ADDR6]:PORT", s);
+            return -1;
+        }
+        h = s + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || strchr(s, ':') != colon) {
+            snprintf(err, errlen, "listen: '%s' is not ADDR:PORT", s);
+            return -1;
+        }
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= hostlen) {
+        snprintf(err, errlen, "listen: '%s' has %s address", s, hl ? "too long an" : "no");
+        return -1;
+    }
+    long p;
+    if (parse_long(colon + 1, 0, &p) != 0 || p > 65535) {
+        snprintf(err, errlen, "listen: '%s' has no valid port (0..65535)", s);
+        return -1;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+void config_print_help(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "Usage: %s --weights FILE|synthetic [OPTION]...\n"
+            "Serves ResNet18 image classification over HTTP with dynamic batching.\n\n"
+            "  --config FILE         read key = value options from FILE first\n"
+            "  --check-config        validate the configuration and exit\n"
+            "  --help                show this help and exit\n"
+            "  --version             show the version and exit\n\n"
+            "Options (also valid as 'name = value' in the config file):\n",
+            prog);
+    for (int i = 0; i < NOPTIONS; i++) {
+        char flag[128];
+        size_t j = 0;
+        for (const char *p = options[i].name; *p && j + 1 < sizeof flag; p++)
+            flag[j++] = *p == '_' ? '-' : *p;
+        flag[j] = '\0';
+        fprintf(f, "  --%s=VALUE\n      %s (default: %s)\n", flag, options[i].doc,
+                options[i].def[0] ? options[i].def : "none");
+    }
+}

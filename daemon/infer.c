@@ -1,0 +1,210 @@
+/* Engine slots, submission and the completion thread.
+ * Invariants: a slot is free, held by the batcher (acquired), or in the
+ * in-flight FIFO; the completion thread alone calls engine_wait(). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/infer.h"
+#include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "model/clock.h"
+
+typedef struct infer_batch {
+    queue_item *items;      /* [max_batch] */
+    int n;
+    uint64_t submit_us;
+    int failed;             /* submit failed: err holds why */
+    char err[256];
+} infer_batch;
+
+struct infer {
+    engine *e;
+    const pipeline_sink *sink;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* slot freed, batch submitted, or stopping */
+    int free_slots[ENGINE_MAX_SLOTS];
+    int nfree;
+    int fifo[ENGINE_MAX_SLOTS]; /* submitted slots, oldest first */
+    int fifo_head, fifo_count;
+    int stopping;
+    infer_batch batch[ENGINE_MAX_SLOTS];
+    pthread_t completer;
+    atomic_int healthy;
+    double images_per_s;    /* EWMA; under mu */
+};
+
+static void complete(infer *x, int slot)
+{
+    infer_batch *b = &x->batch[slot];
+    char err[256];
+    int failed = b->failed;
+    if (failed)
+        snprintf(err, sizeof err, "%s", b->err);
+    else if (engine_wait(x->e, slot, err, sizeof err) != 0)
+        failed = 1;
+    uint64_t done_us = clock_now_us();
+    uint64_t infer_us = done_us - b->submit_us;
+    metrics_add_batches_in_flight(-1);
+
+    if (failed) {
+        if (atomic_exchange(&x->healthy, 0))
+            log_error("engine failure, not ready until a batch succeeds: %s", err);
+        for (int i = 0; i < b->n; i++)
+            x->sink->fail(b->items[i].req, b->items[i].image, 500, "engine_failure", err);
+        return;
+    }
+    if (!atomic_exchange(&x->healthy, 1))
+        log_info("engine healthy again");
+    metrics_observe_infer((double)infer_us / 1e6);
+    metrics_observe_batch(b->n);
+    metrics_add_images(b->n);
+    for (int i = 0; i < b->n; i++) {
+        pipeline_timing t = {
+            .queue_us = b->submit_us - b->items[i].enqueued_us,
+            .infer_us = infer_us,
+            .batch_size = b->n,
+        };
+        x->sink->done(b->items[i].req, b->items[i].image,
+                      x->e->logits[slot] + (size_t)i * RESNET18_CLASSES, &t);
+    }
+    pthread_mutex_lock(&x->mu);
+    double rate = infer_us > 0 ? b->n * 1e6 / (double)infer_us : 0;
+    x->images_per_s = x->images_per_s > 0 ? 0.8 * x->images_per_s + 0.2 * rate : rate;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void *completion_main(void *arg)
+{
+    infer *x = arg;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (x->fifo_count == 0 && !x->stopping)
+            pthread_cond_wait(&x->cv, &x->mu);
+        if (x->fifo_count == 0)
+            break;
+        int slot = x->fifo[x->fifo_head];
+        pthread_mutex_unlock(&x->mu);
+        complete(x, slot);
+        pthread_mutex_lock(&x->mu);
+        x->fifo_head = (x->fifo_head + 1) % ENGINE_MAX_SLOTS;
+        x->fifo_count--;
+        x->free_slots[x->nfree++] = slot;
+        pthread_cond_broadcast(&x->cv);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+infer *infer_create(engine *e, const pipeline_sink *sink, char *err, size_t errlen)
+{
+    infer *x = calloc(1, sizeof *x);
+    if (!x) {
+        snprintf(err, errlen, "infer: out of memory");
+        return NULL;
+    }
+    x->e = e;
+    x->sink = sink;
+    atomic_init(&x->healthy, 1);
+    for (int s = 0; s < e->nslots; s++) {
+        x->batch[s].items = calloc((size_t)e->max_batch, sizeof(queue_item));
+        if (!x->batch[s].items) {
+            snprintf(err, errlen, "infer: out of memory");
+            goto fail;
+        }
+        x->free_slots[x->nfree++] = e->nslots - 1 - s;
+    }
+    if (pthread_mutex_init(&x->mu, NULL) != 0) {
+        snprintf(err, errlen, "infer: cannot create mutex");
+        goto fail;
+    }
+    if (pthread_cond_init(&x->cv, NULL) != 0) {
+        pthread_mutex_destroy(&x->mu);
+        snprintf(err, errlen, "infer: cannot create condition variable");
+        goto fail;
+    }
+    int rc = pthread_create(&x->completer, NULL, completion_main, x);
+    if (rc != 0) {
+        pthread_cond_destroy(&x->cv);
+        pthread_mutex_destroy(&x->mu);
+        snprintf(err, errlen, "infer: cannot start completion thread: %s", strerror(rc));
+        goto fail;
+    }
+    return x;
+fail:
+    for (int s = 0; s < ENGINE_MAX_SLOTS; s++)
+        free(x->batch[s].items);
+    free(x);
+    return NULL;
+}
+
+int infer_acquire(infer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    while (x->nfree == 0 && !x->stopping)
+        pthread_cond_wait(&x->cv, &x->mu);
+    int slot = x->stopping ? -1 : x->free_slots[--x->nfree];
+    pthread_mutex_unlock(&x->mu);
+    return slot;
+}
+
+void infer_release(infer *x, int slot)
+{
+    pthread_mutex_lock(&x->mu);
+    x->free_slots[x->nfree++] = slot;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+uint8_t *infer_input(infer *x, int slot)
+{
+    return x->e->input[slot];
+}
+
+void infer_submit(infer *x, int slot, const queue_item *items, int n)
+{
+    infer_batch *b = &x->batch[slot];
+    memcpy(b->items, items, (size_t)n * sizeof *items);
+    b->n = n;
+    b->submit_us = clock_now_us();
+    b->failed = engine_submit(x->e, slot, n, b->err, sizeof b->err) != 0;
+    metrics_add_batches_in_flight(1);
+    pthread_mutex_lock(&x->mu);
+    x->fifo[(x->fifo_head + x->fifo_count++) % ENGINE_MAX_SLOTS] = slot;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+int infer_healthy(infer *x)
+{
+    return atomic_load(&x->healthy);
+}
+
+double infer_images_per_s(infer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    double r = x->images_per_s;
+    pthread_mutex_unlock(&x->mu);
+    return r;
+}
+
+void infer_stop(infer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    x->stopping = 1;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->completer, NULL);
+}
+
+void infer_destroy(infer *x)
+{
+    if (!x)
+        return;
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
+    for (int s = 0; s < ENGINE_MAX_SLOTS; s++)
+        free(x->batch[s].items);
+    free(x);
+}

@@ -1,0 +1,41 @@
+/* The engine side of the pipeline: several batches in flight at once.
+ *
+ * The engine has nslots slots. The batcher acquires a free slot, copies a
+ * batch into its input buffer and submits it; a completion thread waits on
+ * submitted slots in submission order, hands each image's logits to the
+ * pipeline sink and frees the slot. So while the completion thread waits on
+ * slot i-1 the batcher can already fill and submit slot i, which is what a
+ * double-buffered GPU engine needs; the CPU engine simply has fewer slots. */
+#ifndef RESNETD_INFER_H
+#define RESNETD_INFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/pipeline.h"
+#include "model/engine.h"
+
+typedef struct infer infer;
+
+infer *infer_create(engine *e, const pipeline_sink *sink, char *err, size_t errlen);
+
+/* Blocks until an engine slot is free; -1 once infer_stop() has begun. */
+int infer_acquire(infer *x);
+/* Returns an acquired slot unused. */
+void infer_release(infer *x, int slot);
+/* The slot's input buffer: [max_batch][224][224][3] uint8. */
+uint8_t *infer_input(infer *x, int slot);
+
+/* Submits the first n images of the slot; items[i] describes image i.
+ * Outcomes arrive through the sink from the completion thread. */
+void infer_submit(infer *x, int slot, const queue_item *items, int n);
+
+/* 1 until a batch fails; back to 1 after the next batch succeeds. */
+int infer_healthy(infer *x);
+/* Recent throughput, for Retry-After (0 before the first batch). */
+double infer_images_per_s(infer *x);
+
+/* Waits for batches in flight, then stops the completion thread. */
+void infer_stop(infer *x);
+void infer_destroy(infer *x);
+
+#endif

@@ -1,0 +1,295 @@
+/* resnetd: start-up, signals and graceful drain.
+ *
+ * Start-up aborts with a one-line message on any problem (bad config,
+ * weights, labels, no device). Order: config -> labels -> weights ->
+ * engine -> queue/infer -> HTTP server (healthz answers) -> warm-up batch ->
+ * batcher -> ready (readyz 200, READY=1 to systemd).
+ *
+ * Signals are blocked in every thread and taken synchronously here with
+ * sigtimedwait(), which also paces the systemd watchdog. SIGTERM/SIGINT
+ * drain: readiness 503, no new connections, every accepted request
+ * answered, exit 0; a second signal exits at once. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <config.h>  /* autoconf's, not daemon/config.h: <> skips this directory */
+#include "daemon/batcher.h"
+#include "daemon/config.h"
+#include "daemon/decode.h"
+#include "daemon/infer.h"
+#include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "daemon/notify.h"
+#include "daemon/queue.h"
+#include "daemon/server.h"
+#include "model/clock.h"
+#include "model/engine.h"
+#include "model/labels.h"
+#include "model/resnet18.h"
+
+#define SYNTHETIC_SEED 20240601u
+/* After drain_timeout_ms, queued requests are answered 503; batches already
+ * in the engine get this much longer to finish. */
+#define DRAIN_GRACE_MS 5000
+
+static int file_readable(const char *path)
+{
+    return access(path, R_OK) == 0;
+}
+
+/* The labels file: --labels, else the installed copy, else (running from
+ * the build tree, not installed) etc/ next to the executable. */
+static int resolve_labels(const config *c, char *out, size_t len, char *err, size_t errlen)
+{
+    if (c->labels[0]) {
+        snprintf(out, len, "%s", c->labels);
+        return 0;
+    }
+    const char *installed = RESNETD_DATADIR "/imagenet-classes.txt";
+    if (file_readable(installed)) {
+        snprintf(out, len, "%s", installed);
+        return 0;
+    }
+    char exe[CONFIG_PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            int n2 = snprintf(out, len, "%s/etc/imagenet-classes.txt", exe);
+            if (n2 > 0 && (size_t)n2 < len && file_readable(out)) {
+                log_info("not installed: using labels from %s", out);
+                return 0;
+            }
+        }
+    }
+    snprintf(err, errlen, "labels: %s is missing (install resnetd, or pass --labels FILE)", installed);
+    return -1;
+}
+
+static engine *create_engine(const config *given, config *resolved, const resnet18_weights *w,
+                             char *err, size_t errlen)
+{
+    engine_config ec = { 0 };
+    if (engine_parse_device(given->device, &ec.device, &ec.device_index) != 0 ||
+        engine_parse_precision(given->precision, &ec.precision) != 0) {
+        snprintf(err, errlen, "bad device or precision");   /* validated by config already */
+        return NULL;
+    }
+    long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *resolved = *given;
+    config_resolve(resolved, ec.device == ENGINE_DEVICE_CUDA, ncpus);
+    ec.max_batch = (int)resolved->max_batch_size;
+    ec.threads = (int)given->engine_threads;
+    engine *e = engine_create(w, &ec, err, errlen);
+    if (!e)
+        return NULL;
+    /* device=auto: the defaults depend on what engine_create found. */
+    if (ec.device == ENGINE_DEVICE_AUTO && e->device == ENGINE_DEVICE_CUDA) {
+        *resolved = *given;
+        config_resolve(resolved, 1, ncpus);
+        if (resolved->max_batch_size != ec.max_batch) {
+            engine_destroy(e);
+            ec.device = ENGINE_DEVICE_CUDA;
+            ec.max_batch = (int)resolved->max_batch_size;
+            e = engine_create(w, &ec, err, errlen);
+        }
+    }
+    return e;
+}
+
+static int warm_up(engine *e, char *err, size_t errlen)
+{
+    /* A full batch of mid-grey images: touches every buffer the engine
+     * will use, so the first client does not pay for it. */
+    memset(e->input[0], 128, (size_t)e->max_batch * RESNET18_INPUT_BYTES);
+    if (engine_submit(e, 0, e->max_batch, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+/* Waits up to ms for all requests to complete; a signal meanwhile exits. */
+static int wait_idle(server *srv, const sigset_t *sigs, long ms)
+{
+    uint64_t deadline = clock_now_us() + (uint64_t)ms * 1000u;
+    while (server_active(srv) > 0) {
+        if (clock_now_us() >= deadline)
+            return -1;
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig > 0) {
+            log_warn("second signal (%s): exiting without finishing the drain", strsignal(sig));
+            _exit(1);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    char err[1024];
+    config cfg, rc;
+    config_cli cli;
+    if (config_load(&cfg, &cli, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd: %s\n", err);
+        return 2;
+    }
+    if (cli.help) {
+        config_print_help(stdout, "resnetd");
+        return 0;
+    }
+    if (cli.version) {
+        printf("resnetd %s\n", PACKAGE_VERSION);
+        return 0;
+    }
+    if (config_validate(&cfg, err, sizeof err) != 0) {
+        log_error("%s%s%s", cli.config_path ? cli.config_path : "", cli.config_path ? ": " : "", err);
+        return 1;
+    }
+    char labels_path[CONFIG_PATH_MAX];
+    labels lab;
+    if (resolve_labels(&cfg, labels_path, sizeof labels_path, err, sizeof err) != 0 ||
+        labels_load(labels_path, RESNET18_CLASSES, &lab, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    int synthetic = strcmp(cfg.weights, "synthetic") == 0;
+    resnet18_weights w;
+    int wrc = synthetic ? weights_synthetic(SYNTHETIC_SEED, &w, err, sizeof err)
+                        : weights_load(cfg.weights, &w, err, sizeof err);
+    if (wrc != 0) {
+        log_error("%s", err);
+        labels_free(&lab);
+        return 1;
+    }
+    if (cli.check_config) {
+        printf("resnetd: configuration OK (weights %s, labels %s)\n", cfg.weights, labels_path);
+        weights_free(&w);
+        labels_free(&lab);
+        return 0;
+    }
+    if (synthetic)
+        log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
+
+    /* Before any thread starts, so every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0 || signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+        log_error("cannot set up signal handling");
+        return 1;
+    }
+
+    engine *e = create_engine(&cfg, &rc, &w, err, sizeof err);
+    if (!e) {
+        log_error("engine: %s", err);
+        return 1;
+    }
+    const char *device = engine_device_name(e->device);
+    const char *precision = engine_precision_name(e->precision);
+    metrics_init(PACKAGE_VERSION, device, precision);
+
+    response_service svc = {
+        .device = device, .device_index = e->device_index, .precision = precision,
+        .synthetic = synthetic, .labels = &lab,
+        .weights_path = cfg.weights, .weights_sha256 = w.sha256,
+        .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
+        .preferred_batch_sizes = rc.preferred_batch_sizes, .queue_capacity = (int)rc.queue_capacity,
+        .request_timeout_ms = rc.request_timeout_ms, .max_body_bytes = rc.max_body_bytes,
+        .max_pixels = rc.max_pixels,
+    };
+    batcher_policy policy = { .max_batch = e->max_batch, .max_delay_us = (uint64_t)rc.max_queue_delay_us };
+    policy.npreferred = config_preferred_sizes(rc.preferred_batch_sizes, policy.preferred,
+                                               BATCHER_MAX_PREFERRED, err, sizeof err);
+    for (int i = 0; i < policy.npreferred; i++)
+        if (policy.preferred[i] > e->max_batch) {
+            log_error("preferred_batch_sizes: %d is larger than the max batch %d", policy.preferred[i],
+                      e->max_batch);
+            return 1;
+        }
+
+    queue *q = NULL;
+    infer *inf = NULL;
+    server *srv = NULL;
+    batcher *bat = NULL;
+    if (decode_init((uint64_t)rc.max_pixels, err, sizeof err) != 0 ||
+        !(q = queue_create((int)rc.queue_capacity, err, sizeof err)) ||
+        !(inf = infer_create(e, &server_sink, err, sizeof err)) ||
+        !(srv = server_start(&rc, &svc, q, inf, err, sizeof err))) {
+        log_error("%s", err);
+        return 1;
+    }
+    log_info("listening on %s (port %d): %s engine, %s, max batch %d, max queue delay %ld us, "
+             "queue %ld, %ld HTTP threads", rc.listen, server_port(srv), device, precision, e->max_batch,
+             rc.max_queue_delay_us, rc.queue_capacity, rc.threads);
+
+    uint64_t t0 = clock_now_us();
+    if (warm_up(e, err, sizeof err) != 0) {
+        log_error("warm-up batch failed: %s", err);
+        return 1;
+    }
+    if (!(bat = batcher_start(q, inf, &policy, &server_sink, err, sizeof err))) {
+        log_error("%s", err);
+        return 1;
+    }
+    server_set_warm(srv);
+    metrics_set_ready(1);
+    notify_send("READY=1");
+    log_info("ready (warm-up batch of %d took %.1f ms)", e->max_batch, (double)(clock_now_us() - t0) / 1e3);
+
+    uint64_t watchdog = notify_watchdog_usec();
+    int sig;
+    for (;;) {
+        uint64_t wait_us = watchdog ? watchdog / 2 : 1000000u;
+        struct timespec ts = { (time_t)(wait_us / 1000000u), (long)(wait_us % 1000000u) * 1000 };
+        sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig > 0)
+            break;
+        if (errno != EAGAIN && errno != EINTR) {
+            log_error("sigtimedwait: %s", strerror(errno));
+            sig = SIGTERM;
+            break;
+        }
+        if (watchdog)
+            notify_send("WATCHDOG=1");
+    }
+
+    log_info("%s: draining (up to %ld ms)", strsignal(sig), rc.drain_timeout_ms);
+    notify_send("STOPPING=1");
+    metrics_set_ready(0);
+    server_begin_drain(srv);
+    queue_set_flush(q, 1);
+    if (wait_idle(srv, &sigs, rc.drain_timeout_ms) != 0) {
+        queue_item left[256];
+        int n, failed = 0;
+        while ((n = queue_take_all(q, left, 256)) > 0)
+            for (int i = 0; i < n; i++, failed++) {
+                queue_release(q, &left[i].slot, 1);
+                server_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
+                                 "the server stopped before this request ran");
+            }
+        log_warn("drain timeout: %d queued images answered 503", failed);
+        if (wait_idle(srv, &sigs, DRAIN_GRACE_MS) != 0) {
+            /* libmicrohttpd must not be stopped with suspended connections. */
+            log_error("%ld requests still unanswered; exiting", server_active(srv));
+            _exit(1);
+        }
+    }
+    queue_stop(q);
+    batcher_join(bat);
+    infer_stop(inf);
+    server_stop(srv);
+    infer_destroy(inf);
+    queue_destroy(q);
+    engine_destroy(e);
+    weights_free(&w);
+    labels_free(&lab);
+    log_info("stopped");
+    return 0;
+}

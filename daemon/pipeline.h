@@ -1,0 +1,34 @@
+/* What travels down the request path: request -> decode -> queue ->
+ * batcher -> infer -> response. A queue_item is one decoded image waiting
+ * in a preallocated slot; the pipeline reports each image's outcome back to
+ * the request's owner (the HTTP server) through a pipeline_sink, so the
+ * queue, batcher and infer modules never see libmicrohttpd. */
+#ifndef RESNETD_PIPELINE_H
+#define RESNETD_PIPELINE_H
+
+#include <stdint.h>
+
+typedef struct queue_item {
+    void *req;              /* the owner's request; opaque here */
+    int image;              /* index of the image within its request */
+    int slot;               /* queue slot holding the decoded 224x224x3 crop */
+    int fd;                 /* client socket, polled for disconnects; -1 = none */
+    uint64_t enqueued_us;   /* clock_now_us() when queued */
+    uint64_t deadline_us;   /* past this it is answered 504 */
+} queue_item;
+
+typedef struct pipeline_timing {
+    uint64_t queue_us;      /* enqueue -> batch start */
+    uint64_t infer_us;      /* submit -> logits */
+    int batch_size;
+} pipeline_timing;
+
+/* Called from the batcher or completion thread, once per image. The
+ * request stays alive until every one of its images has been reported. */
+typedef struct pipeline_sink {
+    /* logits[RESNET18_CLASSES] are valid only during the call. */
+    void (*done)(void *req, int image, const float *logits, const pipeline_timing *t);
+    void (*fail)(void *req, int image, int status, const char *code, const char *message);
+} pipeline_sink;
+
+#endif

@@ -1,0 +1,93 @@
+/* One HTTP request's state, and the pure parsers for what a client sends:
+ * the content type, ?top_k=, and multipart/form-data bodies.
+ *
+ * Lifetime: created on the first access-handler call, freed only in
+ * libmicrohttpd's NOTIFY_COMPLETED callback. While its images are queued or
+ * in the engine the connection is suspended, so it cannot complete, and the
+ * request outlives every pipeline report about it (pending counts them). */
+#ifndef RESNETD_REQUEST_H
+#define RESNETD_REQUEST_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "model/topk.h"
+
+#define REQUEST_MAX_IMAGES 64
+#define REQUEST_DEFAULT_TOP_K 5
+#define REQUEST_MAX_TOP_K 1000
+
+typedef enum {
+    REQ_BODY_RAW,           /* the body is the JPEG */
+    REQ_BODY_MULTIPART,     /* multipart/form-data, JPEGs in field "image" */
+} request_body_kind;
+
+typedef enum {
+    REQ_RECEIVING,          /* reading the body */
+    REQ_QUEUED,             /* images in the pipeline, connection suspended */
+    REQ_ANSWERED,           /* a response is queued (or the connection is being dropped) */
+} request_state;
+
+typedef struct request_part {
+    const uint8_t *data;
+    size_t len;
+} request_part;
+
+typedef struct request {
+    void *conn;             /* struct MHD_Connection * */
+    int fd;                 /* client socket, for the disconnect check */
+    int route;              /* server.c's route */
+    uint64_t start_us;
+    request_state state;
+    int accepted;           /* body received and handed to the pipeline */
+    int status;             /* HTTP status answered, 0 before */
+
+    request_body_kind body_kind;
+    char boundary[72];
+    int top_k;
+    uint8_t *body;          /* malloc'd, grown by doubling up to max_body_bytes */
+    size_t len, cap;
+    size_t discarded;       /* bytes past max_body_bytes dropped unread into body */
+    int too_large;
+
+    int nimages;
+    int slots[REQUEST_MAX_IMAGES];
+    topk_entry *topk;       /* [nimages][top_k], written by the completion thread */
+    atomic_int pending;     /* images not yet reported by the pipeline */
+
+    pthread_mutex_t mu;     /* guards the fields below: reports race per image */
+    int fail_status;        /* first failure, 0 = none */
+    const char *fail_code;
+    char fail_msg[256];
+    uint64_t decode_us, queue_us, infer_us;   /* queue/infer: the slowest image's */
+    int batch_size;         /* largest batch any of its images ran in */
+} request;
+
+request *request_create(void);
+void request_free(request *r);
+
+/* Appends body bytes; 0, or -1 when the buffer cannot grow. */
+int request_append(request *r, const uint8_t *data, size_t n);
+
+/* Content-Type -> body kind (and the multipart boundary). Raw bodies are
+ * accepted as image/jpeg, application/octet-stream, no type at all, or
+ * curl's default for --data-binary (application/x-www-form-urlencoded).
+ * Returns 0; -1 for another type (415); -2 for multipart without a usable
+ * boundary (400). */
+int request_parse_content_type(const char *ct, request_body_kind *kind, char *boundary, size_t blen);
+
+/* ?top_k=: "1".."1000" exactly; 0 or -1. */
+int request_parse_top_k(const char *s, int *k);
+
+/* Splits a multipart/form-data body and collects the parts whose
+ * Content-Disposition name is `field`, in order. Returns how many were
+ * found (0 = none; more than max are counted but not stored), or -1 with a
+ * reason in err for a malformed body. Never reads outside body[0..len). */
+int request_parse_multipart(const uint8_t *body, size_t len, const char *boundary, const char *field,
+                            request_part *parts, int max, char *err, size_t errlen);
+
+/* Records a failure of one image (the first one wins). */
+void request_fail(request *r, int status, const char *code, const char *message);
+
+#endif

@@ -1,0 +1,79 @@
+/* JSON rendering with jansson. A failed allocation anywhere yields NULL,
+ * which the server turns into a bare 500. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/response.h"
+
+static char *dump(json_t *j, size_t *len)
+{
+    if (!j)
+        return NULL;
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (s)
+        *len = strlen(s);
+    return s;
+}
+
+char *response_classify(const response_service *svc, const request *r, uint64_t total_us, size_t *len)
+{
+    json_t *results = json_array();
+    for (int i = 0; results && i < r->nimages; i++) {
+        json_t *preds = json_array();
+        const topk_entry *top = r->topk + (size_t)i * (size_t)r->top_k;
+        for (int k = 0; preds && k < r->top_k; k++) {
+            const char *label = top[k].index < svc->labels->count ? svc->labels->names[top[k].index] : "";
+            if (json_array_append_new(preds, json_pack("{s:i, s:s, s:f}", "index", top[k].index,
+                                                       "label", label, "score", (double)top[k].score)) != 0) {
+                json_decref(preds);
+                preds = NULL;
+            }
+        }
+        if (!preds || json_array_append_new(results, json_pack("{s:o}", "predictions", preds)) != 0) {
+            json_decref(results);
+            results = NULL;
+        }
+    }
+    if (!results)
+        return NULL;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:i, s:{s:I, s:I, s:I, s:I}}",
+                          "model", "resnet18", "device", svc->device, "precision", svc->precision,
+                          "results", results, "batch_size", r->batch_size,
+                          "timings_us", "decode", (json_int_t)r->decode_us, "queue", (json_int_t)r->queue_us,
+                          "infer", (json_int_t)r->infer_us, "total", (json_int_t)total_us);
+    if (o && svc->synthetic && json_object_set_new(o, "synthetic_weights", json_true()) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o, len);
+}
+
+char *response_error(int status, const char *code, const char *message, size_t *len)
+{
+    return dump(json_pack("{s:{s:i, s:s, s:s}}", "error", "status", status, "code", code, "message", message), len);
+}
+
+char *response_model(const response_service *svc, size_t *len)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:b, s:i, s:{s:i, s:I, s:s, s:i, s:I}, s:{s:s, s:s},"
+                          " s:{s:I, s:I}, s:{s:i, s:i, s:i}}",
+                          "name", "resnet18", "device", svc->device, "device_index", svc->device_index,
+                          "precision", svc->precision, "synthetic_weights", svc->synthetic,
+                          "label_count", svc->labels->count,
+                          "batching", "max_batch_size", svc->max_batch_size,
+                          "max_queue_delay_us", (json_int_t)svc->max_queue_delay_us,
+                          "preferred_batch_sizes", svc->preferred_batch_sizes,
+                          "queue_capacity", svc->queue_capacity,
+                          "request_timeout_ms", (json_int_t)svc->request_timeout_ms,
+                          "weights", "path", svc->weights_path, "sha256", svc->weights_sha256,
+                          "limits", "max_body_bytes", (json_int_t)svc->max_body_bytes,
+                          "max_pixels", (json_int_t)svc->max_pixels,
+                          "input", "height", 224, "width", 224, "channels", 3);
+    return dump(o, len);
+}
+
+char *response_status(const char *status, size_t *len)
+{
+    return dump(json_pack("{s:s}", "status", status), len);
+}

@@ -1,0 +1,44 @@
+/* The HTTP front end on libmicrohttpd: routing, body limits, and the glue
+ * that turns a POST /classify into queued images and, once the pipeline has
+ * reported every image, into one answer.
+ *
+ * libmicrohttpd runs a pool of worker threads on epoll with suspend/resume:
+ * a request waiting for its batch is a suspended connection, holding no
+ * thread. The pipeline calls server_sink from the batcher and completion
+ * threads; the last report for a request resumes its connection. */
+#ifndef RESNETD_SERVER_H
+#define RESNETD_SERVER_H
+
+#include <stddef.h>
+#include "daemon/config.h"
+#include "daemon/infer.h"
+#include "daemon/pipeline.h"
+#include "daemon/queue.h"
+#include "daemon/response.h"
+
+typedef struct server server;
+
+extern const pipeline_sink server_sink;
+
+/* Binds cfg->listen and starts the worker threads. */
+server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf,
+                     char *err, size_t errlen);
+
+/* The bound port (useful with port 0). */
+int server_port(const server *s);
+
+/* Warm-up done: /readyz may answer 200 (while the engine is healthy). */
+void server_set_warm(server *s);
+
+/* SIGTERM: /readyz answers 503, new /classify requests on open connections
+ * get 503, the listening socket is closed; accepted requests carry on. */
+void server_begin_drain(server *s);
+
+/* Requests begun and not yet completed (answered and sent, or dropped). */
+long server_active(server *s);
+
+/* Stops libmicrohttpd. Only once server_active() is 0: libmicrohttpd must
+ * not be stopped with suspended connections. */
+void server_stop(server *s);
+
+#endif

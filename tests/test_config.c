@@ -1,0 +1,295 @@
+/* Tests daemon/config.c: the option table drives defaults, the file and
+ * command-line parsers and --help, and etc/resnetd.conf documents every
+ * option with its real default. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "daemon/config.h"
+#include "tests/testutil.h"
+
+static char tmpdir[] = "/tmp/resnetd-test-config-XXXXXX";
+
+static const char *write_tmp(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+    return path;
+}
+
+static const char *sample_path(void)
+{
+    static char path[4096];
+    const char *src = getenv("RESNETD_SRCDIR");
+    snprintf(path, sizeof path, "%s/etc/resnetd.conf", src ? src : ".");
+    return path;
+}
+
+START_TEST(every_option_has_a_valid_default_and_doc)
+{
+    int n;
+    const config_option *o = config_options(&n);
+    ck_assert_int_gt(n, 10);
+    config c;
+    config_defaults(&c);   /* aborts on a bad default */
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(o[i].doc && strlen(o[i].doc) > 10, "%s has no doc line", o[i].name);
+        char err[256];
+        ck_assert_msg(config_set(&c, o[i].name, o[i].def, err, sizeof err) == 0, "%s", err);
+    }
+    ck_assert_str_eq(c.listen, "127.0.0.1:8080");
+    ck_assert_str_eq(c.device, "auto");
+    ck_assert_int_eq(c.max_body_bytes, 16L << 20);
+    ck_assert_int_eq(c.max_batch_size, CONFIG_AUTO);
+}
+END_TEST
+
+/* Each option appears in the sample config as "# name = default". Those
+ * lines, uncommented, also parse. */
+START_TEST(sample_config_documents_every_option_with_its_default)
+{
+    FILE *f = fopen(sample_path(), "r");
+    ck_assert_msg(f != NULL, "cannot open %s", sample_path());
+    int n;
+    const config_option *o = config_options(&n);
+    int *seen = calloc((size_t)n, sizeof *seen);
+    char line[1024], uncommented[16384] = "";
+    while (fgets(line, sizeof line, f)) {
+        char key[128], value[512] = "";
+        if (sscanf(line, "# %127[a-z_0-9] = %511[^\n]", key, value) < 1 || !strchr(line, '='))
+            continue;
+        const config_option *opt = config_find(key);
+        if (!opt)
+            continue;
+        seen[opt - o] = 1;
+        if (strcmp(key, "weights") != 0)
+            ck_assert_msg(strcmp(value, opt->def) == 0, "sample shows %s = '%s', the default is '%s'", key,
+                          value, opt->def);
+        strcat(uncommented, line + 2);
+    }
+    fclose(f);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(seen[i], "etc/resnetd.conf does not document '%s'", o[i].name);
+    free(seen);
+    config c;
+    config_defaults(&c);
+    char err[512];
+    ck_assert_msg(config_load_file(&c, write_tmp("uncommented.conf", uncommented), err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(config_validate(&c, err, sizeof err) == 0, "%s", err);
+    /* And the sample as shipped loads too. */
+    config_defaults(&c);
+    ck_assert_msg(config_load_file(&c, sample_path(), err, sizeof err) == 0, "%s", err);
+}
+END_TEST
+
+START_TEST(file_errors_name_file_line_and_reason)
+{
+    config c;
+    char err[512];
+    const char *p = write_tmp("bad.conf", "# comment\n\nmax_batch_size = 0\n");
+    config_defaults(&c);
+    ck_assert_int_eq(config_load_file(&c, p, err, sizeof err), -1);
+    char want[600];
+    snprintf(want, sizeof want, "%s:3: max_batch_size: 0 is outside 1..1024", p);
+    ck_assert_str_eq(err, want);
+
+    p = write_tmp("unknown.conf", "device = cpu\nmax_batch = 4\n");
+    ck_assert_int_eq(config_load_file(&c, p, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, ":2: unknown option 'max_batch'"), "%s", err);
+
+    p = write_tmp("noeq.conf", "device cpu\n");
+    ck_assert_int_eq(config_load_file(&c, p, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, ":1: expected 'key = value'"), "%s", err);
+
+    p = write_tmp("baddev.conf", "  device = gpu  # trailing comment\n");
+    ck_assert_int_eq(config_load_file(&c, p, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, ":1: 'gpu' is not a device"), "%s", err);
+
+    ck_assert_int_eq(config_load_file(&c, "/nonexistent/resnetd.conf", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/nonexistent/resnetd.conf: "), "%s", err);
+}
+END_TEST
+
+START_TEST(values_parse_with_units_auto_and_comments)
+{
+    config c;
+    char err[512];
+    config_defaults(&c);
+    const char *p = write_tmp("ok.conf",
+                              "weights = /w.safetensors   # comment\n"
+                              "max_body_bytes = 1M\n"
+                              "connection_memory_bytes=32k\n"
+                              "max_batch_size = auto\n"
+                              "max_queue_delay_us = 0\n"
+                              "preferred_batch_sizes = 2,4\n");
+    ck_assert_msg(config_load_file(&c, p, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.weights, "/w.safetensors");
+    ck_assert_int_eq(c.max_body_bytes, 1L << 20);
+    ck_assert_int_eq(c.connection_memory_bytes, 32L << 10);
+    ck_assert_int_eq(c.max_batch_size, CONFIG_AUTO);
+    ck_assert_int_eq(c.max_queue_delay_us, 0);
+    ck_assert_int_eq(config_set(&c, "request_timeout_ms", "auto", err, sizeof err), -1);   /* no auto here */
+    ck_assert_int_eq(config_set(&c, "max_body_bytes", "12X", err, sizeof err), -1);
+    ck_assert_int_eq(config_set(&c, "max_body_bytes", "-5", err, sizeof err), -1);
+    ck_assert_int_eq(config_set(&c, "threads", "99999999999999999999", err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(flags_override_the_file)
+{
+    const char *p = write_tmp("over.conf", "weights = /a\nmax_batch_size = 4\ndevice = cpu\n");
+    char *argv[] = { "resnetd", "--max-batch-size", "16", "--config", (char *)p, "--listen=127.0.0.1:0",
+                     "--check-config", NULL };
+    config c;
+    config_cli cli;
+    char err[512];
+    ck_assert_msg(config_load(&c, &cli, 7, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.max_batch_size, 16);        /* flag beats file, whatever the order */
+    ck_assert_str_eq(c.device, "cpu");             /* file beats default */
+    ck_assert_str_eq(c.weights, "/a");
+    ck_assert_str_eq(c.listen, "127.0.0.1:0");
+    ck_assert_int_eq(cli.check_config, 1);
+    ck_assert_str_eq(cli.config_path, p);
+}
+END_TEST
+
+START_TEST(bad_flags_are_named)
+{
+    config c;
+    config_cli cli;
+    char err[512];
+    char *a1[] = { "resnetd", "--max-batch-size", "0", NULL };
+    ck_assert_int_eq(config_load(&c, &cli, 3, a1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--max-batch-size: max_batch_size: 0 is outside"), "%s", err);
+    char *a2[] = { "resnetd", "--frobnicate=1", NULL };
+    ck_assert_int_eq(config_load(&c, &cli, 2, a2, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "unknown option '--frobnicate'"), "%s", err);
+    char *a3[] = { "resnetd", "--weights", NULL };
+    ck_assert_int_eq(config_load(&c, &cli, 2, a3, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--weights needs a value"), "%s", err);
+    char *a4[] = { "resnetd", "stray", NULL };
+    ck_assert_int_eq(config_load(&c, &cli, 2, a4, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(validate_requires_weights_and_consistent_batching)
+{
+    config c;
+    char err[512];
+    config_defaults(&c);
+    ck_assert_int_eq(config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "weights: required"), "%s", err);
+    ck_assert_int_eq(config_set(&c, "weights", "synthetic", err, sizeof err), 0);
+    ck_assert_int_eq(config_validate(&c, err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&c, "max_batch_size", "8", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&c, "preferred_batch_sizes", "4,16", err, sizeof err), 0);
+    ck_assert_int_eq(config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "16 is larger than max_batch_size 8"), "%s", err);
+    ck_assert_int_eq(config_set(&c, "preferred_batch_sizes", "4,x", err, sizeof err), -1);
+    ck_assert_int_eq(config_set(&c, "preferred_batch_sizes", "4,8", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&c, "queue_capacity", "4", err, sizeof err), 0);
+    ck_assert_int_eq(config_validate(&c, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(auto_values_resolve_per_device)
+{
+    config c;
+    config_defaults(&c);
+    config_resolve(&c, 0, 2);
+    ck_assert_int_eq(c.max_batch_size, 8);
+    ck_assert_int_eq(c.max_queue_delay_us, 4000);
+    ck_assert_int_eq(c.queue_capacity, 64);
+    ck_assert_int_eq(c.threads, 2);
+    config_defaults(&c);
+    config_resolve(&c, 1, 1);
+    ck_assert_int_eq(c.max_batch_size, 128);
+    ck_assert_int_eq(c.queue_capacity, 1024);
+    ck_assert_int_eq(c.threads, 2);
+    char err[256];
+    config_defaults(&c);
+    ck_assert_int_eq(config_set(&c, "max_batch_size", "32", err, sizeof err), 0);
+    config_resolve(&c, 0, 8);
+    ck_assert_int_eq(c.max_batch_size, 32);       /* explicit values stay */
+    ck_assert_int_eq(c.queue_capacity, 256);
+}
+END_TEST
+
+START_TEST(listen_addresses_parse)
+{
+    char host[64], err[256];
+    int port;
+    ck_assert_int_eq(config_parse_listen("127.0.0.1:8080", host, sizeof host, &port, err, sizeof err), 0);
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_int_eq(port, 8080);
+    ck_assert_int_eq(config_parse_listen("[::1]:0", host, sizeof host, &port, err, sizeof err), 0);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_int_eq(port, 0);
+    const char *bad[] = { "localhost", ":80", "::1:80", "[::1]80", "host:", "host:65536", "host:8x" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(config_parse_listen(bad[i], host, sizeof host, &port, err, sizeof err) == -1,
+                      "'%s' accepted", bad[i]);
+}
+END_TEST
+
+START_TEST(help_lists_every_option_as_a_flag)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    config_print_help(f, "resnetd");
+    fclose(f);
+    int n;
+    const config_option *o = config_options(&n);
+    for (int i = 0; i < n; i++) {
+        char flag[128];
+        size_t j = 0;
+        for (const char *p = o[i].name; *p; p++)
+            flag[j++] = *p == '_' ? '-' : *p;
+        flag[j] = '\0';
+        char want[160];
+        snprintf(want, sizeof want, "--%s=", flag);
+        ck_assert_msg(strstr(buf, want), "--help lacks %s", want);
+        ck_assert_msg(strstr(buf, o[i].doc), "--help lacks the doc of %s", o[i].name);
+    }
+    free(buf);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, every_option_has_a_valid_default_and_doc);
+    tcase_add_test(tc, sample_config_documents_every_option_with_its_default);
+    tcase_add_test(tc, file_errors_name_file_line_and_reason);
+    tcase_add_test(tc, values_parse_with_units_auto_and_comments);
+    tcase_add_test(tc, flags_override_the_file);
+    tcase_add_test(tc, bad_flags_are_named);
+    tcase_add_test(tc, validate_requires_weights_and_consistent_batching);
+    tcase_add_test(tc, auto_values_resolve_per_device);
+    tcase_add_test(tc, listen_addresses_parse);
+    tcase_add_test(tc, help_lists_every_option_as_a_flag);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc = testutil_run(suite());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}
