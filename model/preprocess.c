@@ -7,10 +7,11 @@
  * Each output pixel depends only on its own coefficients, so computing just
  * the crop gives the same bytes as resizing everything and cropping.
  *
- * Strictness: any libjpeg warning (truncated data, corrupt entropy data,
- * an inconsistent progression) rejects the image, and TJFLAG_LIMITSCANS caps
- * progressive files at 500 scans; PIL would decode some of these with grey
- * fill, we prefer a clear invalid_jpeg on the request path.
+ * Strictness: any libjpeg warning rejects the image (TJFLAG_STOPONWARNING).
+ * PIL also refuses truncated files, but decodes through corrupt entropy data
+ * or an inconsistent progression; we prefer a clear invalid_jpeg on the
+ * request path to guessed pixels. TJFLAG_LIMITSCANS caps progressive files
+ * at 500 scans, so a scan bomb costs milliseconds.
  *
  * The ctx owns the decode buffer and the resize scratch; both grow to the
  * largest image seen and are reused. One thread at a time per ctx. */

@@ -375,6 +375,50 @@ START_TEST(test_malformed_inputs_get_their_status_and_the_next_image_decodes)
 }
 END_TEST
 
+/* Deterministic mutations of real files (byte flips, then a random cut):
+ * any status is fine, a crash is not, and the ctx keeps working. */
+START_TEST(test_mutated_jpegs_never_crash)
+{
+    static const char *names[] = {"restart_progressive_400x300", "sub422_333x501", "gray_progressive_97x300"};
+    preprocess_options opt = {.max_pixels = 4u << 20};
+    preprocess_ctx *p = preprocess_create(&opt);
+    good_image g;
+    g.jpeg = read_jpeg("s640x480", &g.len);
+    read_crop("s640x480", &g.crop);
+    uint8_t out[CROP_BYTES];
+    char err[256];
+    unsigned seed = 2026;
+    int count[PREP_ERR_NOMEM + 1] = {0};
+    for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
+        size_t len;
+        uint8_t *orig = read_jpeg(names[f], &len), *m = malloc(len);
+        ck_assert_ptr_nonnull(m);
+        for (int iter = 0; iter < 100; iter++) {
+            memcpy(m, orig, len);
+            for (int j = 0; j < 1 + iter % 8; j++) {
+                seed = seed * 1103515245u + 12345u;
+                size_t at = 2 + (seed >> 8) % (len - 2);
+                seed = seed * 1103515245u + 12345u;
+                m[at] = (uint8_t)(seed >> 16);
+            }
+            seed = seed * 1103515245u + 12345u;
+            size_t cut = iter % 3 == 0 ? 2 + (seed >> 8) % (len - 2) : len;
+            preprocess_status s = preprocess_jpeg(p, m, cut, out, err, sizeof err);
+            ck_assert(s >= PREP_OK && s <= PREP_ERR_NOMEM);
+            count[s]++;
+        }
+        free(m);
+        free(orig);
+    }
+    printf("mutations: %d ok, %d invalid_jpeg, %d too_large, %d unsupported_jpeg\n", count[PREP_OK],
+           count[PREP_ERR_CORRUPT], count[PREP_ERR_TOO_LARGE], count[PREP_ERR_UNSUPPORTED]);
+    expect_then_recover(p, g.jpeg, 2, PREP_ERR_CORRUPT, "SOI only, after the mutations", &g);
+    npy_free(&g.crop);
+    free(g.jpeg);
+    preprocess_destroy(p);
+}
+END_TEST
+
 /* A tiny file whose SOF claims 65500x65500: refused before any allocation. */
 START_TEST(test_huge_header_on_tiny_file_is_too_large)
 {
@@ -545,6 +589,7 @@ static Suite *preprocess_suite(void)
     tcase_add_test(ref, test_fast_mode_deviation_is_reported_and_small);
     tcase_add_test(ref, test_fast_mode_leaves_small_images_exact);
     tcase_add_test(ref, test_malformed_inputs_get_their_status_and_the_next_image_decodes);
+    tcase_add_test(ref, test_mutated_jpegs_never_crash);
     tcase_add_test(ref, test_huge_header_on_tiny_file_is_too_large);
     tcase_add_test(ref, test_configured_pixel_limit_applies);
     tcase_add_test(ref, test_repeated_last_scan_is_rejected_quickly);
