@@ -1,0 +1,512 @@
+#!/usr/bin/python3
+"""Integration tests for resnetd: start the daemon on a free loopback port
+with the CPU engine and the reference weights, and check the HTTP API end to
+end. Standard library only (http.client, socket, threading).
+
+Usage: daemon_client.py --resnetd BIN --classify BIN --ref DIR --labels FILE
+                        [--promtool-check SCRIPT] [--only NAME ...]
+Prints one line per check; exits 0 when all pass, 1 otherwise.
+"""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TIMEOUT = 60  # seconds; any single HTTP exchange
+
+
+class Daemon:
+    """A resnetd process on 127.0.0.1 with an ephemeral port."""
+
+    def __init__(self, opts, *extra):
+        self.log = tempfile.NamedTemporaryFile(prefix="resnetd-", suffix=".log", delete=False)
+        args = [opts.resnetd, "--weights", os.path.join(opts.ref, "weights.safetensors"),
+                "--labels", opts.labels, "--device", "cpu", "--listen", "127.0.0.1:0",
+                "--engine-threads", "2"] + list(extra)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            text = self.text()
+            m = re.search(r"\(port (\d+)\)", text)
+            if m and "ready" in text:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop(signal.SIGKILL)
+        raise AssertionError("resnetd did not become ready:\n" + self.text())
+
+    def text(self):
+        with open(self.log.name, "r", errors="replace") as f:
+            return f.read()
+
+    def conn(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+
+    def request(self, method, path, body=None, headers=None):
+        c = self.conn()
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            data = r.read()
+            return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+        finally:
+            c.close()
+
+    def metrics(self):
+        status, _, body = self.request("GET", "/metrics")
+        assert status == 200, status
+        return body.decode()
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            raise AssertionError("resnetd did not exit within %d s after %s" % (timeout, sig))
+        finally:
+            os.unlink(self.log.name)
+        return rc
+
+
+def metric(text, name, labels=None):
+    """The value of one sample in Prometheus text, or None."""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if labels is None or all(got.get(k) == v for k, v in labels.items()):
+            return float(m.group(3))
+    return None
+
+
+def multipart(files, field="image", boundary="resnetd-test-boundary-7Q2"):
+    parts = []
+    for i, data in enumerate(files):
+        parts.append(b"--" + boundary.encode() + b"\r\n"
+                     b'Content-Disposition: form-data; name="' + field.encode() +
+                     b'"; filename="img%d.jpg"\r\n' % i + b"Content-Type: image/jpeg\r\n\r\n" + data + b"\r\n")
+    body = b"".join(parts) + b"--" + boundary.encode() + b"--\r\n"
+    return body, {"Content-Type": "multipart/form-data; boundary=" + boundary}
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def ok_classify(d, data, top_k=5):
+    status, _, body = d.request("POST", "/classify?top_k=%d" % top_k, data, {"Content-Type": "image/jpeg"})
+    assert status == 200, (status, body[:300])
+    return json.loads(body)
+
+
+def raw_http(port, payload, read_timeout=30):
+    """Sends raw bytes, returns everything the server sends until it closes
+    the connection or read_timeout passes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
+    try:
+        s.sendall(payload)
+        chunks = []
+        while True:
+            try:
+                b = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not b:
+                break
+            chunks.append(b)
+            if b"\r\n\r\n" in b"".join(chunks) and b"Content-Length" in b"".join(chunks):
+                head, _, rest = b"".join(chunks).partition(b"\r\n\r\n")
+                m = re.search(rb"Content-Length: (\d+)", head)
+                if m and len(rest) >= int(m.group(1)):
+                    break
+        return b"".join(chunks)
+    finally:
+        s.close()
+
+
+def status_of(raw):
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", raw)
+    return int(m.group(1)) if m else None
+
+
+def error_of(body):
+    e = json.loads(body)["error"]
+    assert set(e) == {"status", "code", "message"}, e
+    return e
+
+
+# ---- checks -----------------------------------------------------------------
+
+def check_endpoints(opts, d):
+    status, h, body = d.request("GET", "/healthz")
+    assert status == 200, status
+    status, h, body = d.request("GET", "/readyz")
+    assert status == 200, (status, body)
+    status, h, body = d.request("GET", "/v1/models/resnet18")
+    assert status == 200, status
+    m = json.loads(body)
+    sha = hashlib.sha256(read_file(os.path.join(opts.ref, "weights.safetensors"))).hexdigest()
+    assert m["weights"]["sha256"] == sha, (m["weights"], sha)
+    assert m["device"] == "cpu" and m["precision"] == "fp32", m
+    assert m["label_count"] == 1000 and m["batching"]["max_batch_size"] >= 1, m
+    text = d.metrics()
+    assert metric(text, "resnetd_build_info", {"device": "cpu", "precision": "fp32"}) == 1, text[:500]
+    if opts.promtool_check:
+        rc = subprocess.call([opts.promtool_check, "http://127.0.0.1:%d/metrics" % d.port])
+        assert rc in (0, 77), "promtool check metrics failed (%d)" % rc
+        return "promtool %s" % ("clean" if rc == 0 else "missing, skipped")
+    return ""
+
+
+def check_matches_offline_classify(opts, d):
+    names = ["s640x480", "photo_grace_hopper", "progressive_801x601", "gray_640x481", "s17x31"]
+    paths = [os.path.join(opts.ref, "jpeg", n + ".jpg") for n in names]
+    out = subprocess.check_output([opts.classify, "--weights", os.path.join(opts.ref, "weights.safetensors"),
+                                   "--labels", opts.labels, "--device", "cpu", "--json", "--top-k", "5"] + paths)
+    offline = [json.loads(line)["predictions"] for line in out.decode().splitlines() if line.strip()]
+    assert len(offline) == len(paths), out
+
+    def same(got, want, what):
+        assert len(got) == len(want) == 5, (what, got)
+        for g, w in zip(got, want):
+            # Batching may reorder float sums: scores agree to ~1e-6, and an
+            # index may differ only between (near-)equal scores.
+            assert abs(g["score"] - w["score"]) <= 1e-6 + 1e-4 * w["score"], (what, g, w)
+            if g["index"] != w["index"]:
+                assert abs(g["score"] - w["score"]) <= 1e-6, (what, g, w)
+            else:
+                assert g["label"] == w["label"], (what, g, w)
+
+    for p, want in zip(paths, offline):
+        res = ok_classify(d, read_file(p))
+        assert len(res["results"]) == 1
+        same(res["results"][0]["predictions"], want, "raw " + p)
+        assert res["model"] == "resnet18" and "synthetic_weights" not in res, res
+        t = res["timings_us"]
+        assert t["total"] >= t["decode"] and t["total"] >= t["infer"], t
+    body, headers = multipart([read_file(p) for p in paths])
+    status, _, rbody = d.request("POST", "/classify", body, headers)
+    assert status == 200, (status, rbody[:300])
+    res = json.loads(rbody)
+    assert len(res["results"]) == len(paths), res
+    for p, got, want in zip(paths, res["results"], offline):
+        same(got["predictions"], want, "multipart " + p)
+    res = ok_classify(d, read_file(paths[0]), top_k=1000)
+    scores = [p["score"] for p in res["results"][0]["predictions"]]
+    assert len(scores) == 1000 and abs(sum(scores) - 1) < 1e-3 and scores == sorted(scores, reverse=True)
+    return "%d files raw and multipart" % len(paths)
+
+
+def concurrent(n, fn):
+    results = [None] * n
+    def run(i):
+        try:
+            results[i] = fn(i)
+        except Exception as e:  # recorded and checked by the caller
+            results[i] = e
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT * 2)
+    return results
+
+
+def check_concurrent_requests_are_batched(opts, d):
+    jpeg = read_file(os.path.join(opts.ref, "jpeg", "s640x480.jpg"))
+    before = d.metrics()
+    res = concurrent(32, lambda i: ok_classify(d, jpeg))
+    errors = [r for r in res if isinstance(r, Exception)]
+    assert not errors, errors[:3]
+    text = d.metrics()
+    total = metric(text, "resnetd_batch_size_count") - (metric(before, "resnetd_batch_size_count") or 0)
+    ones = metric(text, "resnetd_batch_size_bucket", {"le": "1"}) - \
+        (metric(before, "resnetd_batch_size_bucket", {"le": "1"}) or 0)
+    images = metric(text, "resnetd_batch_size_sum") - (metric(before, "resnetd_batch_size_sum") or 0)
+    assert images == 32, images
+    assert total - ones > 0, "no batch larger than 1 (%d batches)" % total
+    sizes = sorted(r["batch_size"] for r in res)
+    assert sizes[-1] > 1, sizes
+    return "32 requests in %d batches, mean %.1f, largest %d" % (total, images / total, sizes[-1])
+
+
+def check_each_error_status(opts, d):
+    jpeg = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+    png = read_file(os.path.join(opts.ref, "bad", "not_jpeg.png"))
+    # A JPEG whose frame header claims 20000x20000 pixels: over max_pixels.
+    huge = bytearray(jpeg)
+    i = 2
+    while i < len(huge):
+        marker, seglen = huge[i + 1], int.from_bytes(huge[i + 2:i + 4], "big")
+        if marker in (0xC0, 0xC1, 0xC2):
+            huge[i + 5:i + 9] = (20000).to_bytes(2, "big") + (20000).to_bytes(2, "big")
+            break
+        i += 2 + seglen
+    jpg = {"Content-Type": "image/jpeg"}
+    no_image, mp = multipart([jpeg], field="picture")
+    cases = [
+        ("empty body", "POST", "/classify", b"", jpg, 400, "empty_body"),
+        ("truncated JPEG", "POST", "/classify", jpeg[:len(jpeg) // 3], jpg, 400, None),
+        ("corrupt JPEG", "POST", "/classify", jpeg[:200] + b"\x00" * 50 + b"\xff\xd9", jpg, 400, None),
+        ("top_k=0", "POST", "/classify?top_k=0", jpeg, jpg, 400, "bad_parameter"),
+        ("top_k=abc", "POST", "/classify?top_k=abc", jpeg, jpg, 400, "bad_parameter"),
+        ("top_k=1001", "POST", "/classify?top_k=1001", jpeg, jpg, 400, "bad_parameter"),
+        ("multipart without image", "POST", "/classify", no_image, mp, 400, "missing_image"),
+        ("broken multipart", "POST", "/classify", b"--x\r\nnot closed", {"Content-Type": "multipart/form-data; boundary=x"}, 400, "invalid_multipart"),
+        ("pixels over limit", "POST", "/classify", bytes(huge), jpg, 413, "too_large"),
+        ("text/plain", "POST", "/classify", b"hello", {"Content-Type": "text/plain"}, 415, "unsupported_media_type"),
+        ("PNG bytes", "POST", "/classify", png, jpg, 415, "not_jpeg"),
+        ("text bytes", "POST", "/classify", b"this is not an image", jpg, 415, "not_jpeg"),
+        ("unknown path", "GET", "/nope", None, {}, 404, "not_found"),
+        ("GET /classify", "GET", "/classify", None, {}, 405, "method_not_allowed"),
+        ("POST /healthz", "POST", "/healthz", b"x", {}, 405, "method_not_allowed"),
+    ]
+    for name, method, path, body, headers, want, code in cases:
+        status, h, rbody = d.request(method, path, body, headers)
+        assert status == want, (name, status, rbody[:200])
+        assert h.get("content-type") == "application/json", (name, h)
+        e = error_of(rbody)
+        assert e["status"] == want and e["message"], (name, e)
+        if code:
+            assert e["code"] == code, (name, e)
+        if want == 405:
+            assert h.get("allow") in ("POST", "GET, HEAD"), (name, h)
+        ok_classify(d, jpeg)   # still serving
+    text = d.metrics()
+    assert metric(text, "resnetd_rejected_total", {"reason": "bad_input"}) >= 12, text
+    return "%d error cases, 200 after each" % len(cases)
+
+
+def check_oversize_bodies_get_413(opts, d):
+    # Announced 100 MB: refused from the headers, before any body is sent.
+    raw = raw_http(d.port, b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                           b"Content-Length: 104857600\r\n\r\n", read_timeout=10)
+    assert status_of(raw) == 413, raw[:300]
+    assert error_of(raw.partition(b"\r\n\r\n")[2])["code"] == "too_large"
+    # Chunked, no length: counted as it arrives (limit 16 MiB, send 17 MiB).
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"\xff" * (1 << 20)
+    sent = 0
+    try:
+        for _ in range(17):
+            s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            sent += len(chunk)
+        s.sendall(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass   # the server may stop reading once past the limit
+    data = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    assert status_of(data) == 413, data[:300]
+    ok_classify(d, read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg")))
+    return "100 MB Content-Length and %d MiB chunked" % (sent >> 20)
+
+
+def check_timeout_and_client_gone(opts):
+    # Batches wait 2 s for company, requests time out after 0.5 s: a lone
+    # request gets 504 from our own deadline.
+    d = Daemon(opts, "--max-queue-delay-us", "2000000", "--request-timeout-ms", "500")
+    try:
+        jpeg = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+        t0 = time.time()
+        status, h, body = d.request("POST", "/classify", jpeg, {"Content-Type": "image/jpeg"})
+        waited = time.time() - t0
+        assert status == 504 and error_of(body)["code"] == "timeout", (status, body)
+        assert 0.4 < waited < 1.9, waited
+        assert metric(d.metrics(), "resnetd_rejected_total", {"reason": "timeout"}) == 1
+    finally:
+        assert d.stop() == 0
+    # A client that leaves while its image is queued (1 s batch delay).
+    d = Daemon(opts, "--max-queue-delay-us", "1000000", "--request-timeout-ms", "10000")
+    try:
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(jpeg) + jpeg)
+        time.sleep(0.3)
+        s.close()
+        deadline = time.time() + 10
+        gone = 0
+        while time.time() < deadline:
+            text = d.metrics()
+            gone = metric(text, "resnetd_rejected_total", {"reason": "client_gone"})
+            if gone:
+                break
+            time.sleep(0.1)
+        assert gone == 1, text
+        assert metric(text, "resnetd_images_total") == 0, "the gone client's image was still run"
+        assert metric(text, "resnetd_queue_depth") == 0
+        ok_classify(d, jpeg)
+    finally:
+        assert d.stop() == 0
+    return "504 after %.2f s; client_gone counted, image not run" % waited
+
+
+def check_queue_overflow(opts):
+    d = Daemon(opts, "--queue-capacity", "8", "--max-batch-size", "4", "--max-queue-delay-us", "1000")
+    try:
+        jpeg = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+        res = concurrent(48, lambda i: d.request("POST", "/classify", jpeg, {"Content-Type": "image/jpeg"}))
+        errors = [r for r in res if isinstance(r, Exception)]
+        assert not errors, errors[:3]
+        statuses = [r[0] for r in res]
+        assert set(statuses) <= {200, 503}, statuses
+        n503 = statuses.count(503)
+        assert n503 > 0 and statuses.count(200) > 0, statuses
+        for status, h, body in res:
+            if status == 503:
+                assert int(h["retry-after"]) >= 1, h
+                assert error_of(body)["code"] == "queue_full"
+            else:
+                assert len(json.loads(body)["results"]) == 1
+        text = d.metrics()
+        assert metric(text, "resnetd_rejected_total", {"reason": "queue_full"}) == n503
+        assert metric(text, "resnetd_requests_total", {"code": "200"}) == 48 - n503
+        ok_classify(d, jpeg)
+    finally:
+        assert d.stop() == 0
+    return "48 at once into 8 slots: %d x 200, %d x 503 + Retry-After" % (48 - n503, n503)
+
+
+def check_sigterm_under_load(opts):
+    d = Daemon(opts, "--max-queue-delay-us", "5000")
+    jpeg = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+    stop_at = [None]
+    outcomes = []   # (sent_at, status or exception name, established)
+    lock = threading.Lock()
+
+    def client(i):
+        c = d.conn()
+        established = False
+        while True:
+            sent = time.time()
+            try:
+                c.request("POST", "/classify", jpeg, {"Content-Type": "image/jpeg"})
+                r = c.getresponse()
+                r.read()
+                out = r.status
+            except Exception as e:
+                out = type(e).__name__
+            with lock:
+                outcomes.append((sent, out, established))
+            if out != 200:
+                break
+            established = True   # this keep-alive connection was accepted
+            if stop_at[0] and sent > stop_at[0] + 5:
+                break
+        c.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    stop_at[0] = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(60)
+    drained = time.time() - stop_at[0]
+    for t in threads:
+        t.join(TIMEOUT)
+    log = d.text()
+    d.stop()
+    assert rc == 0, (rc, log)
+    # Every request sent on an accepted connection before SIGTERM got 200.
+    before = [o for o in outcomes if o[0] < stop_at[0] - 0.05 and o[2]]
+    lost = [o for o in before if o[1] != 200]
+    assert not lost, lost[:5]
+    assert len(before) >= 16, len(before)
+    # Afterwards: answered (200, or 503 while draining) or refused, never 5xx otherwise.
+    after = [o[1] for o in outcomes if o[0] >= stop_at[0] - 0.05]
+    assert all(o in (200, 503) or isinstance(o, str) for o in after), after
+    assert "draining" in log and "stopped" in log, log
+    return "%d answered before SIGTERM, none lost; drained in %.2f s" % (len(before), drained)
+
+
+def check_synthetic_marks_responses(opts):
+    d = Daemon(opts, "--weights", "synthetic")
+    try:
+        res = ok_classify(d, read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg")))
+        assert res.get("synthetic_weights") is True, res
+        assert "synthetic" in d.text() and "warning" in d.text()
+    finally:
+        assert d.stop() == 0
+    return ""
+
+
+CHECKS = [
+    ("endpoints", check_endpoints, True),
+    ("matches_offline_classify", check_matches_offline_classify, True),
+    ("concurrent_requests_are_batched", check_concurrent_requests_are_batched, True),
+    ("each_error_status", check_each_error_status, True),
+    ("oversize_bodies_get_413", check_oversize_bodies_get_413, True),
+    ("timeout_and_client_gone", check_timeout_and_client_gone, False),
+    ("queue_overflow", check_queue_overflow, False),
+    ("sigterm_under_load", check_sigterm_under_load, False),
+    ("synthetic_marks_responses", check_synthetic_marks_responses, False),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--resnetd", required=True)
+    ap.add_argument("--classify", required=True)
+    ap.add_argument("--ref", required=True)
+    ap.add_argument("--labels", required=True)
+    ap.add_argument("--promtool-check")
+    ap.add_argument("--only", nargs="*")
+    opts = ap.parse_args()
+    failed = 0
+    shared = None
+    for name, fn, uses_shared in CHECKS:
+        if opts.only and name not in opts.only:
+            continue
+        t0 = time.time()
+        try:
+            if uses_shared:
+                if shared is None:
+                    shared = Daemon(opts)
+                note = fn(opts, shared)
+            else:
+                note = fn(opts)
+            print("ok   %-34s %5.1fs  %s" % (name, time.time() - t0, note or ""), flush=True)
+        except Exception as e:
+            failed += 1
+            print("FAIL %-34s %5.1fs  %r" % (name, time.time() - t0, e), flush=True)
+    if shared is not None:
+        text = shared.text()
+        rc = shared.stop()
+        if rc != 0:
+            failed += 1
+            print("FAIL shared daemon exited %d:\n%s" % (rc, text))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
