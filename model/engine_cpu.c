@@ -31,9 +31,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "model/engine.h"
 #include "model/preprocess.h"
@@ -72,11 +74,21 @@ typedef struct cpu_pool {
     void (*fn)(cpu_engine *e, int tid);
 } cpu_pool;
 
-/* A thread's share of a job, and what the job is. */
+/* How a conv's output is cut into work units: um row groups (each at most
+ * one workspace of im2col rows) times un column ranges. Threads claim units
+ * dynamically, so a thread that the OS delays does not hold up the layer. */
+typedef struct conv_plan {
+    int M, mblocks, panels;
+    int um, un;
+} conv_plan;
+
+/* The job the pool threads are running. */
 typedef struct cpu_job {
     const cpu_layer *layer;
     int n;              /* images in the batch */
     int slot;
+    conv_plan plan;     /* the layer's work units */
+    atomic_int next_unit;
 } cpu_job;
 
 struct cpu_engine {
@@ -101,12 +113,23 @@ struct cpu_engine {
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
+/* Zeroed, 64-byte aligned, with 64 bytes of slack. Large buffers ask for
+ * transparent huge pages: the GEMM walks weights and activations in strides
+ * that would otherwise miss the TLB often. */
 static void *alloc_floats(size_t n)
 {
+    const size_t huge = 2u << 20;
+    size_t bytes = n * sizeof(float) + 64;
     void *p = NULL;
-    if (posix_memalign(&p, 64, n * sizeof(float) + 64) != 0)
+    if (bytes >= 2 * huge) {
+        bytes = (bytes + huge - 1) / huge * huge;
+        if (posix_memalign(&p, huge, bytes) != 0)
+            return NULL;
+        (void)madvise(p, bytes, MADV_HUGEPAGE);   /* advisory: fine if refused */
+    } else if (posix_memalign(&p, 64, bytes) != 0) {
         return NULL;
-    memset(p, 0, n * sizeof(float) + 64);
+    }
+    memset(p, 0, bytes);
     return p;
 }
 
@@ -268,15 +291,26 @@ static void kernel_14x32(int kc, const float *a, size_t lda, const float *b, flo
             acc[r][1] = _mm512_setzero_ps();
         }
     }
+    /* Two row bases keep every A address a base + scaled index, so the
+     * loop needs no spilled pointers. */
+    const float *p = a, *q = a + (MR / 2) * lda;
     for (int k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(b + (size_t)k * NR);
-        __m512 b1 = _mm512_load_ps(b + (size_t)k * NR + 16);
-#pragma GCC unroll 14
-        for (int r = 0; r < MR; r++) {
-            __m512 av = _mm512_set1_ps(a[r * lda + k]);
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 7
+        for (int r = 0; r < MR / 2; r++) {
+            __m512 av = _mm512_set1_ps(p[r * lda]);
             acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
         }
+#pragma GCC unroll 7
+        for (int r = 0; r < MR / 2; r++) {
+            __m512 av = _mm512_set1_ps(q[r * lda]);
+            acc[MR / 2 + r][0] = _mm512_fmadd_ps(av, b0, acc[MR / 2 + r][0]);
+            acc[MR / 2 + r][1] = _mm512_fmadd_ps(av, b1, acc[MR / 2 + r][1]);
+        }
+        p++;
+        q++;
+        b += NR;
     }
     if (ep) {
         __m512 bias0 = _mm512_loadu_ps(ep->bias), bias1 = _mm512_loadu_ps(ep->bias + 16);
@@ -310,40 +344,56 @@ static void kernel_14x32(int kc, const float *a, size_t lda, const float *b, flo
 
 /* ---- layers -------------------------------------------------------------- */
 
-/* One conv layer, this thread's share (avx512 back end). Output tiles are
- * split over threads by rows, or by columns when the rows are few. */
+static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
+{
+    const resnet18_conv_desc *d = L->d;
+    const int nt = e->nthreads;
+    conv_plan p;
+    p.M = n * d->out_h * d->out_h;
+    p.mblocks = (p.M + MR - 1) / MR;
+    p.panels = d->cout / NR;
+    int cap = (int)(e->ws_floats / ((size_t)L->K * MR));   /* m-blocks per workspace */
+    if (cap < 1)
+        cap = 1;
+    p.um = (p.mblocks + cap - 1) / cap;
+    p.un = 1;
+    if (p.mblocks < 4 * nt) {
+        /* Few rows: split the columns instead, so each thread streams only
+         * its share of the weights (the im2col rows are cheap to repeat). */
+        p.un = imin(p.panels, nt);
+    } else {
+        /* Two units per thread at least, in a multiple of the threads. */
+        if (p.um < 2 * nt)
+            p.um = 2 * nt;
+        p.um = (p.um + nt - 1) / nt * nt;
+    }
+    return p;
+}
+
+/* One conv layer, avx512 back end: claims units until none are left. */
 static void conv_avx512_part(cpu_engine *e, int tid)
 {
     const cpu_layer *L = e->job.layer;
     const resnet18_conv_desc *d = L->d;
-    const int M = e->job.n * d->out_h * d->out_h, N = d->cout, K = L->K;
-    const int mblocks = (M + MR - 1) / MR, panels = N / NR;
-    const int nt = e->nthreads;
-    int tn = (mblocks >= 4 * nt || panels < nt) ? 1 : nt;
-    int tm = nt / tn;
-    if (tid >= tm * tn)
-        return;
-    int mb0, mb1, p0, p1;
-    split_range(mblocks, tm, tid / tn, &mb0, &mb1);
-    split_range(panels, tn, tid % tn, &p0, &p1);
-
+    const conv_plan *pl = &e->job.plan;
+    const int M = pl->M, N = d->cout, K = L->K;
     const float *in = e->act[L->src];
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
     float *ws = e->ws + (size_t)tid * e->ws_floats;
     const int direct = d->k == 1 && d->stride == 1 && d->pad == 0;
-    int group = (int)(e->ws_floats / ((size_t)K * MR));   /* m-blocks per im2col group */
-    if (group < 1)
-        group = 1;
+    int have = -1;   /* row group whose im2col rows are in ws */
 
-    for (int g0 = mb0; g0 < mb1; g0 += group) {
-        int g1 = imin(g0 + group, mb1);
-        int m0 = g0 * MR, rows = (g1 - g0) * MR;
-        const float *A;
-        if (direct) {
-            A = in + (size_t)m0 * K;   /* buffers carry MR rows of slack */
-        } else {
-            im2col_rows(d, in, m0, rows, M, ws, K);
+    for (int u; (u = atomic_fetch_add(&e->job.next_unit, 1)) < pl->um * pl->un;) {
+        int g = u / pl->un, g0, g1, p0, p1;
+        split_range(pl->mblocks, pl->um, g, &g0, &g1);
+        split_range(pl->panels, pl->un, u % pl->un, &p0, &p1);
+        int m0 = g0 * MR;
+        const float *A = in + (size_t)m0 * K;   /* direct: buffers carry MR rows of slack */
+        if (!direct) {
+            if (have != g)
+                im2col_rows(d, in, m0, (g1 - g0) * MR, M, ws, K);
+            have = g;
             A = ws;
         }
         for (int k0 = 0; k0 < K; k0 += KC) {
@@ -493,8 +543,11 @@ static void forward(cpu_engine *e, int slot, int n)
     pool_run(e, normalize_part);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         e->job.layer = &e->layer[i];
-        if (e->avx512)
+        if (e->avx512) {
+            e->job.plan = plan_conv(e, &e->layer[i], n);
+            atomic_store(&e->job.next_unit, 0);
             pool_run(e, conv_avx512_part);
+        }
         else
             conv_blas(e, &e->layer[i], n);
         if (i == 0)
