@@ -282,9 +282,9 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
         f->n++;
     }
 
-    /* After sorting by begin, a tensor overlaps an earlier one exactly when
-     * it begins before the furthest end seen so far. Empty tensors own no
-     * bytes and overlap nothing. */
+    /* Sorted by begin, ranges that do not overlap so far are disjoint and
+     * in order, so each need only be checked against the one before it.
+     * Empty tensors own no bytes and overlap nothing. */
     qsort(f->t, f->n, sizeof *f->t, st_cmp_begin);
     const st_tensor *last = NULL;
     for (size_t i = 0; i < f->n; i++) {
@@ -295,8 +295,7 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
             return st_fail(err, errlen, path,
                            "tensors %s [%" PRIu64 ", %" PRIu64 "] and %s [%" PRIu64 ", %" PRIu64 "] overlap",
                            last->name, last->begin, last->end, t->name, t->begin, t->end);
-        if (!last || t->end > last->end)
-            last = t;
+        last = t;
     }
     return 0;
 }
