@@ -1,0 +1,212 @@
+#!/bin/sh
+# End-to-end benchmark: starts resnetd, warms it up, sweeps client
+# concurrency with resnetd-load (closed loop), prints a table, plots
+# throughput vs p99 latency (gnuplot, PNG), and sets the best e2e img/s
+# against decode-only img/s on the same corpus, the same cores and the same
+# number of decode threads (resnetd-bench --decode-only): for CPU-decoded
+# JPEGs decoding is the ceiling, so this ratio says how close the daemon gets.
+#
+# Pinning: with 4 or more CPUs the daemon and the decode-only bench share
+# CPUs 0..N-2 and resnetd-load gets CPU N-1, so the comparison is on the same
+# cores and the client does not steal from them (--no-pin to turn off).
+#
+#   tools/e2e-bench.sh                          # CPU engine, synthetic corpus
+#   tools/e2e-bench.sh --device cuda --out e2e  # on a GPU machine
+set -eu
+
+usage() {
+  cat <<EOF
+usage: tools/e2e-bench.sh [options]
+  --device D            cpu, cuda, cuda:N (default cpu)
+  --weights F           weights file or 'synthetic' (default synthetic)
+  --corpus DIR          JPEGs to send (default: generate with make-corpus)
+  --images N            images to generate when no --corpus (default 200)
+  --concurrency "LIST"  closed-loop connections to sweep
+                        (default cpu: "1 2 4 8 16", cuda: "4 8 16 32 64 128 256")
+  --images-per-request K  multipart with K images per request (default 1: raw)
+  --duration S          measured seconds per point (default 10)
+  --warmup S            warm-up seconds per point (default 2)
+  --threads N           daemon HTTP/decode threads = decode-only threads
+                        (default: the daemon's CPUs)
+  --client-threads N    resnetd-load threads (default 1)
+  --builddir DIR        where resnetd, resnetd-load, resnetd-bench are (default: this tree)
+  --out DIR             results: table, JSON per point, PNG (default e2e-out)
+  --no-pin              do not pin the daemon and the client to separate CPUs
+  --daemon-arg ARG      extra resnetd option (repeatable), e.g. --daemon-arg --max-batch-size=64
+EOF
+}
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+device=cpu weights=synthetic corpus='' images=200 conc='' k=1 duration=10 warmup=2 threads=''
+client_threads=1 builddir=$here out=e2e-out pin=1 daemon_args=''
+while [ $# -gt 0 ]; do
+  case $1 in
+    --device) device=$2; shift ;;
+    --weights) weights=$2; shift ;;
+    --corpus) corpus=$2; shift ;;
+    --images) images=$2; shift ;;
+    --concurrency) conc=$2; shift ;;
+    --images-per-request) k=$2; shift ;;
+    --duration) duration=$2; shift ;;
+    --warmup) warmup=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    --client-threads) client_threads=$2; shift ;;
+    --builddir) builddir=$2; shift ;;
+    --out) out=$2; shift ;;
+    --no-pin) pin=0 ;;
+    --daemon-arg) daemon_args="$daemon_args $2"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "e2e-bench: unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+case $device in cpu) : "${conc:=1 2 4 8 16}" ;; *) : "${conc:=4 8 16 32 64 128 256}" ;; esac
+
+for b in resnetd resnetd-load resnetd-bench make-corpus; do
+  p=$builddir/$b
+  [ "$b" = make-corpus ] && p=$builddir/tools/make-corpus
+  [ -x "$p" ] || { echo "e2e-bench: $p not built (make first)" >&2; exit 1; }
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+# --- CPUs: the daemon and decode-only share these; the client gets its own --
+ncpu=$(nproc)
+daemon_pin='' client_pin=''
+if [ "$pin" = 1 ] && [ "$ncpu" -ge 4 ] && command -v taskset >/dev/null; then
+  daemon_cpus="0-$((ncpu - 2))"
+  daemon_pin="taskset -c $daemon_cpus"
+  client_pin="taskset -c $((ncpu - 1))"
+  daemon_ncpu=$((ncpu - 1))
+else
+  daemon_cpus="all"
+  daemon_ncpu=$ncpu
+fi
+: "${threads:=$daemon_ncpu}"
+
+# --- corpus ------------------------------------------------------------------
+if [ -z "$corpus" ]; then
+  corpus=$out/corpus
+  if [ "$(find "$corpus" -maxdepth 1 -name '*.jpg' 2>/dev/null | wc -l)" -lt "$images" ]; then
+    "$builddir/tools/make-corpus" --out "$corpus" --count "$images"
+  fi
+fi
+ncorpus=$(find "$corpus" -maxdepth 1 \( -iname '*.jpg' -o -iname '*.jpeg' \) | wc -l)
+[ "$ncorpus" -gt 0 ] || { echo "e2e-bench: no JPEGs in $corpus" >&2; exit 1; }
+corpus_mb=$(du -sm "$corpus" | cut -f1)
+
+# A number from resnetd-load's indented --json: jget FILE SECTION KEY
+# (SECTION "" for top-level keys).
+jget() {
+  awk -v sec="$2" -v key="$3" '
+    /^  "[^"]*": \{/ { s = $1; gsub(/[":]/, "", s); next }
+    /^  [}]/ { s = "" }
+    {
+      k = $1; gsub(/[":,]/, "", k)
+      if (k == key && (sec == "" ? s == "" : s == sec)) { v = $2; gsub(/,/, "", v); print v; exit }
+    }' "$1"
+}
+
+# --- decode-only ceiling -----------------------------------------------------
+echo "decode-only: $ncorpus images, $threads threads, CPUs $daemon_cpus"
+$daemon_pin "$builddir/resnetd-bench" --decode-only --decode-dir "$corpus" --decode-threads "$threads" --json \
+  >"$out/decode-only.json"
+decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/decode-only.json")
+[ -n "$decode_ips" ] || { echo "e2e-bench: no img_per_s in $out/decode-only.json" >&2; exit 1; }
+echo "decode-only: $decode_ips img/s"
+
+# --- daemon ------------------------------------------------------------------
+log=$out/resnetd.log
+# shellcheck disable=SC2086  # daemon_pin and daemon_args are word lists
+$daemon_pin "$builddir/resnetd" --weights "$weights" --device "$device" --listen 127.0.0.1:0 \
+  --labels "$here/etc/imagenet-classes.txt" --threads "$threads" $daemon_args 2>"$log" &
+daemon=$!
+trap 'kill $daemon 2>/dev/null || true' EXIT INT TERM
+port=
+i=0
+while [ $i -lt 600 ]; do
+  if ! kill -0 $daemon 2>/dev/null; then
+    echo "e2e-bench: resnetd exited:" >&2; cat "$log" >&2; exit 1
+  fi
+  port=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$log" | head -n1)
+  if [ -n "$port" ] && grep -q '\bready\b' "$log"; then break; fi
+  sleep 0.2
+  i=$((i + 1))
+done
+if [ -z "$port" ] || ! grep -q '\bready\b' "$log"; then
+  echo "e2e-bench: resnetd not ready after 120 s" >&2
+  exit 1
+fi
+url=http://127.0.0.1:$port/classify
+echo "resnetd: $(grep -m1 'listening' "$log" | sed 's/^resnetd: //')"
+
+kargs=
+[ "$k" -gt 1 ] && kargs="-k $k"
+top=$(echo "$conc" | awk '{print $NF}')
+echo "warm-up: $top connections, 5 s"
+# shellcheck disable=SC2086
+$client_pin "$builddir/resnetd-load" -q -u "$url" -c "$top" -t "$client_threads" $kargs -d 5 --no-metrics \
+  "$corpus" >/dev/null
+
+# --- sweep -------------------------------------------------------------------
+tsv=$out/results.tsv
+printf 'conc\treq_s\timg_s\tp50_ms\tp90_ms\tp99_ms\tp999_ms\tsent\tok\tlost\terrors\tmean_batch\tqueue_ms\tclient_cores\n' >"$tsv"
+printf '%6s %9s %9s %9s %9s %9s %9s %7s %6s %6s %10s %9s %7s\n' conc req/s img/s p50_ms p90_ms p99_ms p99.9_ms \
+  sent lost errors mean_batch queue_ms client
+for c in $conc; do
+  j=$out/load-c$c.json
+  t=$client_threads
+  [ "$t" -gt "$c" ] && t=$c
+  # shellcheck disable=SC2086
+  $client_pin "$builddir/resnetd-load" --json -q -u "$url" -c "$c" -t "$t" $kargs -d "$duration" \
+    --warmup "$warmup" "$corpus" >"$j"
+  sent=$(jget "$j" requests sent) ok=$(jget "$j" requests ok) lost=$(jget "$j" requests lost)
+  answered=$(jget "$j" requests answered)
+  errors=$((answered - ok))
+  line=$(printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$c" \
+    "$(jget "$j" throughput req_per_s)" "$(jget "$j" throughput img_per_s)" \
+    "$(jget "$j" latency_ms p50)" "$(jget "$j" latency_ms p90)" "$(jget "$j" latency_ms p99)" \
+    "$(jget "$j" latency_ms p99.9)" "$sent" "$ok" "$lost" "$errors" \
+    "$(jget "$j" server mean_batch_size)" "$(jget "$j" server mean_queue_ms)" "$(jget "$j" client_cpu cores)")
+  echo "$line" >>"$tsv"
+  echo "$line" | awk -F'\t' '{ printf "%6d %9.1f %9.1f %9.2f %9.2f %9.2f %9.2f %7d %6d %6d %10.2f %9.2f %7.2f\n",
+    $1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, $14 }'
+done
+
+kill -TERM $daemon
+wait $daemon || true
+trap - EXIT INT TERM
+
+best=$(awk -F'\t' 'NR > 1 && $3 > b { b = $3; c = $1 } END { printf "%s %s", b, c }' "$tsv")
+best_ips=${best% *} best_c=${best#* }
+ratio=$(awk -v a="$best_ips" -v b="$decode_ips" 'BEGIN { printf "%.3f", a / b }')
+{
+  echo "device $device, weights $weights, corpus $corpus ($ncorpus images, $corpus_mb MB), $k image(s)/request"
+  echo "daemon CPUs $daemon_cpus, $threads HTTP/decode threads; client on ${client_pin:+CPU $((ncpu - 1))}${client_pin:-any CPU}"
+  echo "decode-only: $decode_ips img/s ($threads threads, same CPUs)"
+  echo "best e2e:    $best_ips img/s at $best_c connections"
+  echo "e2e / decode-only = $ratio"
+} | tee "$out/summary.txt"
+
+if command -v gnuplot >/dev/null; then
+  xmax=$(awk -v a="$best_ips" -v b="$decode_ips" 'BEGIN { print 1.1 * (a > b ? a : b) }')
+  gnuplot <<EOF
+set terminal pngcairo size 900,600 noenhanced
+set output "$out/e2e.png"
+set title "resnetd $device: throughput vs p99 latency (closed loop, labels: connections)\ndecode-only ceiling $decode_ips img/s, $threads threads"
+set xlabel "throughput (img/s)"
+set ylabel "latency (ms)"
+set xrange [0:$xmax]
+set logscale y
+set grid
+set key bottom right
+set arrow from $decode_ips, graph 0 to $decode_ips, graph 1 nohead dt 2 lc rgb "gray40"
+set label "decode-only" at $decode_ips, graph 0.95 right offset -0.5,0
+plot "$tsv" using 3:6 skip 1 with linespoints pt 7 title "p99", \
+     "$tsv" using 3:4 skip 1 with linespoints pt 6 title "p50", \
+     "$tsv" using 3:6:1 skip 1 with labels offset 1,1 notitle
+EOF
+  echo "plot: $out/e2e.png"
+else
+  echo "e2e-bench: gnuplot not found (Debian: gnuplot-nox): no plot" >&2
+fi
