@@ -12,6 +12,7 @@
 #
 #   tools/e2e-bench.sh                          # CPU engine, synthetic corpus
 #   tools/e2e-bench.sh --device cuda --out e2e  # on a GPU machine
+#   tools/e2e-bench.sh --replot e2e             # the PNG again, where gnuplot is
 set -eu
 
 usage() {
@@ -33,7 +34,36 @@ usage: tools/e2e-bench.sh [options]
   --out DIR             results: table, JSON per point, PNG (default e2e-out)
   --no-pin              do not pin the daemon and the client to separate CPUs
   --daemon-arg ARG      extra resnetd option (repeatable), e.g. --daemon-arg --max-batch-size=64
+  --replot DIR          only draw DIR/e2e.png again from an earlier run's DIR/results.tsv
 EOF
+}
+
+# The PNG from $out/results.tsv and the values in $out/meta.env.
+plot() {
+  # shellcheck disable=SC1091
+  . "$out/meta.env"
+  if ! command -v gnuplot >/dev/null; then
+    echo "e2e-bench: gnuplot not found (Debian: gnuplot-nox): no plot; later: $0 --replot $out" >&2
+    return 0
+  fi
+  xmax=$(awk -v a="$best_ips" -v b="$decode_ips" 'BEGIN { print 1.1 * (a > b ? a : b) }')
+  gnuplot <<EOF
+set terminal pngcairo size 900,600 noenhanced
+set output "$out/e2e.png"
+set title "resnetd $device: throughput vs latency (closed loop, labels: connections)\ndecode-only ceiling $decode_ips img/s, $threads threads"
+set xlabel "throughput (img/s)"
+set ylabel "latency (ms)"
+set xrange [0:$xmax]
+set logscale y
+set grid
+set key bottom right
+set arrow from $decode_ips, graph 0 to $decode_ips, graph 1 nohead dt 2 lc rgb "gray40"
+set label "decode-only" at $decode_ips, graph 0.95 right offset -0.5,0
+plot "$out/results.tsv" using 3:6 skip 1 with linespoints pt 7 title "p99", \
+     "$out/results.tsv" using 3:4 skip 1 with linespoints pt 6 title "p50", \
+     "$out/results.tsv" using 3:6:1 skip 1 with labels offset 1,1 notitle
+EOF
+  echo "plot: $out/e2e.png"
 }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,6 +85,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --no-pin) pin=0 ;;
     --daemon-arg) daemon_args="$daemon_args $2"; shift ;;
+    --replot) out=$(cd "$2" && pwd); plot; exit 0 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "e2e-bench: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -188,25 +219,7 @@ ratio=$(awk -v a="$best_ips" -v b="$decode_ips" 'BEGIN { printf "%.3f", a / b }'
   echo "e2e / decode-only = $ratio"
 } | tee "$out/summary.txt"
 
-if command -v gnuplot >/dev/null; then
-  xmax=$(awk -v a="$best_ips" -v b="$decode_ips" 'BEGIN { print 1.1 * (a > b ? a : b) }')
-  gnuplot <<EOF
-set terminal pngcairo size 900,600 noenhanced
-set output "$out/e2e.png"
-set title "resnetd $device: throughput vs p99 latency (closed loop, labels: connections)\ndecode-only ceiling $decode_ips img/s, $threads threads"
-set xlabel "throughput (img/s)"
-set ylabel "latency (ms)"
-set xrange [0:$xmax]
-set logscale y
-set grid
-set key bottom right
-set arrow from $decode_ips, graph 0 to $decode_ips, graph 1 nohead dt 2 lc rgb "gray40"
-set label "decode-only" at $decode_ips, graph 0.95 right offset -0.5,0
-plot "$tsv" using 3:6 skip 1 with linespoints pt 7 title "p99", \
-     "$tsv" using 3:4 skip 1 with linespoints pt 6 title "p50", \
-     "$tsv" using 3:6:1 skip 1 with labels offset 1,1 notitle
+cat >"$out/meta.env" <<EOF
+device='$device' decode_ips='$decode_ips' threads='$threads' best_ips='$best_ips'
 EOF
-  echo "plot: $out/e2e.png"
-else
-  echo "e2e-bench: gnuplot not found (Debian: gnuplot-nox): no plot" >&2
-fi
+plot
