@@ -1,6 +1,6 @@
 #!/bin/sh
 # The README's two commands. On a fresh Debian machine:
-#   sh tools/quickstart.sh run    install what is missing, build, fetch weights, run
+#   sh tools/quickstart.sh run    install what is missing, build, fetch weights, run the daemon
 #   sh tools/quickstart.sh test   install what is missing, build, run the test suite
 # Builds out of tree in ./build. CUDA is used when nvcc is found.
 set -eu
@@ -75,4 +75,11 @@ if [ ! -s "$w" ]; then
   fi
 fi
 sample=/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg
-exec ./resnetd-classify --weights "$w" --top-k 5 "$sample"
+port=${RESNETD_PORT:-8080}
+cat <<MSG
+quickstart: starting resnetd on 127.0.0.1:$port (Ctrl-C drains and stops it). Try:
+  curl -s --data-binary @$sample -H 'Content-Type: image/jpeg' 'localhost:$port/classify?top_k=3'
+  curl -s -F image=@$sample -F image=@$sample localhost:$port/classify
+  curl -s localhost:$port/readyz; curl -s localhost:$port/metrics | head
+MSG
+exec ./resnetd --weights "$w" --listen "127.0.0.1:$port"
