@@ -32,7 +32,7 @@ class Daemon:
         self.log = tempfile.NamedTemporaryFile(prefix="resnetd-", suffix=".log", delete=False)
         args = [opts.resnetd, "--weights", os.path.join(opts.ref, "weights.safetensors"),
                 "--labels", opts.labels, "--device", "cpu", "--listen", "127.0.0.1:0",
-                "--engine-threads", "2"] + list(extra)
+                "--engine-threads", "2", "--request-timeout-ms", "120000"] + list(extra)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
         deadline = time.time() + 60
@@ -427,7 +427,13 @@ def check_sigterm_under_load(opts):
     threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
     for t in threads:
         t.start()
-    time.sleep(1.5)
+    # Load until every client has had a few answers (slow under sanitizers).
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        with lock:
+            if sum(1 for o in outcomes if o[1] == 200) >= 32:
+                break
+        time.sleep(0.05)
     stop_at[0] = time.time()
     d.proc.send_signal(signal.SIGTERM)
     rc = d.proc.wait(60)
