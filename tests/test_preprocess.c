@@ -2,7 +2,8 @@
  * our crop equals PIL's Resize(256) + CenterCrop(224) on every reference
  * JPEG, our normalisation equals ToTensor + Normalize, fast mode's deviation
  * is printed, and every malformed input gets its status without a crash or
- * a hang (truncations, PNG, text, a 65500x65500 header, CMYK, scan bombs). */
+ * a hang (truncations, PNG, text, a 65500x65500 header, CMYK/YCCK, scan
+ * bombs, random mutations) while the same ctx keeps decoding good images. */
 #include "model/npy.h"
 #include "model/preprocess.h"
 #include "tests/testutil.h"
