@@ -14,7 +14,8 @@
 //   conv2d_igemm_f32_kernel: FP32 SIMT, 8x8 outputs per thread, register-
 //     staged double buffering (exact FP32 for parity with the CPU engine).
 // Tile shapes are template parameters; kTilesF16/kTilesF32 list the
-// instantiations and conv_tile_pick chooses one per layer and batch.
+// instantiations; the engine times them per layer and batch (or asks
+// conv_plan_pick's cost model) and may split K when a layer has few tiles.
 #include <stdio.h>
 #include "gpu/kernels.cuh"
 
@@ -153,20 +154,21 @@ __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], const
 
 // CTA tile BM x BN, K step BK; WM x WN warps, each owning a
 // (BM/WM) x (BN/WN) block of the output; STAGES tiles in flight.
-template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
 struct f16_tile {
     static constexpr int threads = WM * WN * 32;
     static constexpr int lds = BK + 8;  // halves per smem row: +16 bytes keeps ldmatrix conflict-free
     static constexpr int smem = STAGES * (BM + BN) * lds * 2;
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES>
-__global__ void __launch_bounds__(WM *WN * 32)
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
+__global__ void __launch_bounds__(WM *WN * 32, MINB)
     conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in,
                             const __half *__restrict__ wgt, const float *__restrict__ bias,
-                            const __half *__restrict__ res, __half *__restrict__ out, int relu)
+                            const __half *__restrict__ res, __half *__restrict__ out, int relu,
+                            float *__restrict__ partial, int kt_per_split)
 {
-    typedef f16_tile<BM, BN, BK, WM, WN, STAGES> cfg;
+    typedef f16_tile<BM, BN, BK, WM, WN, STAGES, MINB> cfg;
     constexpr int T = cfg::threads, LDS = cfg::lds, KCH = BK / 8;
     constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
     constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
@@ -196,9 +198,15 @@ __global__ void __launch_bounds__(WM *WN * 32)
         brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
     }
 
-    const int KT = (K + BK - 1) / BK;
+    // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
+    // epilogue to splitk_epilogue_kernel.
+    int KT = (K + BK - 1) / BK, kt0 = 0;
+    if (partial) {
+        kt0 = blockIdx.z * kt_per_split;
+        KT = min(KT - kt0, kt_per_split);
+    }
     auto load_tile = [&](int stage, int kt) {
-        int k = kt * BK + kc * 8;
+        int k = (kt0 + kt) * BK + kc * 8;
         bool kvalid = k < K;
         igemm_col col = igemm_col_make(s, kvalid ? k : 0);
         __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
@@ -271,6 +279,19 @@ __global__ void __launch_bounds__(WM *WN * 32)
         int col = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
         if (col >= N)
             continue;
+        if (partial) {
+            float *p = partial + (size_t)blockIdx.z * M * N;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int row = m0 + wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                    if (row < M)
+                        *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
+                            make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+                }
+            continue;
+        }
         float b0 = bias[col], b1 = bias[col + 1];
 #pragma unroll
         for (int mi = 0; mi < MI; mi++) {
@@ -312,7 +333,7 @@ template <int BM, int BN>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8))
     conv2d_igemm_f32_kernel(const conv_shape s, const float *__restrict__ in, const float *__restrict__ wgt,
                             const float *__restrict__ bias, const float *__restrict__ res,
-                            float *__restrict__ out, int relu)
+                            float *__restrict__ out, int relu, float *__restrict__ partial, int kt_per_split)
 {
     constexpr int BK = 8, T = (BM / 8) * (BN / 8), KCH = BK / 4;
     constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
@@ -338,9 +359,14 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
         brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
     }
 
+    int KT = (K + BK - 1) / BK, kt0 = 0;  // split-K as in the FP16 kernel
+    if (partial) {
+        kt0 = blockIdx.z * kt_per_split;
+        KT = min(KT - kt0, kt_per_split);
+    }
     float4 ra[A_PER], rb[B_PER];
     auto load_regs = [&](int kt) {
-        int k = kt * BK + kc * 4;
+        int k = (kt0 + kt) * BK + kc * 4;
         bool kvalid = k < K;
         igemm_col col = igemm_col_make(s, kvalid ? k : 0);
 #pragma unroll
@@ -380,7 +406,6 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
         for (int j = 0; j < 8; j++)
             acc[i][j] = 0.f;
 
-    const int KT = (K + BK - 1) / BK;
     load_regs(0);
     store_smem(0);
     __syncthreads();
@@ -417,6 +442,11 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
             if (col >= N)
                 continue;
             size_t o = (size_t)row * N + col;
+            if (partial) {
+                *reinterpret_cast<float4 *>(partial + (size_t)blockIdx.z * M * N + o) =
+                    make_float4(acc[i][jh * 4], acc[i][jh * 4 + 1], acc[i][jh * 4 + 2], acc[i][jh * 4 + 3]);
+                continue;
+            }
             float4 bb = *reinterpret_cast<const float4 *>(bias + col);
             float4 v = make_float4(acc[i][jh * 4] + bb.x, acc[i][jh * 4 + 1] + bb.y, acc[i][jh * 4 + 2] + bb.z,
                                    acc[i][jh * 4 + 3] + bb.w);
@@ -434,13 +464,68 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
 }
 
 /* ===================================================================== */
+/* Split-K epilogue                                                      */
+/* ===================================================================== */
+
+// out[m][n] = relu?(sum_z partial[z][m][n] + bias[n] (+ res[m][n])), four
+// channels per thread.
+__device__ __forceinline__ void store4(float *p, float4 v)
+{
+    *reinterpret_cast<float4 *>(p) = v;
+}
+__device__ __forceinline__ void store4(__half *p, float4 v)
+{
+    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t *>(&a);
+    u.y = *reinterpret_cast<uint32_t *>(&b);
+    *reinterpret_cast<uint2 *>(p) = u;
+}
+__device__ __forceinline__ float4 load4(const float *p)
+{
+    return *reinterpret_cast<const float4 *>(p);
+}
+__device__ __forceinline__ float4 load4(const __half *p)
+{
+    uint2 u = *reinterpret_cast<const uint2 *>(p);
+    float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x)), b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    splitk_epilogue_kernel(const float *__restrict__ partial, int splits, int M, int N, const float *__restrict__ bias,
+                           const T *__restrict__ res, int relu, T *__restrict__ out)
+{
+    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    long total = (long)M * N;
+    if (i >= total)
+        return;
+    int col = (int)(i % N);
+    float4 v = *reinterpret_cast<const float4 *>(bias + col);
+    for (int z = 0; z < splits; z++) {
+        float4 p = *reinterpret_cast<const float4 *>(partial + (size_t)z * total + i);
+        v.x += p.x; v.y += p.y; v.z += p.z; v.w += p.w;
+    }
+    if (res) {
+        float4 r = load4(res + i);
+        v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
+    }
+    if (relu) {
+        v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f);
+        v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+    }
+    store4(out + i, v);
+}
+
+/* ===================================================================== */
 /* The tile table and the host launchers                                 */
 /* ===================================================================== */
 
 typedef void (*f16_kernel_fn)(const conv_shape, const __half *, const __half *, const float *,
-                              const __half *, __half *, int);
+                              const __half *, __half *, int, float *, int);
 typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, const float *,
-                              const float *, float *, int);
+                              const float *, float *, int, float *, int);
 
 struct f16_entry {
     conv_tile_info info;
@@ -451,19 +536,21 @@ struct f32_entry {
     f32_kernel_fn fn;
 };
 
-#define F16_TILE(BM, BN, BK, WM, WN, ST)                                                                  \
-    {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, f16_tile<BM, BN, BK, WM, WN, ST>::threads, \
-      f16_tile<BM, BN, BK, WM, WN, ST>::smem, 0},                                                        \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST>}
+#define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
+    {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0},    \
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 #define F32_TILE(BM, BN) \
-    {{"f32_" #BM "x" #BN, BM, BN, f32_tile<BM, BN>::threads, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
+    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 
 static f16_entry kTilesF16[] = {
-    F16_TILE(128, 128, 32, 2, 4, 4),
-    F16_TILE(128, 64, 32, 2, 2, 4),
-    F16_TILE(64, 128, 32, 2, 2, 4),
-    F16_TILE(64, 64, 32, 2, 2, 4),
-    F16_TILE(32, 64, 64, 1, 2, 3),
+    F16_TILE(128, 128, 32, 2, 4, 4, 2),
+    F16_TILE(128, 128, 64, 2, 4, 3, 2),
+    F16_TILE(256, 64, 32, 4, 2, 4, 2),
+    F16_TILE(128, 64, 32, 2, 2, 4, 3),
+    F16_TILE(64, 128, 32, 2, 2, 4, 3),
+    F16_TILE(64, 64, 64, 2, 2, 3, 3),
+    F16_TILE(32, 64, 64, 1, 2, 3, 4),
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
@@ -505,43 +592,97 @@ cudaError_t conv_init(void)
     return cudaSuccess;
 }
 
-// Estimated time of a layer with one tile: the waves of CTAs it takes,
-// each as long as a tile's work divided by how well that tile shape uses the
-// SM (bigger tiles reuse each loaded byte more). The smallest estimate wins.
-int conv_tile_pick(int fp16, const conv_shape *s, int num_sms)
+// Split-K for a tile: when its CTAs would fill under half the GPU, split K
+// so that about one full wave runs, keeping at least 4 k tiles per split.
+static conv_plan plan_for_tile(int fp16, int tile, const conv_shape *s, int num_sms)
+{
+    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    long M = (long)s->n * s->oh * s->ow;
+    long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
+    long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+    int kt = (s->kh * s->kw * s->c + t->bk - 1) / t->bk;
+    conv_plan p = {tile, 1, kt};
+    if (ctas * 2 <= slots) {
+        long want = slots / ctas;
+        int splits = (int)(want < 16 ? want : 16);
+        if (splits > kt / 4)
+            splits = kt / 4;
+        if (splits > 1) {
+            p.kt_per_split = (kt + splits - 1) / splits;
+            p.splits = (kt + p.kt_per_split - 1) / p.kt_per_split;
+        }
+    }
+    return p;
+}
+
+int conv_plan_candidates(int fp16, const conv_shape *s, int num_sms, conv_plan *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < conv_tile_count(fp16) && n < max; i++)
+        out[n++] = plan_for_tile(fp16, i, s, num_sms);
+    return n;
+}
+
+// Estimated time of a plan: the waves of CTAs it takes, each as long as a
+// tile's work divided by how well that tile shape uses the SM (bigger tiles
+// reuse each loaded byte more), plus the split-K epilogue's traffic.
+conv_plan conv_plan_pick(int fp16, const conv_shape *s, int num_sms)
 {
     long M = (long)s->n * s->oh * s->ow;
-    int best = 0;
+    conv_plan best = plan_for_tile(fp16, 0, s, num_sms);
     double best_t = 1e300;
     for (int i = 0; i < conv_tile_count(fp16); i++) {
         const conv_tile_info *t = conv_tile_get(fp16, i);
-        long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
-        long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+        conv_plan p = plan_for_tile(fp16, i, s, num_sms);
+        int per_sm = t->ctas_per_sm > 0 ? t->ctas_per_sm : 1;
+        long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn) * p.splits;
+        long slots = (long)num_sms * per_sm;
         long waves = (ctas + slots - 1) / slots;
         double intensity = (double)t->bm * t->bn / (t->bm + t->bn);  // MACs per loaded element
         double eff = intensity / (intensity + 16.0);
-        double tm = (double)waves * t->bm * t->bn * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1) / eff;
+        double tm = (double)waves * t->bm * t->bn * p.kt_per_split * t->bk * per_sm / eff;
+        if (p.splits > 1)
+            tm += (double)M * s->k * p.splits * 64.0 + 2e6;  // partials out and back, one more launch
         if (tm < best_t * 0.999) {
             best_t = tm;
-            best = i;
+            best = p;
         }
     }
     return best;
 }
 
-cudaError_t conv_launch(int fp16, int tile, const conv_shape *s, const void *in, const void *w,
-                        const float *bias, const void *res, int relu, void *out, cudaStream_t st)
+size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p)
 {
-    const conv_tile_info *t = conv_tile_get(fp16, tile);
-    if (!t)
+    return p->splits > 1 ? (size_t)p->splits * s->n * s->oh * s->ow * s->k * sizeof(float) : 0;
+}
+
+cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
+                        const float *bias, const void *res, int relu, void *out, float *workspace,
+                        cudaStream_t st)
+{
+    const conv_tile_info *t = conv_tile_get(fp16, p->tile);
+    if (!t || p->splits < 1 || (p->splits > 1 && !workspace))
         return cudaErrorInvalidValue;
     long M = (long)s->n * s->oh * s->ow;
-    dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn));
+    float *partial = p->splits > 1 ? workspace : NULL;
+    dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
     if (fp16)
-        kTilesF16[tile].fn<<<grid, t->threads, t->smem, st>>>(
-            *s, (const __half *)in, (const __half *)w, bias, (const __half *)res, (__half *)out, relu);
+        kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const __half *)in, (const __half *)w, bias,
+                                                                 (const __half *)res, (__half *)out, relu, partial,
+                                                                 p->kt_per_split);
     else
-        kTilesF32[tile].fn<<<grid, t->threads, 0, st>>>(*s, (const float *)in, (const float *)w, bias,
-                                                        (const float *)res, (float *)out, relu);
+        kTilesF32[p->tile].fn<<<grid, t->threads, 0, st>>>(*s, (const float *)in, (const float *)w, bias,
+                                                           (const float *)res, (float *)out, relu, partial,
+                                                           p->kt_per_split);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || !partial)
+        return e;
+    unsigned blocks = (unsigned)((M * s->k / 4 + 255) / 256);
+    if (fp16)
+        splitk_epilogue_kernel<__half><<<blocks, 256, 0, st>>>(partial, p->splits, (int)M, s->k, bias,
+                                                               (const __half *)res, relu, (__half *)out);
+    else
+        splitk_epilogue_kernel<float><<<blocks, 256, 0, st>>>(partial, p->splits, (int)M, s->k, bias,
+                                                              (const float *)res, relu, (float *)out);
     return cudaGetLastError();
 }

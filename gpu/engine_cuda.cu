@@ -63,6 +63,8 @@ typedef struct cuda_engine {
     int nbuf;
     int tensor_buf[NTENSORS];
     void *feat;       // [max_batch][512]
+    conv_plan plan[MAX_BUCKETS][NCONV];  // per bucket and conv: tile and split-K
+    float *workspace; // split-K partial sums, shared like the activations
     void *blas_ws;
     cublasHandle_t blas;
     int buckets[MAX_BUCKETS], nbuckets;
@@ -260,6 +262,17 @@ static void *tensor_ptr(cuda_engine *ce, int t)
     return ce->buf[ce->tensor_buf[t]];
 }
 
+static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p, cudaStream_t st)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    conv_shape sh = conv_shape_for(ce, i, n);
+    const void *res = d->residual == R18_NONE ? NULL : tensor_ptr(ce, source_tensor(d->residual));
+    return conv_launch(ce->fp16, p, &sh, tensor_ptr(ce, source_tensor(d->src)), ce->w[i], ce->b[i], res, d->relu,
+                       tensor_ptr(ce, i), ce->workspace, st);
+}
+
+static int bucket_for(const cuda_engine *ce, int n);
+
 // Enqueues the forward pass of n images of slot s on stream st. When marks
 // is given, records marks[op] after each op (for per-layer timing).
 static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *marks, char *err, size_t errlen)
@@ -274,15 +287,12 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
         op++;                                             \
     } while (0)
 
+    const conv_plan *plan = ce->plan[bucket_for(ce, n)];
     CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), (long)n * RESNET18_IMG * RESNET18_IMG, st));
     MARK();
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
-        conv_shape sh = conv_shape_for(ce, i, n);
-        int tile = conv_tile_pick(ce->fp16, &sh, ce->num_sms);
-        const void *res = d->residual == R18_NONE ? NULL : tensor_ptr(ce, source_tensor(d->residual));
-        CUDA_TRY(conv_launch(ce->fp16, tile, &sh, tensor_ptr(ce, source_tensor(d->src)), ce->w[i], ce->b[i], res,
-                             d->relu, tensor_ptr(ce, i), st));
+        CUDA_TRY(launch_conv(ce, i, n, &plan[i], st));
         MARK();
         if (i == 0) {
             const resnet18_conv_desc *l1 = &resnet18_convs[1];
@@ -313,6 +323,100 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     return 0;
 fail:
     return -1;
+}
+
+/* ---- per-layer plans ---------------------------------------------------- */
+
+#define MAX_CANDIDATES 16
+
+// Workspace for the largest split-K plan any candidate of any bucket uses.
+static size_t plans_workspace(cuda_engine *ce)
+{
+    size_t most = 0;
+    for (int b = 0; b < ce->nbuckets; b++)
+        for (int i = 0; i < NCONV; i++) {
+            conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
+            conv_plan c[MAX_CANDIDATES];
+            int nc = conv_plan_candidates(ce->fp16, &sh, ce->num_sms, c, MAX_CANDIDATES);
+            for (int j = 0; j < nc; j++) {
+                size_t w = conv_workspace_bytes(&sh, &c[j]);
+                most = w > most ? w : most;
+            }
+        }
+    return most;
+}
+
+// Times every candidate plan of every conv at every bucket on slot 0 (one
+// warm-up launch, then the best of 3) and keeps the fastest. The input is
+// random and one full forward pass runs first, so each layer is timed on
+// realistic activations and with the clocks up. Creation time only.
+static int autotune(cuda_engine *ce, char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[0];
+    cudaStream_t st = sl->stream;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    size_t bytes = (size_t)ce->pub.max_batch * RESNET18_INPUT_BYTES;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < bytes; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        sl->h_in[i] = (uint8_t)(x >> 32);
+    }
+    CUDA_TRY(cudaEventCreate(&e0));
+    CUDA_TRY(cudaEventCreate(&e1));
+    CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, bytes, cudaMemcpyHostToDevice, st));
+    for (int r = 0; r < 3; r++)
+        if (forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
+            goto fail_quiet;
+    for (int b = 0; b < ce->nbuckets; b++)
+        for (int i = 0; i < NCONV; i++) {
+            conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
+            conv_plan c[MAX_CANDIDATES];
+            int nc = conv_plan_candidates(ce->fp16, &sh, ce->num_sms, c, MAX_CANDIDATES);
+            float best = 1e30f;
+            for (int j = 0; j < nc; j++) {
+                CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], st));
+                float t = 1e30f;
+                for (int r = 0; r < 3; r++) {
+                    float ms;
+                    CUDA_TRY(cudaEventRecord(e0, st));
+                    CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], st));
+                    CUDA_TRY(cudaEventRecord(e1, st));
+                    CUDA_TRY(cudaEventSynchronize(e1));
+                    CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
+                    t = ms < t ? ms : t;
+                }
+                if (t < best) {
+                    best = t;
+                    ce->plan[b][i] = c[j];
+                }
+            }
+        }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 0;
+fail:
+fail_quiet:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    return -1;
+}
+
+// The cost model's plans, then (unless RESNETD_GPU_AUTOTUNE=0) measured ones.
+static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
+{
+    for (int b = 0; b < ce->nbuckets; b++)
+        for (int i = 0; i < NCONV; i++) {
+            conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
+            ce->plan[b][i] = conv_plan_pick(ce->fp16, &sh, ce->num_sms);
+        }
+    const char *env = getenv("RESNETD_GPU_AUTOTUNE");
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    return autotune(ce, err, errlen);
 }
 
 // One graph per (slot, bucket); the bucket runs padded inputs beyond n.
@@ -448,6 +552,7 @@ static void cuda_destroy(void *ctx)
     cudaFree(ce->fc_w);
     cudaFree(ce->fc_b);
     cudaFree(ce->feat);
+    cudaFree(ce->workspace);
     if (ce->blas)
         cublasDestroy(ce->blas);
     cudaFree(ce->blas_ws);
@@ -544,9 +649,18 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     CUBLAS_TRY(cublasSetWorkspace(ce->blas, ce->blas_ws, BLAS_WORKSPACE));
 
     make_buckets(ce, cfg->max_batch);
+    {
+        size_t ws = plans_workspace(ce);
+        if (ws > 0)
+            CUDA_TRY(dev_alloc(ce, (void **)&ce->workspace, ws));
+    }
     for (int s = 0; s < nslots; s++)
         if (create_slot(ce, s, err, errlen) != 0)
             goto fail;
+    if (choose_plans(ce, err, errlen) != 0)
+        goto fail;
+    memset(ce->slot[0].h_in, 0, nb * RESNET18_INPUT_BYTES);  // autotuning left random pixels
+    CUDA_TRY(cudaMemset(ce->slot[0].d_in, 0, nb * RESNET18_INPUT_BYTES));
     for (int s = 0; s < nslots; s++)
         if (capture_graphs(ce, s, err, errlen) != 0)
             goto fail;
@@ -598,10 +712,11 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].name = op_name(op);
         out[op].ms = ms;
         out[op].tile = NULL;
+        out[op].splits = 0;
         if (op == 1 || (op >= 3 && op < NCONV + 2)) {
-            int ci = op == 1 ? 0 : op - 2;
-            conv_shape sh = conv_shape_for(ce, ci, n);
-            out[op].tile = conv_tile_get(ce->fp16, conv_tile_pick(ce->fp16, &sh, ce->num_sms))->name;
+            const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];
+            out[op].tile = conv_tile_get(ce->fp16, p->tile)->name;
+            out[op].splits = p->splits;
         }
         count++;
     }

@@ -34,6 +34,7 @@ int engine_cuda_topk(engine *e, int slot, const int **idx, const float **prob);
 typedef struct gpu_layer_time {
     const char *name;   /* "layer1.0.conv1", "maxpool", "fc", ... */
     const char *tile;   /* convs: the tile configuration used; else NULL */
+    int splits;         /* convs: split-K factor (1: none); else 0 */
     double ms;
 } gpu_layer_time;
 

@@ -62,11 +62,13 @@ extern "C" const char *gpu_test_conv_tile_name(int fp16, int tile)
     return t ? t->name : "?";
 }
 
-extern "C" int gpu_test_conv(int fp16, int tile, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
+extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
                              float *res, int relu, float *out, char *err, size_t errlen)
 {
     void *din = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
-    float *dbias = NULL;
+    float *dbias = NULL, *dws = NULL;
+    conv_plan plan = {tile, 1, 0};
+    const conv_tile_info *info = conv_tile_get(fp16, tile);
     int rc = -1;
     size_t nin, nw, nout;
     conv_shape s = conv_shape_make(t->n, t->h, t->w, t->c, t->k, t->kh, t->kw, t->stride, t->pad_h, t->pad_w);
@@ -78,6 +80,16 @@ extern "C" int gpu_test_conv(int fp16, int tile, gpu_test_conv_shape *t, float *
     t->ow = s.ow;
     if (conv_shape_check(&s, fp16, err, errlen) != 0)
         return -1;
+    if (!info || splits < 1) {
+        snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
+        return -1;
+    }
+    plan.kt_per_split = (s.kh * s.kw * s.c + info->bk - 1) / info->bk;
+    if (splits > 1) {
+        int kt = plan.kt_per_split;
+        plan.kt_per_split = (kt + splits - 1) / splits;
+        plan.splits = (kt + plan.kt_per_split - 1) / plan.kt_per_split;
+    }
     nin = (size_t)s.n * s.h * s.w * s.c;
     nw = (size_t)s.k * s.kh * s.kw * s.c;
     nout = (size_t)s.n * s.oh * s.ow * s.k;
@@ -89,7 +101,9 @@ extern "C" int gpu_test_conv(int fp16, int tile, gpu_test_conv_shape *t, float *
     if (res)
         CUDA_TRY(to_device(fp16, res, nout, &dres));
     CUDA_TRY(poisoned(fp16, nout, &dout));
-    CUDA_TRY(conv_launch(fp16, tile, &s, din, dw, dbias, dres, relu, dout, 0));
+    if (plan.splits > 1)
+        CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
+    CUDA_TRY(conv_launch(fp16, &plan, &s, din, dw, dbias, dres, relu, dout, dws, 0));
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(to_host(fp16, dout, nout, out));
     rc = 0;
@@ -99,6 +113,7 @@ fail:
     cudaFree(dbias);
     cudaFree(dres);
     cudaFree(dout);
+    cudaFree(dws);
     return rc;
 }
 

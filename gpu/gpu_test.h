@@ -27,8 +27,9 @@ int gpu_test_conv_tiles(int fp16);
 const char *gpu_test_conv_tile_name(int fp16, int tile);
 
 /* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.
- * Fills s->oh and s->ow when they are 0. */
-int gpu_test_conv(int fp16, int tile, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
+ * splits > 1 splits K over that many CTAs (fewer when K is short) and adds
+ * the partial sums in the split-K epilogue. Fills s->oh and s->ow when 0. */
+int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
                   int relu, float *out, char *err, size_t errlen);
 
 /* in: npix RGB pixels; out: npix x 4 (normalised RGB, then 0). */

@@ -31,8 +31,8 @@ int conv_shape_check(const conv_shape *s, int fp16, char *err, size_t errlen);
 
 // The tile table: the template instantiations a layer can run with.
 struct conv_tile_info {
-    const char *name;   // "f16_128x128x32_s4", ...
-    int bm, bn;         // CTA tile in M and N
+    const char *name;   // "f16_128x128x32_w2x4_s4", ...
+    int bm, bn, bk;     // CTA tile in M, N and K
     int threads;
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
@@ -41,11 +41,24 @@ int conv_tile_count(int fp16);
 const conv_tile_info *conv_tile_get(int fp16, int tile);
 // Sets shared-memory limits and reads occupancy; once per process and device.
 cudaError_t conv_init(void);
-// The tile the engine uses for shape s on a device with num_sms SMs.
-int conv_tile_pick(int fp16, const conv_shape *s, int num_sms);
-// out = relu?(conv(in, w) + bias (+ res)). res may be NULL.
-cudaError_t conv_launch(int fp16, int tile, const conv_shape *s, const void *in, const void *w,
-                        const float *bias, const void *res, int relu, void *out, cudaStream_t st);
+
+// How one layer runs: a tile, and a split of K over `splits` CTAs of
+// kt_per_split k tiles each, whose FP32 partial sums a second kernel adds
+// up before the epilogue (splits == 1: no split, no workspace).
+struct conv_plan {
+    int tile, splits, kt_per_split;
+};
+// Every tile, each with the split the heuristic gives it; returns the count.
+int conv_plan_candidates(int fp16, const conv_shape *s, int num_sms, conv_plan *out, int max);
+// The plan a cost model picks (used when the engine does not autotune).
+conv_plan conv_plan_pick(int fp16, const conv_shape *s, int num_sms);
+// Workspace a plan needs (FP32 partial sums), 0 without split-K.
+size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
+// out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
+// NULL when p->splits == 1.
+cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
+                        const float *bias, const void *res, int relu, void *out, float *workspace,
+                        cudaStream_t st);
 
 // uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
 // fourth channel zero: the stem reads 16-byte chunks of whole pixels.

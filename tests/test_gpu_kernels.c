@@ -94,7 +94,7 @@ static const gpu_test_conv_shape conv_shapes[] = {
 };
 #define NSHAPES ((int)(sizeof conv_shapes / sizeof conv_shapes[0]))
 
-static void check_conv(int fp16, int tile, int shape, int with_res, int relu)
+static void check_conv(int fp16, int tile, int splits, int shape, int with_res, int relu)
 {
     gpu_test_conv_shape s = conv_shapes[shape];
     char err[256];
@@ -107,15 +107,15 @@ static void check_conv(int fp16, int tile, int shape, int with_res, int relu)
     float *out = malloc(nout * sizeof *out);
     double *ref = malloc(nout * sizeof *ref);
     ck_assert(out && ref);
-    int rc = gpu_test_conv(fp16, tile, &s, in, w, bias, res, relu, out, err, sizeof err);
+    int rc = gpu_test_conv(fp16, tile, splits, &s, in, w, bias, res, relu, out, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_int_eq(s.oh, oh);
     ck_assert_int_eq(s.ow, ow);
     conv_ref(&s, in, w, bias, res, relu, ref);
     double rel = rel_l2_d(out, ref, nout);
     double tol = fp16 ? 2e-3 : 1e-5;
-    ck_assert_msg(rel <= tol, "%s shape %d res %d relu %d: rel L2 %.3g > %.1g", gpu_test_conv_tile_name(fp16, tile),
-                  shape, with_res, relu, rel, tol);
+    ck_assert_msg(rel <= tol, "%s split %d shape %d res %d relu %d: rel L2 %.3g > %.1g",
+                  gpu_test_conv_tile_name(fp16, tile), splits, shape, with_res, relu, rel, tol);
     free(in);
     free(w);
     free(bias);
@@ -128,8 +128,9 @@ static void check_all_conv(int fp16)
 {
     for (int t = 0; t < gpu_test_conv_tiles(fp16); t++)
         for (int sh = 0; sh < NSHAPES; sh++) {
-            check_conv(fp16, t, sh, sh % 2, 1);
-            check_conv(fp16, t, sh, !(sh % 2), sh != 3);
+            check_conv(fp16, t, 1, sh, sh % 2, 1);
+            check_conv(fp16, t, 1, sh, !(sh % 2), sh != 3);
+            check_conv(fp16, t, 3, sh, 1, 1);  /* split-K, with a ragged last split where K allows */
         }
 }
 
@@ -150,7 +151,7 @@ START_TEST(conv_rejects_unsupported_channels)
     gpu_test_conv_shape s = {1, 5, 5, 6, 8, 3, 3, 1, 1, 1, 0, 0};
     float in[150] = {0}, w[432] = {0}, bias[8] = {0}, out[200];
     char err[256] = "";
-    ck_assert_int_eq(gpu_test_conv(1, 0, &s, in, w, bias, NULL, 1, out, err, sizeof err), -1);
+    ck_assert_int_eq(gpu_test_conv(1, 0, 1, &s, in, w, bias, NULL, 1, out, err, sizeof err), -1);
     ck_assert(strstr(err, "channels") != NULL);
 }
 END_TEST

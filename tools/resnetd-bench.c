@@ -25,6 +25,9 @@
 #include "model/engine.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
+#ifdef HAVE_CUDA
+#include "gpu/gpu.h"
+#endif
 
 #define BENCH_MAX_BATCHES 16
 #define BENCH_MAX_BATCH 4096
@@ -40,6 +43,8 @@ typedef struct bench_opts {
     int decode_only;
     int decode_threads;
     int json;
+    int layers;                 /* CUDA: per-layer times at each batch size */
+    int pipeline_batch;         /* >0: time the two-slot pipeline at this batch */
 } bench_opts;
 
 /* One engine measurement: a batch size at one precision. */
@@ -49,7 +54,37 @@ typedef struct engine_result {
     double ms_min, ms_max;
     double img_per_s;
     double gflops;
+    double gpu_ms;              /* CUDA: median compute time of the graph alone, 0 elsewhere */
+    double h2d_ms, d2h_ms;      /* CUDA: median copy times */
 } engine_result;
+
+/* The two-slot pipeline at one batch size, through the engine interface. */
+typedef struct pipeline_result {
+    int batch;
+    double serial_ms;           /* per batch: submit + wait on one slot */
+    double overlap_ms;          /* per batch: two slots kept in flight */
+    double compute_ms;          /* CUDA: graph alone (0 elsewhere) */
+    double copy_ms;             /* CUDA: h2d + d2h */
+    double hidden;              /* fraction of copy time hidden: (serial - overlap) / copy */
+} pipeline_result;
+
+#define BENCH_MAX_LAYERS 32
+typedef struct layer_result {
+    int batch;
+    int n;
+#ifdef HAVE_CUDA
+    gpu_layer_time t[BENCH_MAX_LAYERS];
+#endif
+} layer_result;
+
+/* What the engine part measured, besides the per-batch rows. */
+typedef struct engine_extras {
+    size_t device_bytes, pinned_bytes;
+    int has_pipeline;
+    pipeline_result pipe;
+    layer_result layers[BENCH_MAX_BATCHES];
+    int nlayers;
+} engine_extras;
 
 typedef struct decode_result {
     int files;
@@ -73,6 +108,8 @@ static void usage(FILE *f)
             "  --decode-threads N   preprocessing threads (default: all cores)\n"
             "  --decode-only        time only the preprocessing\n"
             "  --json               print one JSON object\n"
+            "  --layers             CUDA: per-layer GPU times at each batch size\n"
+            "  --pipeline B         time the two-slot pipeline at batch B: overlap on vs off\n"
             "  --help\n",
             BENCH_WARMUP);
 }
@@ -107,7 +144,8 @@ static int parse_batches(const char *s, bench_opts *o)
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
-           OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP };
+           OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
+           OPT_PIPELINE };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
@@ -119,6 +157,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"decode-threads", required_argument, NULL, OPT_DECODE_THREADS},
         {"decode-only", no_argument, NULL, OPT_DECODE_ONLY},
         {"json", no_argument, NULL, OPT_JSON},
+        {"layers", no_argument, NULL, OPT_LAYERS},
+        {"pipeline", required_argument, NULL, OPT_PIPELINE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -175,6 +215,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case OPT_DECODE_ONLY: o->decode_only = 1; break;
         case OPT_JSON: o->json = 1; break;
+        case OPT_LAYERS: o->layers = 1; break;
+        case OPT_PIPELINE:
+            if (parse_int(optarg, 1, BENCH_MAX_BATCH, &v) != 0) {
+                fprintf(stderr, "resnetd-bench: --pipeline must be a batch size in 1..%d, got '%s'\n",
+                        BENCH_MAX_BATCH, optarg);
+                return -1;
+            }
+            o->pipeline_batch = (int)v;
+            break;
         case OPT_HELP: usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -230,16 +279,84 @@ static int bench_engine_batch(engine *e, int batch, int iters, engine_result *r,
     r->ms_max = ms[iters - 1];
     r->img_per_s = batch * 1000.0 / r->ms_per_batch;
     r->gflops = r->img_per_s * 2.0 * resnet18_macs_per_image() / 1e9;
+    r->gpu_ms = r->h2d_ms = r->d2h_ms = 0;
+#ifdef HAVE_CUDA
+    if (e->device == ENGINE_DEVICE_CUDA) {
+        /* The graph alone, as PyTorch is timed: inputs already on the GPU. */
+        double *h2d = malloc((size_t)iters * sizeof *h2d), *d2h = malloc((size_t)iters * sizeof *d2h);
+        int rc = h2d && d2h ? 0 : -1;
+        for (int i = 0; rc == 0 && i < iters; i++)
+            rc = engine_cuda_phase_times(e, batch, &h2d[i], &ms[i], &d2h[i], err, errlen);
+        if (rc == 0) {
+            r->gpu_ms = median(ms, iters);
+            r->h2d_ms = median(h2d, iters);
+            r->d2h_ms = median(d2h, iters);
+        }
+        free(h2d);
+        free(d2h);
+        if (rc != 0) {
+            free(ms);
+            return -1;
+        }
+    }
+#endif
     free(ms);
+    return 0;
+}
+
+/* Serial (one slot: submit, wait) against overlapped (two slots in flight)
+ * over the same number of batches; per-batch medians of 5 rounds. */
+static int bench_pipeline(engine *e, int batch, int iters, pipeline_result *r, char *err, size_t errlen)
+{
+    enum { ROUNDS = 5 };
+    double serial[ROUNDS], overlap[ROUNDS];
+    if (e->nslots < 2) {
+        snprintf(err, errlen, "the pipeline needs an engine with two slots (this one has %d)", e->nslots);
+        return -1;
+    }
+    int n = iters < 4 ? 4 : iters;
+    for (int round = 0; round < ROUNDS; round++) {
+        uint64_t t0 = clock_now_ns();
+        for (int i = 0; i < n; i++)
+            if (engine_submit(e, 0, batch, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
+                return -1;
+        serial[round] = (double)(clock_now_ns() - t0) / 1e6 / n;
+        t0 = clock_now_ns();
+        if (engine_submit(e, 0, batch, err, errlen) != 0)
+            return -1;
+        for (int i = 1; i < n; i++) {
+            int s = i % 2;
+            if (engine_submit(e, s, batch, err, errlen) != 0 || engine_wait(e, !s, err, errlen) != 0)
+                return -1;
+        }
+        if (engine_wait(e, (n - 1) % 2, err, errlen) != 0)
+            return -1;
+        overlap[round] = (double)(clock_now_ns() - t0) / 1e6 / n;
+    }
+    r->batch = batch;
+    r->serial_ms = median(serial, ROUNDS);
+    r->overlap_ms = median(overlap, ROUNDS);
+    r->compute_ms = r->copy_ms = r->hidden = 0;
+#ifdef HAVE_CUDA
+    if (e->device == ENGINE_DEVICE_CUDA) {
+        double h2d, comp, d2h;
+        if (engine_cuda_phase_times(e, batch, &h2d, &comp, &d2h, err, errlen) != 0)
+            return -1;
+        r->compute_ms = comp;
+        r->copy_ms = h2d + d2h;
+        double hidden = (r->serial_ms - r->overlap_ms) / r->copy_ms;
+        r->hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+    }
+#endif
     return 0;
 }
 
 /* Creates one engine sized for the largest batch and times every size. */
 static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_result *res,
-                        engine *info, char *err, size_t errlen)
+                        engine *info, engine_extras *x, char *err, size_t errlen)
 {
     engine_config cfg = o->ecfg;
-    cfg.max_batch = 0;
+    cfg.max_batch = o->pipeline_batch;
     for (int i = 0; i < o->nbatches; i++)
         if (o->batches[i] > cfg.max_batch)
             cfg.max_batch = o->batches[i];
@@ -248,16 +365,35 @@ static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_r
         return -1;
     /* Random pixels: an all-zero input could take faster paths. */
     uint64_t s = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < (size_t)cfg.max_batch * RESNET18_INPUT_BYTES; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        e->input[0][i] = (uint8_t)(s >> 32);
-    }
+    for (int slot = 0; slot < e->nslots; slot++)
+        for (size_t i = 0; i < (size_t)cfg.max_batch * RESNET18_INPUT_BYTES; i++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            e->input[slot][i] = (uint8_t)(s >> 32);
+        }
     *info = *e;
     int rc = 0;
     for (int i = 0; i < o->nbatches && rc == 0; i++)
         rc = bench_engine_batch(e, o->batches[i], o->iters, &res[i], err, errlen);
+    x->device_bytes = e->ops->device_memory ? e->ops->device_memory(e->ctx) : 0;
+    x->pinned_bytes = e->ops->pinned_memory ? e->ops->pinned_memory(e->ctx) : 0;
+    if (rc == 0 && o->pipeline_batch > 0) {
+        rc = bench_pipeline(e, o->pipeline_batch, o->iters, &x->pipe, err, errlen);
+        x->has_pipeline = rc == 0;
+    }
+#ifdef HAVE_CUDA
+    if (rc == 0 && o->layers && e->device == ENGINE_DEVICE_CUDA)
+        for (int i = 0; i < o->nbatches && rc == 0; i++) {
+            layer_result *L = &x->layers[x->nlayers];
+            L->batch = o->batches[i];
+            L->n = engine_cuda_layer_times(e, L->batch, L->t, BENCH_MAX_LAYERS, err, errlen);
+            if (L->n < 0)
+                rc = -1;
+            else
+                x->nlayers++;
+        }
+#endif
     engine_destroy(e);
     return rc;
 }
@@ -458,16 +594,53 @@ out:
 /* ---- output --------------------------------------------------------------- */
 
 static void print_table(const bench_opts *o, const engine *info, const engine_result *res,
-                        const decode_result *dec)
+                        const engine_extras *x, const decode_result *dec)
 {
     if (!o->decode_only) {
+        int cuda = info->device == ENGINE_DEVICE_CUDA;
         printf("engine: %s, %s, weights %s, %d warm-up + %d timed batches (median)\n",
                engine_device_name(info->device), engine_precision_name(info->precision), o->weights,
                BENCH_WARMUP, o->iters);
-        printf("%6s %12s %10s %10s\n", "batch", "ms/batch", "img/s", "GFLOP/s");
-        for (int i = 0; i < o->nbatches; i++)
-            printf("%6d %12.3f %10.1f %10.1f\n", res[i].batch, res[i].ms_per_batch, res[i].img_per_s,
+        if (cuda)
+            printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU)\n");
+        printf("%6s %12s %10s %10s", "batch", "ms/batch", "img/s", "GFLOP/s");
+        if (cuda)
+            printf(" %10s %10s %10s %9s %9s", "gpu ms", "gpu img/s", "gpu TFLOP/s", "h2d ms", "d2h ms");
+        printf("\n");
+        for (int i = 0; i < o->nbatches; i++) {
+            printf("%6d %12.3f %10.1f %10.1f", res[i].batch, res[i].ms_per_batch, res[i].img_per_s,
                    res[i].gflops);
+            if (cuda && res[i].gpu_ms > 0)
+                printf(" %10.3f %10.1f %10.1f %9.3f %9.3f", res[i].gpu_ms, res[i].batch * 1000.0 / res[i].gpu_ms,
+                       res[i].batch / res[i].gpu_ms * 2.0 * resnet18_macs_per_image() / 1e9, res[i].h2d_ms,
+                       res[i].d2h_ms);
+            printf("\n");
+        }
+        if (x->device_bytes || x->pinned_bytes)
+            printf("memory: device %.1f MiB, pinned host %.1f MiB (max batch %d, %d slots)\n",
+                   x->device_bytes / 1048576.0, x->pinned_bytes / 1048576.0, info->max_batch, info->nslots);
+        if (x->has_pipeline) {
+            const pipeline_result *p = &x->pipe;
+            printf("pipeline b=%d: serial %.3f ms/batch (%.0f img/s), two slots %.3f ms/batch (%.0f img/s), "
+                   "speed-up %.2fx", p->batch, p->serial_ms, p->batch * 1000.0 / p->serial_ms, p->overlap_ms,
+                   p->batch * 1000.0 / p->overlap_ms, p->serial_ms / p->overlap_ms);
+            if (p->copy_ms > 0)
+                printf("; compute alone %.3f ms, copies %.3f ms, %.0f%% of copy time hidden", p->compute_ms,
+                       p->copy_ms, 100 * p->hidden);
+            printf("\n");
+        }
+#ifdef HAVE_CUDA
+        for (int l = 0; l < x->nlayers; l++) {
+            const layer_result *L = &x->layers[l];
+            double total = 0;
+            for (int j = 0; j < L->n; j++)
+                total += L->t[j].ms;
+            printf("layers at batch %d (op by op, not graphed: %.3f ms total)\n", L->batch, total);
+            for (int j = 0; j < L->n; j++)
+                printf("  %-24s %9.3f ms %5.1f%%  %s%s\n", L->t[j].name, L->t[j].ms, 100 * L->t[j].ms / total,
+                       L->t[j].tile ? L->t[j].tile : "", L->t[j].splits > 1 ? " split-K" : "");
+        }
+#endif
     }
     if (o->decode_dir)
         printf("decode: %d files from %s, %d threads: %.1f img/s (median of %d passes)\n",
@@ -475,7 +648,7 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
 }
 
 static int print_json(const bench_opts *o, const engine *info, const engine_result *res,
-                      const decode_result *dec)
+                      const engine_extras *x, const decode_result *dec)
 {
     json_t *root = json_object();
     if (!root)
@@ -487,15 +660,47 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "weights", json_string(o->weights));
         json_object_set_new(root, "threads", json_integer(o->ecfg.threads));
         json_object_set_new(root, "iters", json_integer(o->iters));
-        for (int i = 0; i < o->nbatches; i++)
-            json_array_append_new(rows, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",
-                                                  "batch", res[i].batch,
-                                                  "ms_per_batch", res[i].ms_per_batch,
-                                                  "ms_min", res[i].ms_min,
-                                                  "ms_max", res[i].ms_max,
-                                                  "img_per_s", res[i].img_per_s,
-                                                  "gflops", res[i].gflops));
+        for (int i = 0; i < o->nbatches; i++) {
+            json_t *row = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",
+                                    "batch", res[i].batch,
+                                    "ms_per_batch", res[i].ms_per_batch,
+                                    "ms_min", res[i].ms_min,
+                                    "ms_max", res[i].ms_max,
+                                    "img_per_s", res[i].img_per_s,
+                                    "gflops", res[i].gflops);
+            if (row && res[i].gpu_ms > 0) {
+                json_object_set_new(row, "gpu_ms", json_real(res[i].gpu_ms));
+                json_object_set_new(row, "gpu_img_per_s", json_real(res[i].batch * 1000.0 / res[i].gpu_ms));
+                json_object_set_new(row, "h2d_ms", json_real(res[i].h2d_ms));
+                json_object_set_new(row, "d2h_ms", json_real(res[i].d2h_ms));
+            }
+            json_array_append_new(rows, row);
+        }
         json_object_set_new(root, "engine", rows);
+        json_object_set_new(root, "max_batch", json_integer(info->max_batch));
+        json_object_set_new(root, "device_memory_bytes", json_integer((json_int_t)x->device_bytes));
+        json_object_set_new(root, "pinned_memory_bytes", json_integer((json_int_t)x->pinned_bytes));
+        if (x->has_pipeline)
+            json_object_set_new(root, "pipeline", json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",
+                                                            "batch", x->pipe.batch,
+                                                            "serial_ms", x->pipe.serial_ms,
+                                                            "overlap_ms", x->pipe.overlap_ms,
+                                                            "compute_ms", x->pipe.compute_ms,
+                                                            "copy_ms", x->pipe.copy_ms,
+                                                            "copy_hidden", x->pipe.hidden));
+#ifdef HAVE_CUDA
+        if (x->nlayers > 0) {
+            json_t *layers = json_array();
+            for (int l = 0; l < x->nlayers; l++)
+                for (int j = 0; j < x->layers[l].n; j++) {
+                    const gpu_layer_time *t = &x->layers[l].t[j];
+                    json_array_append_new(layers, json_pack("{s:i, s:s, s:f, s:s, s:i}", "batch",
+                                                            x->layers[l].batch, "name", t->name, "ms", t->ms,
+                                                            "tile", t->tile ? t->tile : "", "splits", t->splits));
+                }
+            json_object_set_new(root, "layers", layers);
+        }
+#endif
     }
     if (o->decode_dir)
         json_object_set_new(root, "decode", json_pack("{s:s, s:i, s:i, s:i, s:f}",
@@ -522,6 +727,7 @@ int main(int argc, char **argv)
     engine_result res[BENCH_MAX_BATCHES];
     decode_result dec = {0};
     engine info = {0};
+    static engine_extras extras;
     if (!o.decode_only) {
         resnet18_weights w;
         int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
@@ -530,7 +736,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "resnetd-bench: %s\n", err);
             return 1;
         }
-        int rc = bench_engine(&o, &w, res, &info, err, sizeof err);
+        int rc = bench_engine(&o, &w, res, &info, &extras, err, sizeof err);
         weights_free(&w);
         if (rc != 0) {
             fprintf(stderr, "resnetd-bench: %s\n", err);
@@ -542,12 +748,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.json) {
-        if (print_json(&o, &info, res, &dec) != 0) {
+        if (print_json(&o, &info, res, &extras, &dec) != 0) {
             fprintf(stderr, "resnetd-bench: cannot build JSON output\n");
             return 1;
         }
     } else {
-        print_table(&o, &info, res, &dec);
+        print_table(&o, &info, res, &extras, &dec);
     }
     return 0;
 }
