@@ -35,6 +35,7 @@ typedef struct {
     int has_req;
     int warm;                /* the request belongs to the warm-up */
     int backoff;             /* resting after a failed connect: not on the idle stack */
+    int write_failed;        /* the peer reset or closed while the body was going out */
     int images;
     uint64_t intended_ns, sent_ns, deadline_ns, rest_until_ns;
     struct iovec *iov;       /* 2 + 3 * images_per_request entries */
@@ -173,7 +174,7 @@ static void request_end(worker *w, lconn *c, int status, load_error err)
 
 static void conn_write(worker *w, lconn *c)
 {
-    while (c->iov_i < c->iov_n) {
+    while (c->iov_i < c->iov_n && !c->write_failed) {
         struct msghdr m = {.msg_iov = c->iov + c->iov_i, .msg_iovlen = (size_t)(c->iov_n - c->iov_i)};
         ssize_t n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (n < 0) {
@@ -183,7 +184,14 @@ static void conn_write(worker *w, lconn *c)
                 set_events(w, c, EPOLLIN | EPOLLOUT);
                 return;
             }
-            request_end(w, c, 0, errno == ECONNRESET || errno == EPIPE ? LOAD_ERR_RESET : LOAD_ERR_OTHER);
+            if (errno == ECONNRESET || errno == EPIPE) {
+                /* the server may have answered early (413) and closed: stop
+                 * writing and let the read side find the answer or the error */
+                c->write_failed = 1;
+                set_events(w, c, EPOLLIN);
+                return;
+            }
+            request_end(w, c, 0, LOAD_ERR_OTHER);
             return;
         }
         size_t left = (size_t)n;
@@ -274,6 +282,7 @@ static void dispatch(worker *w, lconn *c, uint64_t intended_ns, uint64_t now, in
     load_stats *s = warm ? w->warm : w->meas;
     build_request(w, c);
     c->has_req = 1;
+    c->write_failed = 0;
     c->warm = warm;
     c->intended_ns = intended_ns;
     c->sent_ns = now;
@@ -520,10 +529,11 @@ static void *worker_main(void *arg)
                 conn_connected(w, c);
                 continue;
             }
-            if ((evs[i].events & EPOLLOUT) && c->has_req && c->iov_i < c->iov_n)
-                conn_write(w, c);
-            if (c->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+            /* read first: an early answer (413) may be waiting behind a reset */
+            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                 conn_read(w, c);
+            if (c->fd >= 0 && (evs[i].events & EPOLLOUT) && c->has_req && c->iov_i < c->iov_n)
+                conn_write(w, c);
         }
     }
     for (int i = 0; i < w->nconns; i++)
