@@ -61,6 +61,8 @@ typedef struct cpu_layer {
     float *w;           /* avx512: [cout/NR][K][NR] panels; blas: [cout][K] */
     float *b;           /* [cout] */
     int src, res, dst;  /* activation buffer indices; res -1 = none */
+    int src_pad;        /* zero border of the input buffer, in pixels */
+    int in_place;       /* avx512: read the padded input directly, no im2col */
 } cpu_layer;
 
 typedef struct cpu_pool {
@@ -98,6 +100,7 @@ struct cpu_engine {
     cpu_layer layer[RESNET18_NUM_CONVS];
     int pool_h;                 /* maxpool output height (= width) */
     int image_buf, pool_buf;    /* activation buffers of the image and pool */
+    int image_pad;              /* the image buffer's zero border, in pixels */
     float *act[NTENSORS];       /* distinct activation buffers, [max_batch][h][w][c] */
     int nact;
     float *fc_w;                /* [1000][512] */
@@ -228,12 +231,14 @@ static void split_range(int total, int nparts, int i, int *lo, int *hi)
 /* ---- im2col ------------------------------------------------------------ */
 
 /* Writes rows [m0, m0 + rows) of conv d's A matrix (row m = output pixel m of
- * the batch, columns in KRSC order) to dst with leading dimension K. Rows at
- * or past M are zero so a full kernel tile can read them. */
-static void im2col_rows(const resnet18_conv_desc *d, const float *in, int m0, int rows, int M,
-                        float *dst, int K)
+ * the batch, columns in KRSC order) to dst with leading dimension K. The
+ * input has a zero border of ipad pixels. Rows at or past M are zero so a
+ * full kernel tile can read them. */
+static void im2col_rows(const resnet18_conv_desc *d, const float *in, int ipad, int m0, int rows,
+                        int M, float *dst, int K)
 {
-    const int oh = d->out_h, ih = d->in_h, cin = d->cin, k = d->k, s = d->stride, p = d->pad;
+    const int oh = d->out_h, ih = d->in_h + 2 * ipad, cin = d->cin, k = d->k, s = d->stride;
+    const int p = d->pad - ipad;
     const size_t seg = (size_t)k * cin;
     for (int r = 0; r < rows; r++) {
         float *row = dst + (size_t)r * K;
@@ -272,13 +277,15 @@ typedef struct epilogue {
     int relu;
 } epilogue;
 
-/* C[mr][NR] (row stride ldc) = or += A[MR][kc] (row stride lda) * B[kc][NR].
- * first: start from zero rather than C. ep: last K block, apply bias,
- * residual and ReLU. Rows mr..MR-1 of A are read (they must exist) but their
- * results are dropped. */
+/* C[mr][NR] (row stride ldc) = or += A[MR][kc] * B[kc][NR], where A's
+ * columns are nseg segments of seglen: element (r, s*seglen + j) is at
+ * a[s * segstride + r * lda + j]. im2col rows are one segment; a conv read in
+ * place is one segment per kernel row. first: start from zero rather than C.
+ * ep: last K block, apply bias, residual and ReLU. Rows mr..MR-1 of A are read
+ * (they must exist) but their results are dropped. */
 __attribute__((target("avx512f")))
-static void kernel_14x32(int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc,
-                         int mr, int first, const epilogue *ep)
+static void kernel_14x32(const float *a, size_t lda, int nseg, int seglen, size_t segstride,
+                         const float *b, float *c, size_t ldc, int mr, int first, const epilogue *ep)
 {
     __m512 acc[MR][2];
 #pragma GCC unroll 14
@@ -293,24 +300,26 @@ static void kernel_14x32(int kc, const float *a, size_t lda, const float *b, flo
     }
     /* Two row bases keep every A address a base + scaled index, so the
      * loop needs no spilled pointers. */
-    const float *p = a, *q = a + (MR / 2) * lda;
-    for (int k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    for (int sg = 0; sg < nseg; sg++) {
+        const float *p = a + sg * segstride, *q = p + (MR / 2) * lda;
+        for (int k = 0; k < seglen; k++) {
+            __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 7
-        for (int r = 0; r < MR / 2; r++) {
-            __m512 av = _mm512_set1_ps(p[r * lda]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-        }
+            for (int r = 0; r < MR / 2; r++) {
+                __m512 av = _mm512_set1_ps(p[r * lda]);
+                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            }
 #pragma GCC unroll 7
-        for (int r = 0; r < MR / 2; r++) {
-            __m512 av = _mm512_set1_ps(q[r * lda]);
-            acc[MR / 2 + r][0] = _mm512_fmadd_ps(av, b0, acc[MR / 2 + r][0]);
-            acc[MR / 2 + r][1] = _mm512_fmadd_ps(av, b1, acc[MR / 2 + r][1]);
+            for (int r = 0; r < MR / 2; r++) {
+                __m512 av = _mm512_set1_ps(q[r * lda]);
+                acc[MR / 2 + r][0] = _mm512_fmadd_ps(av, b0, acc[MR / 2 + r][0]);
+                acc[MR / 2 + r][1] = _mm512_fmadd_ps(av, b1, acc[MR / 2 + r][1]);
+            }
+            p++;
+            q++;
+            b += NR;
         }
-        p++;
-        q++;
-        b += NR;
     }
     if (ep) {
         __m512 bias0 = _mm512_loadu_ps(ep->bias), bias1 = _mm512_loadu_ps(ep->bias + 16);
@@ -370,6 +379,35 @@ static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
     return p;
 }
 
+/* M-blocks [g0, g1) x panels [p0, p1) of a conv whose input has a zero
+ * border at least as wide as its padding and whose output rows are whole
+ * M-blocks: a block is MR neighbouring pixels of one output row, so kernel
+ * row y of its A matrix is the input row under it, read in place with a
+ * stride of `stride` pixels. */
+static void conv_in_place(cpu_engine *e, const cpu_layer *L, int g0, int g1, int p0, int p1)
+{
+    const resnet18_conv_desc *d = L->d;
+    const int oh = d->out_h, wp = d->in_h + 2 * L->src_pad, off = L->src_pad - d->pad;
+    const int N = d->cout, K = L->K;
+    const float *in = e->act[L->src];
+    const float *res = L->res >= 0 ? e->act[L->res] : NULL;
+    float *out = e->act[L->dst];
+    for (int mb = g0; mb < g1; mb++) {
+        int m = mb * MR, img = m / (oh * oh), oy = m / oh % oh, ox = m % oh;
+        const float *a = in + (((size_t)img * wp + oy * d->stride + off) * wp + ox * d->stride + off) * d->cin;
+        for (int p = p0; p < p1; p++) {
+            epilogue ep = {
+                .bias = L->b + p * NR,
+                .res = res ? res + (size_t)m * N + p * NR : NULL,
+                .relu = d->relu,
+            };
+            kernel_14x32(a, (size_t)d->stride * d->cin, d->k, d->k * d->cin, (size_t)wp * d->cin,
+                         L->w + (size_t)p * K * NR, out + (size_t)m * N + p * NR, (size_t)N, MR, 1,
+                         &ep);
+        }
+    }
+}
+
 /* One conv layer, avx512 back end: claims units until none are left. */
 static void conv_avx512_part(cpu_engine *e, int tid)
 {
@@ -381,18 +419,22 @@ static void conv_avx512_part(cpu_engine *e, int tid)
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
     float *ws = e->ws + (size_t)tid * e->ws_floats;
-    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0;
+    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0 && L->src_pad == 0;
     int have = -1;   /* row group whose im2col rows are in ws */
 
     for (int u; (u = atomic_fetch_add(&e->job.next_unit, 1)) < pl->um * pl->un;) {
         int g = u / pl->un, g0, g1, p0, p1;
         split_range(pl->mblocks, pl->um, g, &g0, &g1);
         split_range(pl->panels, pl->un, u % pl->un, &p0, &p1);
+        if (L->in_place) {
+            conv_in_place(e, L, g0, g1, p0, p1);
+            continue;
+        }
         int m0 = g0 * MR;
         const float *A = in + (size_t)m0 * K;   /* direct: buffers carry MR rows of slack */
         if (!direct) {
             if (have != g)
-                im2col_rows(d, in, m0, (g1 - g0) * MR, M, ws, K);
+                im2col_rows(d, in, L->src_pad, m0, (g1 - g0) * MR, M, ws, K);
             have = g;
             A = ws;
         }
@@ -408,7 +450,7 @@ static void conv_avx512_part(cpu_engine *e, int tid)
                         .res = res ? res + (size_t)m * N + p * NR : NULL,
                         .relu = d->relu,
                     };
-                    kernel_14x32(kc, a, (size_t)K, L->w + ((size_t)p * K + k0) * NR,
+                    kernel_14x32(a, (size_t)K, 1, kc, 0, L->w + ((size_t)p * K + k0) * NR,
                                  out + (size_t)m * N + p * NR, (size_t)N, mr, k0 == 0,
                                  last ? &ep : NULL);
                 }
@@ -426,7 +468,7 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
     const float *in = e->act[L->src];
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
-    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0;
+    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0 && L->src_pad == 0;
     int chunk = (int)(e->ws_floats * e->nthreads / (size_t)K);
     if (chunk < 1)
         chunk = 1;
@@ -434,7 +476,7 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
         int rows = imin(chunk, M - m0);
         const float *A = in + (size_t)m0 * K;
         if (!direct) {
-            im2col_rows(d, in, m0, rows, M, e->ws, K);
+            im2col_rows(d, in, L->src_pad, m0, rows, M, e->ws, K);
             A = e->ws;
         }
         float *C = out + (size_t)m0 * N;
@@ -458,14 +500,17 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
 /* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std. */
 static void normalize_part(cpu_engine *e, int tid)
 {
-    const size_t pixels = (size_t)e->job.n * RESNET18_IMG * RESNET18_IMG;
+    const int img = RESNET18_IMG, pad = e->image_pad, wp = img + 2 * pad;
     int lo, hi;
-    split_range((int)pixels, e->nthreads, tid, &lo, &hi);
-    const uint8_t *in = e->pub.input[e->job.slot];
-    float *out = e->act[e->image_buf];
-    for (size_t i = (size_t)lo; i < (size_t)hi; i++)
-        for (int c = 0; c < 3; c++)
-            out[i * 3 + c] = e->lut[c][in[i * 3 + c]];
+    split_range(e->job.n * img, e->nthreads, tid, &lo, &hi);   /* image rows */
+    for (int row = lo; row < hi; row++) {
+        int n = row / img, y = row % img;
+        const uint8_t *in = e->pub.input[e->job.slot] + (size_t)row * img * 3;
+        float *out = e->act[e->image_buf] + (((size_t)n * wp + y + pad) * wp + pad) * 3;
+        for (int i = 0; i < img * 3; i += 3)
+            for (int c = 0; c < 3; c++)
+                out[i + c] = e->lut[c][in[i + c]];
+    }
 }
 
 /* 3x3 stride-2 pad-1 max pool of conv 0's output. */
@@ -633,6 +678,13 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
 {
     const resnet18_conv_desc *c0 = &resnet18_convs[0];
     e->pool_h = (c0->out_h + 2 - 3) / 2 + 1;
+    /* The image keeps a zero border as wide as the widest padding of a conv
+     * reading it, so those convs need no bounds checks; the border is
+     * written once, at create, so the image gets a buffer of its own. */
+    e->image_pad = 0;
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++)
+        if (resnet18_convs[i].src == R18_IMAGE && resnet18_convs[i].pad > e->image_pad)
+            e->image_pad = resnet18_convs[i].pad;
     int h[NTENSORS], ch[NTENSORS], last_use[NTENSORS], buf_of[NTENSORS];
     h[T_IMAGE] = RESNET18_IMG;
     ch[T_IMAGE] = 3;
@@ -676,6 +728,7 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
         }
     }
     last_use[RESNET18_NUM_CONVS - 1] = RESNET18_NUM_CONVS + 2;
+    last_use[T_IMAGE] = RESNET18_NUM_CONVS + 3;   /* never reused */
     if (ch[RESNET18_NUM_CONVS - 1] != RESNET18_FEATURES) {
         snprintf(err, errlen, "cpu engine: last conv does not give %d features", RESNET18_FEATURES);
         return -1;
@@ -699,7 +752,8 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
         }
         holder[b] = t;
         buf_of[t] = b;
-        size_t sz = (size_t)h[t] * h[t] * ch[t];
+        size_t side = (size_t)h[t] + (t == T_IMAGE ? 2 * e->image_pad : 0);
+        size_t sz = side * side * ch[t];
         if (sz > per_image[b])
             per_image[b] = sz;
     }
@@ -712,6 +766,7 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
         e->layer[i].src = buf_of[tensor_id(d->src)];
         e->layer[i].dst = buf_of[i];
         e->layer[i].res = d->residual == R18_NONE ? -1 : buf_of[tensor_id(d->residual)];
+        e->layer[i].src_pad = d->src == R18_IMAGE ? e->image_pad : 0;
     }
     return nbuf;
 }
@@ -787,6 +842,10 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     int nbuf = plan_buffers(e, per_image, err, errlen);
     if (nbuf < 0)
         goto fail;
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        cpu_layer *L = &e->layer[i];
+        L->in_place = e->avx512 && L->src_pad >= L->d->pad && L->d->out_h % MR == 0;
+    }
     const size_t mb = (size_t)cfg->max_batch;
     for (int b = 0; b < nbuf; b++) {
         /* Slack of MR rows of the widest layer, read by a ragged last tile. */
