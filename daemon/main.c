@@ -113,11 +113,11 @@ static int warm_up(engine *e, char *err, size_t errlen)
     return 0;
 }
 
-/* Waits up to ms for all requests to complete; a signal meanwhile exits. */
-static int wait_idle(server *srv, const sigset_t *sigs, long ms)
+/* Waits up to ms until count(srv) is 0; a signal meanwhile exits at once. */
+static int wait_for_zero(server *srv, long (*count)(server *), const sigset_t *sigs, long ms)
 {
     uint64_t deadline = clock_now_us() + (uint64_t)ms * 1000u;
-    while (server_active(srv) > 0) {
+    while (count(srv) > 0) {
         if (clock_now_us() >= deadline)
             return -1;
         struct timespec ts = { 0, 20 * 1000 * 1000 };
@@ -265,7 +265,7 @@ int main(int argc, char **argv)
     metrics_set_ready(0);
     server_begin_drain(srv);
     queue_set_flush(q, 1);
-    if (wait_idle(srv, &sigs, rc.drain_timeout_ms) != 0) {
+    if (wait_for_zero(srv, server_active, &sigs, rc.drain_timeout_ms) != 0) {
         queue_item left[256];
         int n, failed = 0;
         while ((n = queue_take_all(q, left, 256)) > 0)
@@ -274,12 +274,16 @@ int main(int argc, char **argv)
                 server_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
                                  "the server stopped before this request ran");
             }
-        log_warn("drain timeout: %d queued images answered 503", failed);
-        if (wait_idle(srv, &sigs, DRAIN_GRACE_MS) != 0) {
-            /* libmicrohttpd must not be stopped with suspended connections. */
-            log_error("%ld requests still unanswered; exiting", server_active(srv));
+        log_warn("drain timeout: %d queued images answered 503; closing %ld unfinished connections",
+                 failed, server_active(srv));
+        /* Batches already in the engine finish and are answered; libmicrohttpd
+         * must not be stopped while any connection is suspended. */
+        if (wait_for_zero(srv, server_suspended, &sigs, DRAIN_GRACE_MS) != 0) {
+            log_error("%ld requests still in the engine; exiting", server_suspended(srv));
             _exit(1);
         }
+        /* Let the 503s just queued reach their clients. */
+        wait_for_zero(srv, server_active, &sigs, 250);
     }
     queue_stop(q);
     batcher_join(bat);

@@ -1,7 +1,6 @@
 /* Bounded FIFO of decoded images over a fixed pool of image slots.
  * Invariants: free slots + reserved slots + queued items = capacity; the
  * item ring never holds more than capacity entries. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +34,10 @@ queue *queue_create(int capacity, char *err, size_t errlen)
     q->ring = malloc((size_t)capacity * sizeof *q->ring);
     if (!q->pixels || !q->free_slots || !q->ring)
         goto nomem;
+    /* Touch every slot now: preallocated means resident from start-up, so
+     * memory use does not creep up the first time the queue fills. (Not
+     * zero: the compiler may turn malloc + memset 0 into a lazy calloc.) */
+    memset(q->pixels, 128, (size_t)capacity * RESNET18_INPUT_BYTES);
     for (int i = 0; i < capacity; i++)
         q->free_slots[i] = capacity - 1 - i;
     q->nfree = capacity;

@@ -54,6 +54,7 @@ struct server {
     atomic_int warm;
     atomic_int draining;
     atomic_long active;
+    atomic_long suspended;  /* requests whose images are in the pipeline */
 };
 
 /* ---- answering ---------------------------------------------------------- */
@@ -293,6 +294,7 @@ static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connec
     r->accepted = 1;
     r->state = REQ_QUEUED;
     atomic_store(&r->pending, n);
+    atomic_fetch_add(&s->suspended, 1);
     /* Suspend before the batcher can see the images, so the resume that
      * the last report triggers always follows this suspend. */
     MHD_suspend_connection(c);
@@ -302,6 +304,7 @@ static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connec
 
 static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connection *c)
 {
+    atomic_fetch_sub(&s->suspended, 1);
     if (r->fail_status == 499) {
         /* The client left while queued: nothing to send; close. */
         r->state = REQ_ANSWERED;
@@ -487,6 +490,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     atomic_init(&s->warm, 0);
     atomic_init(&s->draining, 0);
     atomic_init(&s->active, 0);
+    atomic_init(&s->suspended, 0);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (family == AF_INET6 ? MHD_USE_IPv6 : 0);
@@ -532,6 +536,11 @@ void server_begin_drain(server *s)
 long server_active(server *s)
 {
     return atomic_load(&s->active);
+}
+
+long server_suspended(server *s)
+{
+    return atomic_load(&s->suspended);
 }
 
 void server_stop(server *s)

@@ -37,8 +37,12 @@ void server_begin_drain(server *s);
 /* Requests begun and not yet completed (answered and sent, or dropped). */
 long server_active(server *s);
 
-/* Stops libmicrohttpd. Only once server_active() is 0: libmicrohttpd must
- * not be stopped with suspended connections. */
+/* Requests waiting for the pipeline (their connections suspended). */
+long server_suspended(server *s);
+
+/* Stops libmicrohttpd, closing any connection still open. Only once
+ * server_suspended() is 0: libmicrohttpd must not be stopped with suspended
+ * connections. */
 void server_stop(server *s);
 
 #endif

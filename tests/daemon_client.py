@@ -466,6 +466,84 @@ def check_synthetic_marks_responses(opts):
     return ""
 
 
+def check_drain_details(opts):
+    # A request queued for a 1.5 s batch when SIGTERM arrives is sent at
+    # once and answered; readiness turns 503; new connections are refused.
+    d = Daemon(opts, "--max-queue-delay-us", "1500000")
+    jpeg = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+    # An upload that stalls halfway keeps the drain going while we look.
+    stall = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    stall.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Content-Length: 1000\r\n\r\n" + jpeg[:100])
+    probe, other = d.conn(), d.conn()
+    for c in (probe, other):
+        c.request("GET", "/healthz")
+        assert c.getresponse().read() == b'{"status":"ok"}'
+    result = []
+    t = threading.Thread(target=lambda: result.append(
+        d.request("POST", "/classify", jpeg, {"Content-Type": "image/jpeg"})))
+    t.start()
+    time.sleep(0.3)
+    t0 = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    probe.request("GET", "/readyz")
+    r = probe.getresponse()
+    assert r.status == 503 and error_of(r.read())["code"] == "not_ready", r.status
+    other.request("POST", "/classify", jpeg, {"Content-Type": "image/jpeg"})
+    r = other.getresponse()
+    assert r.status == 503 and error_of(r.read())["code"] == "shutting_down", r.status
+    t.join(TIMEOUT)
+    assert result and result[0][0] == 200, result
+    try:
+        socket.create_connection(("127.0.0.1", d.port), timeout=5).close()
+        refused = False
+    except ConnectionRefusedError:
+        refused = True
+    assert d.proc.poll() is None, "exited with an upload unfinished"
+    stall.close()
+    rc = d.proc.wait(30)
+    took = time.time() - t0
+    d.stop()
+    assert rc == 0 and refused, (rc, refused)
+
+    # A client stuck mid-upload holds the drain until drain_timeout_ms; the
+    # daemon then closes it and still exits 0.
+    d = Daemon(opts, "--drain-timeout-ms", "700")
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+              b"Content-Length: 1000\r\n\r\n" + jpeg[:100])
+    time.sleep(0.2)
+    t1 = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(30)
+    stuck = time.time() - t1
+    s.close()
+    log = d.text()
+    d.stop()
+    assert rc == 0 and 0.6 < stuck < 5, (rc, stuck, log)
+    assert "drain timeout" in log, log
+
+    # The same, but a second SIGTERM: exit at once, non-zero.
+    d = Daemon(opts, "--drain-timeout-ms", "30000")
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+              b"Content-Length: 1000\r\n\r\n" + jpeg[:100])
+    time.sleep(0.2)
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert d.proc.poll() is None, "exited while a request was still open"
+    t2 = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(30)
+    fast = time.time() - t2
+    s.close()
+    d.stop()
+    assert rc == 1 and fast < 1, (rc, fast)
+    return "queued request answered, exit %.2f s after SIGTERM; stuck upload cut after %.2f s; 2nd signal exit in %.2f s" % (
+        took, stuck, fast)
+
+
 CHECKS = [
     ("endpoints", check_endpoints, True),
     ("matches_offline_classify", check_matches_offline_classify, True),
@@ -475,6 +553,7 @@ CHECKS = [
     ("timeout_and_client_gone", check_timeout_and_client_gone, False),
     ("queue_overflow", check_queue_overflow, False),
     ("sigterm_under_load", check_sigterm_under_load, False),
+    ("drain_details", check_drain_details, False),
     ("synthetic_marks_responses", check_synthetic_marks_responses, False),
 ]
 
@@ -505,6 +584,9 @@ def main():
         except Exception as e:
             failed += 1
             print("FAIL %-34s %5.1fs  %r" % (name, time.time() - t0, e), flush=True)
+            if os.environ.get("RESNETD_TEST_TRACE"):
+                import traceback
+                traceback.print_exc()
     if shared is not None:
         text = shared.text()
         rc = shared.stop()
