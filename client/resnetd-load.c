@@ -340,7 +340,20 @@ fail:
 typedef struct {
     int have;
     prom_set before, after;
+    uint64_t before_ns, after_ns;   /* when each scrape was answered */
 } server_view;
+
+#define MAX_REASONS 16
+
+/* What the report says about the server; NAN where its metrics lack it. */
+typedef struct {
+    double mean_batch, batches, images;
+    double queue_ms, decode_ms, infer_ms, request_ms;   /* means */
+    double cpu_cores;           /* process_cpu_seconds_total over the scrapes' interval */
+    int nreasons;
+    char reason[MAX_REASONS][32];
+    double rejected[MAX_REASONS];
+} server_summary;
 
 static int scrape(const load_config *cfg, const char *path, prom_set *out, char *err, size_t errlen)
 {
@@ -362,12 +375,49 @@ static int scrape(const load_config *cfg, const char *path, prom_set *out, char 
     return rc;
 }
 
-static double delta(const server_view *v, const char *name, int *found)
+/* after - before of a metric (summed over labels); NAN if either lacks it. */
+static double delta(const server_view *v, const char *name)
 {
     int f1, f2;
     double b = prom_sum(&v->before, name, &f1), a = prom_sum(&v->after, name, &f2);
-    *found = f1 && f2;
-    return a - b;
+    return f1 && f2 ? a - b : NAN;
+}
+
+/* Mean of a histogram over the run, from its _sum and _count deltas. */
+static double delta_mean(const server_view *v, const char *metric)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s_sum", metric);
+    double sum = delta(v, name);
+    snprintf(name, sizeof name, "%s_count", metric);
+    double count = delta(v, name);
+    return count > 0 ? sum / count : NAN;
+}
+
+static void server_summarize(const server_view *v, server_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    s->mean_batch = delta_mean(v, "resnetd_batch_size");
+    s->batches = delta(v, "resnetd_batch_size_count");
+    s->images = delta(v, "resnetd_images_total");
+    s->queue_ms = 1e3 * delta_mean(v, "resnetd_queue_duration_seconds");
+    s->decode_ms = 1e3 * delta_mean(v, "resnetd_decode_duration_seconds");
+    s->infer_ms = 1e3 * delta_mean(v, "resnetd_inference_duration_seconds");
+    s->request_ms = 1e3 * delta_mean(v, "resnetd_request_duration_seconds");
+    double wall = (double)(v->after_ns - v->before_ns) / 1e9;
+    s->cpu_cores = wall > 0 ? delta(v, "process_cpu_seconds_total") / wall : NAN;
+    for (size_t i = 0; i < v->after.n && s->nreasons < MAX_REASONS; i++) {
+        const prom_sample *a = &v->after.v[i];
+        char reason[32];
+        if (strcmp(a->name, "resnetd_rejected_total") != 0 || prom_label(a->labels, "reason", reason, sizeof reason) != 0)
+            continue;
+        double before = 0;
+        for (size_t j = 0; j < v->before.n; j++)
+            if (strcmp(v->before.v[j].name, a->name) == 0 && strcmp(v->before.v[j].labels, a->labels) == 0)
+                before = v->before.v[j].value;
+        snprintf(s->reason[s->nreasons], sizeof s->reason[0], "%s", reason);
+        s->rejected[s->nreasons++] = a->value - before;
+    }
 }
 
 /* --- report ------------------------------------------------------------- */
@@ -448,33 +498,17 @@ static void print_text(const report *r)
         print_hist("service", &m->service);
         printf("           (from the moment it was sent; latency - service = waiting to be sent)\n");
     }
-    const server_view *v = r->server;
-    if (v->have) {
-        int f1, f2;
-        double bs = delta(v, "resnetd_batch_size_sum", &f1), bc = delta(v, "resnetd_batch_size_count", &f2);
-        printf("server    ");
-        if (f1 && f2 && bc > 0)
-            printf(" mean batch %.2f (%.0f batches)", bs / bc, bc);
-        double qs = delta(v, "resnetd_queue_duration_seconds_sum", &f1);
-        double qc = delta(v, "resnetd_queue_duration_seconds_count", &f2);
-        if (f1 && f2 && qc > 0)
-            printf("  mean queue %.2f ms", 1e3 * qs / qc);
-        printf("  rejected");
-        int nrej = 0;
-        for (size_t i = 0; i < v->after.n; i++) {
-            const prom_sample *a = &v->after.v[i];
-            char reason[64];
-            if (strcmp(a->name, "resnetd_rejected_total") != 0 ||
-                prom_label(a->labels, "reason", reason, sizeof reason) != 0)
-                continue;
-            double before = 0;
-            for (size_t j = 0; j < v->before.n; j++)
-                if (strcmp(v->before.v[j].name, a->name) == 0 && strcmp(v->before.v[j].labels, a->labels) == 0)
-                    before = v->before.v[j].value;
-            printf(" %s %.0f", reason, a->value - before);
-            nrej++;
-        }
-        printf("%s\n", nrej ? "" : " (no resnetd_rejected_total)");
+    if (r->server->have) {
+        server_summary sv;
+        server_summarize(r->server, &sv);
+        printf("server     mean batch %.2f (%.0f batches), images %.0f, CPU %.2f cores\n", sv.mean_batch, sv.batches,
+               sv.images, sv.cpu_cores);
+        printf("           mean ms: request %.2f  decode %.2f  queue %.2f  inference (per batch) %.2f\n",
+               sv.request_ms, sv.decode_ms, sv.queue_ms, sv.infer_ms);
+        printf("           rejected");
+        for (int i = 0; i < sv.nreasons; i++)
+            printf(" %s %.0f", sv.reason[i], sv.rejected[i]);
+        printf("%s\n", sv.nreasons ? "" : " (no resnetd_rejected_total)");
     }
     printf("client CPU %.2f cores (user %.2f s, sys %.2f s over %.2f s)\n",
            (r->cpu_user_s + r->cpu_sys_s) / r->cpu_wall_s, r->cpu_user_s, r->cpu_sys_s, r->cpu_wall_s);
@@ -492,6 +526,12 @@ static json_t *hist_json(const histogram *h)
         json_object_set_new(j, "mean", json_real(histogram_mean(h) / 1e6));
     }
     return j;
+}
+
+/* A number, or null where it is unknown (NAN). */
+static json_t *num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
 }
 
 static int print_json(const report *r)
@@ -541,31 +581,21 @@ static int print_json(const report *r)
     json_object_set_new(root, "latency_ms", hist_json(&m->latency));
     json_object_set_new(root, "service_ms", hist_json(&m->service));
 
-    const server_view *v = r->server;
-    if (v->have) {
+    if (r->server->have) {
+        server_summary s;
+        server_summarize(r->server, &s);
         json_t *sv = json_object();
-        int f1, f2;
-        double bs = delta(v, "resnetd_batch_size_sum", &f1), bc = delta(v, "resnetd_batch_size_count", &f2);
-        json_object_set_new(sv, "mean_batch_size", f1 && f2 && bc > 0 ? json_real(bs / bc) : json_null());
-        json_object_set_new(sv, "batches", f2 ? json_real(bc) : json_null());
-        double qs = delta(v, "resnetd_queue_duration_seconds_sum", &f1);
-        double qc = delta(v, "resnetd_queue_duration_seconds_count", &f2);
-        json_object_set_new(sv, "mean_queue_ms", f1 && f2 && qc > 0 ? json_real(1e3 * qs / qc) : json_null());
-        double im = delta(v, "resnetd_images_total", &f1);
-        json_object_set_new(sv, "images", f1 ? json_real(im) : json_null());
+        json_object_set_new(sv, "mean_batch_size", num(s.mean_batch));
+        json_object_set_new(sv, "batches", num(s.batches));
+        json_object_set_new(sv, "images", num(s.images));
+        json_object_set_new(sv, "mean_request_ms", num(s.request_ms));
+        json_object_set_new(sv, "mean_decode_ms", num(s.decode_ms));
+        json_object_set_new(sv, "mean_queue_ms", num(s.queue_ms));
+        json_object_set_new(sv, "mean_inference_ms", num(s.infer_ms));
+        json_object_set_new(sv, "cpu_cores", num(s.cpu_cores));
         json_t *rej = json_object();
-        for (size_t i = 0; i < v->after.n; i++) {
-            const prom_sample *a = &v->after.v[i];
-            char reason[64];
-            if (strcmp(a->name, "resnetd_rejected_total") != 0 ||
-                prom_label(a->labels, "reason", reason, sizeof reason) != 0)
-                continue;
-            double before = 0;
-            for (size_t j = 0; j < v->before.n; j++)
-                if (strcmp(v->before.v[j].name, a->name) == 0 && strcmp(v->before.v[j].labels, a->labels) == 0)
-                    before = v->before.v[j].value;
-            json_object_set_new(rej, reason, json_real(a->value - before));
-        }
+        for (int i = 0; i < s.nreasons; i++)
+            json_object_set_new(rej, s.reason[i], json_real(s.rejected[i]));
         json_object_set_new(sv, "rejected", rej);
         json_object_set_new(root, "server", sv);
     }
@@ -662,6 +692,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
+    server.before_ns = clock_now_ns();
     if (want_metrics && o.warmup == 0 && scrape(&cfg, o.metrics_path, &server.before, err, sizeof err) != 0) {
         fprintf(stderr, "resnetd-load: warning: %s: %s: no server view in the report\n", o.metrics_path, err);
         want_metrics = 0;
@@ -699,6 +730,7 @@ int main(int argc, char **argv)
             measure_wall_ns = now;
             if (getrusage(RUSAGE_SELF, &ru0) != 0)
                 ru0 = (struct rusage){0};
+            server.before_ns = clock_now_ns();
             if (want_metrics && scrape(&cfg, o.metrics_path, &server.before, err, sizeof err) != 0) {
                 fprintf(stderr, "resnetd-load: warning: %s: %s: no server view in the report\n", o.metrics_path,
                         err);
@@ -717,6 +749,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r\033[K");
     load_finish(run, warm, meas);
     if (want_metrics) {
+        server.after_ns = clock_now_ns();
         if (scrape(&cfg, o.metrics_path, &server.after, err, sizeof err) == 0)
             server.have = 1;
         else

@@ -23,7 +23,7 @@ usage: tools/e2e-bench.sh [options]
   --corpus DIR          JPEGs to send (default: generate with make-corpus)
   --images N            images to generate when no --corpus (default 200)
   --concurrency "LIST"  closed-loop connections to sweep
-                        (default cpu: "1 2 4 8 16", cuda: "4 8 16 32 64 128 256")
+                        (default cpu: "1 2 4 8 16", cuda: "8 16 32 64 128 256 512")
   --images-per-request K  multipart with K images per request (default 1: raw)
   --duration S          measured seconds per point (default 10)
   --warmup S            warm-up seconds per point (default 2)
@@ -91,7 +91,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case $device in cpu) : "${conc:=1 2 4 8 16}" ;; *) : "${conc:=4 8 16 32 64 128 256}" ;; esac
+case $device in cpu) : "${conc:=1 2 4 8 16}" ;; *) : "${conc:=8 16 32 64 128 256 512}" ;; esac
 
 for b in resnetd resnetd-load resnetd-bench make-corpus; do
   p=$builddir/$b
@@ -181,9 +181,9 @@ $client_pin "$builddir/resnetd-load" -q -u "$url" -c "$top" -t "$client_threads"
 
 # --- sweep -------------------------------------------------------------------
 tsv=$out/results.tsv
-printf 'conc\treq_s\timg_s\tp50_ms\tp90_ms\tp99_ms\tp999_ms\tsent\tok\tlost\terrors\tmean_batch\tqueue_ms\tclient_cores\n' >"$tsv"
-printf '%6s %9s %9s %9s %9s %9s %9s %7s %6s %6s %10s %9s %7s\n' conc req/s img/s p50_ms p90_ms p99_ms p99.9_ms \
-  sent lost errors mean_batch queue_ms client
+printf 'conc\treq_s\timg_s\tp50_ms\tp90_ms\tp99_ms\tp999_ms\tsent\tok\tlost\terrors\tmean_batch\tqueue_ms\tdecode_ms\tserver_cores\tclient_cores\n' >"$tsv"
+printf '%6s %8s %8s %8s %8s %8s %8s %7s %5s %6s %6s %6s %7s %7s %6s\n' conc req/s img/s p50_ms p90_ms p99_ms \
+  p99.9_ms sent lost errors batch queue decode server client
 for c in $conc; do
   j=$out/load-c$c.json
   t=$client_threads
@@ -191,32 +191,41 @@ for c in $conc; do
   # shellcheck disable=SC2086
   $client_pin "$builddir/resnetd-load" --json -q -u "$url" -c "$c" -t "$t" $kargs -d "$duration" \
     --warmup "$warmup" "$corpus" >"$j"
-  sent=$(jget "$j" requests sent) ok=$(jget "$j" requests ok) lost=$(jget "$j" requests lost)
-  answered=$(jget "$j" requests answered)
-  errors=$((answered - ok))
-  line=$(printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$c" \
+  ok=$(jget "$j" requests ok) answered=$(jget "$j" requests answered)
+  line=$(printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$c" \
     "$(jget "$j" throughput req_per_s)" "$(jget "$j" throughput img_per_s)" \
     "$(jget "$j" latency_ms p50)" "$(jget "$j" latency_ms p90)" "$(jget "$j" latency_ms p99)" \
-    "$(jget "$j" latency_ms p99.9)" "$sent" "$ok" "$lost" "$errors" \
-    "$(jget "$j" server mean_batch_size)" "$(jget "$j" server mean_queue_ms)" "$(jget "$j" client_cpu cores)")
+    "$(jget "$j" latency_ms p99.9)" "$(jget "$j" requests sent)" "$ok" "$(jget "$j" requests lost)" \
+    "$((answered - ok))" "$(jget "$j" server mean_batch_size)" "$(jget "$j" server mean_queue_ms)" \
+    "$(jget "$j" server mean_decode_ms)" "$(jget "$j" server cpu_cores)" "$(jget "$j" client_cpu cores)")
   echo "$line" >>"$tsv"
-  echo "$line" | awk -F'\t' '{ printf "%6d %9.1f %9.1f %9.2f %9.2f %9.2f %9.2f %7d %6d %6d %10.2f %9.2f %7.2f\n",
-    $1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, $14 }'
+  echo "$line" | awk -F'\t' '{ printf "%6d %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f %7d %5d %6d %6.2f %6.2f %7.2f %7.2f %6.2f\n",
+    $1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, $14, $15, $16 }'
 done
 
 kill -TERM $daemon
 wait $daemon || true
 trap - EXIT INT TERM
 
+# The best point, and where its CPU time went: the daemon's CPUs are the
+# budget; decode-only spends threads/decode_ips CPU-seconds per image.
 best=$(awk -F'\t' 'NR > 1 && $3 > b { b = $3; c = $1 } END { printf "%s %s", b, c }' "$tsv")
 best_ips=${best% *} best_c=${best#* }
 ratio=$(awk -v a="$best_ips" -v b="$decode_ips" 'BEGIN { printf "%.3f", a / b }')
+client_where="any CPU"
+[ -n "$client_pin" ] && client_where="CPU $((ncpu - 1))"
 {
   echo "device $device, weights $weights, corpus $corpus ($ncorpus images, $corpus_mb MB), $k image(s)/request"
-  echo "daemon CPUs $daemon_cpus, $threads HTTP/decode threads; client on ${client_pin:+CPU $((ncpu - 1))}${client_pin:-any CPU}"
+  echo "daemon CPUs $daemon_cpus ($daemon_ncpu), $threads HTTP/decode threads; client on $client_where"
   echo "decode-only: $decode_ips img/s ($threads threads, same CPUs)"
   echo "best e2e:    $best_ips img/s at $best_c connections"
   echo "e2e / decode-only = $ratio"
+  awk -F'\t' -v c="$best_c" -v n="$daemon_ncpu" -v t="$threads" -v d="$decode_ips" 'NR > 1 && $1 == c {
+    printf "where the time went at %s connections: the daemon used %.2f of %d CPUs (%.2f idle);\n", c, $15, n, n - $15
+    printf "  %.2f ms CPU per image, of which decode %.2f ms (decode-only: %.2f ms per image per thread);\n",
+      1e3 * $15 / $3, $14, 1e3 * t / d
+    printf "  the rest, %.2f ms: HTTP, hand-offs, JSON, and on the CPU engine the inference itself\n", 1e3 * $15 / $3 - $14
+  }' "$tsv"
 } | tee "$out/summary.txt"
 
 cat >"$out/meta.env" <<EOF
