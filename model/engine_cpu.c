@@ -61,7 +61,7 @@ typedef struct cpu_layer {
     float *w;           /* avx512: [cout/NR][K][NR] panels; blas: [cout][K] */
     float *b;           /* [cout] */
     int src, res, dst;  /* activation buffer indices; res -1 = none */
-    int src_pad;        /* zero border of the input buffer, in pixels */
+    int src_pad, dst_pad, res_pad;  /* zero borders of those tensors, in pixels */
     int in_place;       /* avx512: read the padded input directly, no im2col */
 } cpu_layer;
 
@@ -99,8 +99,9 @@ struct cpu_engine {
     int nthreads;               /* pool threads including the caller */
     cpu_layer layer[RESNET18_NUM_CONVS];
     int pool_h;                 /* maxpool output height (= width) */
-    int image_buf, pool_buf;    /* activation buffers of the image and pool */
-    int image_pad;              /* the image buffer's zero border, in pixels */
+    int buf[NTENSORS];          /* tensor -> activation buffer */
+    int pad[NTENSORS];          /* tensor -> zero border, in pixels */
+    int th[NTENSORS], tc[NTENSORS];  /* tensor -> height (= width), channels */
     float *act[NTENSORS];       /* distinct activation buffers, [max_batch][h][w][c] */
     int nact;
     float *fc_w;                /* [1000][512] */
@@ -379,31 +380,52 @@ static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
     return p;
 }
 
+/* Address of pixel (img, y, x) of an h x h x c tensor with a zero border of
+ * pad pixels. */
+static size_t at(int img, int y, int x, int h, int c, int pad)
+{
+    const size_t w = (size_t)h + 2 * pad;
+    return (((size_t)img * w + (size_t)(y + pad)) * w + (size_t)(x + pad)) * c;
+}
+
 /* M-blocks [g0, g1) x panels [p0, p1) of a conv whose input has a zero
  * border at least as wide as its padding and whose output rows are whole
- * M-blocks: a block is MR neighbouring pixels of one output row, so kernel
- * row y of its A matrix is the input row under it, read in place with a
- * stride of `stride` pixels. */
+ * M-blocks: a block is MR neighbouring pixels of one output row, so for
+ * kernel row ky its A matrix is the input row under it, read in place with
+ * a row stride of `stride` pixels. */
 static void conv_in_place(cpu_engine *e, const cpu_layer *L, int g0, int g1, int p0, int p1)
 {
     const resnet18_conv_desc *d = L->d;
-    const int oh = d->out_h, wp = d->in_h + 2 * L->src_pad, off = L->src_pad - d->pad;
-    const int N = d->cout, K = L->K;
+    const int oh = d->out_h, N = d->cout, K = L->K, seg = d->k * d->cin;
+    const size_t lda = (size_t)d->stride * d->cin;
+    const size_t rowstride = ((size_t)d->in_h + 2 * L->src_pad) * d->cin;
     const float *in = e->act[L->src];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
     float *out = e->act[L->dst];
-    for (int mb = g0; mb < g1; mb++) {
-        int m = mb * MR, img = m / (oh * oh), oy = m / oh % oh, ox = m % oh;
-        const float *a = in + (((size_t)img * wp + oy * d->stride + off) * wp + ox * d->stride + off) * d->cin;
-        for (int p = p0; p < p1; p++) {
-            epilogue ep = {
-                .bias = L->b + p * NR,
-                .res = res ? res + (size_t)m * N + p * NR : NULL,
-                .relu = d->relu,
-            };
-            kernel_14x32(a, (size_t)d->stride * d->cin, d->k, d->k * d->cin, (size_t)wp * d->cin,
-                         L->w + (size_t)p * K * NR, out + (size_t)m * N + p * NR, (size_t)N, MR, 1,
-                         &ep);
+    /* A short K runs as one call over all kernel rows; a long one in KC
+     * blocks, each within one kernel row. */
+    const int whole = K <= KC;
+    for (int ky = 0; ky < (whole ? 1 : d->k); ky++) {
+        for (int k0 = 0; k0 < (whole ? 1 : seg); k0 += KC) {
+            int kc = whole ? seg : imin(KC, seg - k0);
+            int first = ky == 0 && k0 == 0;
+            int last = whole || (ky == d->k - 1 && k0 + kc == seg);
+            for (int mb = g0; mb < g1; mb++) {
+                int m = mb * MR, img = m / (oh * oh), oy = m / oh % oh, ox = m % oh;
+                const float *a = in + at(img, oy * d->stride - d->pad, ox * d->stride - d->pad,
+                                         d->in_h, d->cin, L->src_pad) + ky * rowstride + k0;
+                size_t o = at(img, oy, ox, oh, N, L->dst_pad);
+                for (int p = p0; p < p1; p++) {
+                    epilogue ep = {
+                        .bias = L->b + p * NR,
+                        .res = res ? res + at(img, oy, ox, oh, N, L->res_pad) + p * NR : NULL,
+                        .relu = d->relu,
+                    };
+                    kernel_14x32(a, lda, whole ? d->k : 1, kc, rowstride,
+                                 L->w + ((size_t)p * K + (size_t)ky * seg + k0) * NR,
+                                 out + o + p * NR, (size_t)N, MR, first, last ? &ep : NULL);
+                }
+            }
         }
     }
 }
@@ -500,13 +522,12 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
 /* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std. */
 static void normalize_part(cpu_engine *e, int tid)
 {
-    const int img = RESNET18_IMG, pad = e->image_pad, wp = img + 2 * pad;
+    const int img = RESNET18_IMG;
     int lo, hi;
     split_range(e->job.n * img, e->nthreads, tid, &lo, &hi);   /* image rows */
     for (int row = lo; row < hi; row++) {
-        int n = row / img, y = row % img;
         const uint8_t *in = e->pub.input[e->job.slot] + (size_t)row * img * 3;
-        float *out = e->act[e->image_buf] + (((size_t)n * wp + y + pad) * wp + pad) * 3;
+        float *out = e->act[e->buf[T_IMAGE]] + at(row / img, row % img, 0, img, 3, e->pad[T_IMAGE]);
         for (int i = 0; i < img * 3; i += 3)
             for (int c = 0; c < 3; c++)
                 out[i + c] = e->lut[c][in[i + c]];
@@ -520,13 +541,12 @@ static void maxpool_part(cpu_engine *e, int tid)
     const int ih = d->out_h, oh = e->pool_h, C = d->cout;
     int lo, hi;
     split_range(e->job.n * oh, e->nthreads, tid, &lo, &hi);  /* output rows */
-    const float *in = e->act[e->layer[0].dst];
-    float *out = e->act[e->pool_buf];
+    const float *in = e->act[e->buf[0]];
+    float *out = e->act[e->buf[T_POOL]];
     for (int row = lo; row < hi; row++) {
         int img = row / oh, oy = row % oh;
-        const float *src = in + (size_t)img * ih * ih * C;
         for (int ox = 0; ox < oh; ox++) {
-            float *o = out + (((size_t)img * oh + oy) * oh + ox) * C;
+            float *o = out + at(img, oy, ox, oh, C, e->pad[T_POOL]);
             for (int c = 0; c < C; c++)
                 o[c] = -INFINITY;
             for (int ky = 0; ky < 3; ky++) {
@@ -537,7 +557,7 @@ static void maxpool_part(cpu_engine *e, int tid)
                     int ix = ox * 2 - 1 + kx;
                     if (ix < 0 || ix >= ih)
                         continue;
-                    const float *p = src + ((size_t)iy * ih + ix) * C;
+                    const float *p = in + at(img, iy, ix, ih, C, e->pad[0]);
                     for (int c = 0; c < C; c++)
                         o[c] = p[c] > o[c] ? p[c] : o[c];
                 }
@@ -551,19 +571,21 @@ static void maxpool_part(cpu_engine *e, int tid)
 static void avgpool_part(cpu_engine *e, int tid)
 {
     const cpu_layer *L = &e->layer[RESNET18_NUM_CONVS - 1];
-    const int hw = L->d->out_h * L->d->out_h, C = L->d->cout;
+    const int h = L->d->out_h, C = L->d->cout;
     int lo, hi;
     split_range(e->job.n, e->nthreads, tid, &lo, &hi);
     for (int img = lo; img < hi; img++) {
-        const float *src = e->act[L->dst] + (size_t)img * hw * C;
         float *f = e->feat + (size_t)img * C;
         for (int c = 0; c < C; c++)
             f[c] = 0.0f;
-        for (int p = 0; p < hw; p++)
-            for (int c = 0; c < C; c++)
-                f[c] += src[(size_t)p * C + c];
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < h; x++) {
+                const float *src = e->act[L->dst] + at(img, y, x, h, C, L->dst_pad);
+                for (int c = 0; c < C; c++)
+                    f[c] += src[c];
+            }
         for (int c = 0; c < C; c++)
-            f[c] /= (float)hw;
+            f[c] /= (float)(h * h);
     }
 }
 
@@ -581,22 +603,46 @@ static void fc_part(cpu_engine *e, int tid)
                     RESNET18_FEATURES, 1.0f, logits + lo, RESNET18_CLASSES);
 }
 
+/* Zeroes tensor t's border for n images: its buffer may have held another
+ * tensor since the last batch. The steps write only the interior. */
+static void zero_border(cpu_engine *e, int t, int n)
+{
+    const int pad = e->pad[t], h = e->th[t], w = h + 2 * pad, c = e->tc[t];
+    if (pad == 0)
+        return;
+    float *base = e->act[e->buf[t]];
+    for (int img = 0; img < n; img++)
+        for (int y = -pad; y < h + pad; y++) {
+            float *row = base + at(img, y, -pad, h, c, pad);
+            if (y < 0 || y >= h) {
+                memset(row, 0, (size_t)w * c * sizeof(float));
+            } else {
+                memset(row, 0, (size_t)pad * c * sizeof(float));
+                memset(row + (size_t)(pad + h) * c, 0, (size_t)pad * c * sizeof(float));
+            }
+        }
+}
+
 static void forward(cpu_engine *e, int slot, int n)
 {
     e->job.n = n;
     e->job.slot = slot;
+    zero_border(e, T_IMAGE, n);
     pool_run(e, normalize_part);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         e->job.layer = &e->layer[i];
+        zero_border(e, i, n);
         if (e->avx512) {
             e->job.plan = plan_conv(e, &e->layer[i], n);
             atomic_store(&e->job.next_unit, 0);
             pool_run(e, conv_avx512_part);
-        }
-        else
+        } else {
             conv_blas(e, &e->layer[i], n);
-        if (i == 0)
+        }
+        if (i == 0) {
+            zero_border(e, T_POOL, n);
             pool_run(e, maxpool_part);
+        }
     }
     pool_run(e, avgpool_part);
     pool_run(e, fc_part);
@@ -671,29 +717,24 @@ static const engine_ops cpu_ops = {
 
 static int tensor_id(int x) { return x >= 0 ? x : x == R18_IMAGE ? T_IMAGE : T_POOL; }
 
-/* Walks the conv table: checks that shapes chain, then gives every tensor an
- * activation buffer, reusing a buffer once its tensor is dead. Returns the
- * buffer count and each buffer's size in floats per image, or -1. */
+/* Walks the conv table: checks that shapes chain, decides which convs read
+ * their input in place (and so which tensors need a zero border), then gives
+ * every tensor an activation buffer, reusing a buffer once its tensor is
+ * dead. Returns the buffer count and each buffer's size in floats per image,
+ * or -1. */
 static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, size_t errlen)
 {
     const resnet18_conv_desc *c0 = &resnet18_convs[0];
+    int *h = e->th, *ch = e->tc, *pad = e->pad;
     e->pool_h = (c0->out_h + 2 - 3) / 2 + 1;
-    /* The image keeps a zero border as wide as the widest padding of a conv
-     * reading it, so those convs need no bounds checks; the border is
-     * written once, at create, so the image gets a buffer of its own. */
-    e->image_pad = 0;
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++)
-        if (resnet18_convs[i].src == R18_IMAGE && resnet18_convs[i].pad > e->image_pad)
-            e->image_pad = resnet18_convs[i].pad;
-    int h[NTENSORS], ch[NTENSORS], last_use[NTENSORS], buf_of[NTENSORS];
     h[T_IMAGE] = RESNET18_IMG;
     ch[T_IMAGE] = 3;
     h[T_POOL] = e->pool_h;
     ch[T_POOL] = c0->cout;
     /* Times: 0 normalise, 1 conv0, 2 maxpool, i + 2 conv i (i >= 1), then the
      * average pool. A tensor lives from the time it is written to its last
-     * read; a buffer is reused only once its tensor is dead. */
-    int born[NTENSORS];
+     * read. */
+    int born[NTENSORS], last_use[NTENSORS];
     for (int t = 0; t < NTENSORS; t++)
         last_use[t] = -1;
     born[T_IMAGE] = 0;
@@ -728,10 +769,38 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
         }
     }
     last_use[RESNET18_NUM_CONVS - 1] = RESNET18_NUM_CONVS + 2;
-    last_use[T_IMAGE] = RESNET18_NUM_CONVS + 3;   /* never reused */
     if (ch[RESNET18_NUM_CONVS - 1] != RESNET18_FEATURES) {
         snprintf(err, errlen, "cpu engine: last conv does not give %d features", RESNET18_FEATURES);
         return -1;
+    }
+
+    /* In place: output rows are whole M-blocks (avx512 only). Its input then
+     * needs a border of the conv's padding. A conv run through im2col writes
+     * tiles that may span output rows, so its output and residual must have
+     * no border: an in-place reader of such a tensor falls back to im2col. */
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++)
+        e->layer[i].in_place = e->avx512 && resnet18_convs[i].out_h % MR == 0;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int t = 0; t < NTENSORS; t++)
+            pad[t] = 0;
+        for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+            int s = tensor_id(resnet18_convs[i].src);
+            if (e->layer[i].in_place && resnet18_convs[i].pad > pad[s])
+                pad[s] = resnet18_convs[i].pad;
+        }
+        for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+            if (e->layer[i].in_place)
+                continue;
+            int r = resnet18_convs[i].residual;
+            for (int j = 0; j < RESNET18_NUM_CONVS; j++) {
+                int s = resnet18_convs[j].src;
+                if (e->layer[j].in_place && pad[tensor_id(s)] > 0 && (s == i || (r != R18_NONE && s == r))) {
+                    e->layer[j].in_place = 0;
+                    changed = 1;
+                }
+            }
+        }
     }
 
     int order[NTENSORS], n = 0;
@@ -751,22 +820,23 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
             per_image[b] = 0;
         }
         holder[b] = t;
-        buf_of[t] = b;
-        size_t side = (size_t)h[t] + (t == T_IMAGE ? 2 * e->image_pad : 0);
-        size_t sz = side * side * ch[t];
-        if (sz > per_image[b])
-            per_image[b] = sz;
+        e->buf[t] = b;
+        size_t side = (size_t)h[t] + 2 * pad[t];
+        if (side * side * ch[t] > per_image[b])
+            per_image[b] = side * side * ch[t];
     }
-    e->image_buf = buf_of[T_IMAGE];
-    e->pool_buf = buf_of[T_POOL];
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
-        e->layer[i].d = d;
-        e->layer[i].K = d->k * d->k * d->cin;
-        e->layer[i].src = buf_of[tensor_id(d->src)];
-        e->layer[i].dst = buf_of[i];
-        e->layer[i].res = d->residual == R18_NONE ? -1 : buf_of[tensor_id(d->residual)];
-        e->layer[i].src_pad = d->src == R18_IMAGE ? e->image_pad : 0;
+        cpu_layer *L = &e->layer[i];
+        int s = tensor_id(d->src), r = d->residual == R18_NONE ? -1 : tensor_id(d->residual);
+        L->d = d;
+        L->K = d->k * d->k * d->cin;
+        L->src = e->buf[s];
+        L->dst = e->buf[i];
+        L->res = r < 0 ? -1 : e->buf[r];
+        L->src_pad = pad[s];
+        L->dst_pad = pad[i];
+        L->res_pad = r < 0 ? 0 : pad[r];
     }
     return nbuf;
 }
@@ -842,10 +912,6 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     int nbuf = plan_buffers(e, per_image, err, errlen);
     if (nbuf < 0)
         goto fail;
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
-        cpu_layer *L = &e->layer[i];
-        L->in_place = e->avx512 && L->src_pad >= L->d->pad && L->d->out_h % MR == 0;
-    }
     const size_t mb = (size_t)cfg->max_batch;
     for (int b = 0; b < nbuf; b++) {
         /* Slack of MR rows of the widest layer, read by a ragged last tile. */
