@@ -1076,6 +1076,7 @@ int main(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("synthetic_and_sha256");
+    tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_synthetic_is_deterministic_and_seeded);
     tcase_add_test(tc, test_synthetic_has_he_scales);
     tcase_add_test(tc, test_sha256_known_vectors);
