@@ -610,6 +610,8 @@ END_TEST
 START_TEST(test_non_object_entry_is_an_error)
 {
     expect_json_error(valid_set(), "conv1.weight", NULL, json_integer(5), "tensor conv1.weight: header entry is not a JSON object");
+    /* Only __metadata__ itself is exempt. */
+    expect_json_error(valid_set(), "__metadata2__", NULL, json_object(), "tensor __metadata2__: dtype missing");
 }
 END_TEST
 
