@@ -5,11 +5,15 @@
  * engine -> queue/infer -> HTTP server (healthz answers) -> warm-up batch ->
  * batcher -> ready (readyz 200, READY=1 to systemd).
  *
- * Signals are blocked in every thread and taken synchronously here with
- * sigtimedwait(), which also paces the systemd watchdog. SIGTERM/SIGINT
- * drain: readiness 503, no new connections, every accepted request
- * answered, exit 0; a second signal exits at once. */
+ * SIGTERM/SIGINT drain: readiness 503, no new connections, every accepted
+ * request answered, exit 0; a second signal exits at once. Signals cannot
+ * be blocked in every thread (libraries start threads before main), so a
+ * handler that may run on any thread writes the signal to a self-pipe; the
+ * main thread polls it, which also paces the systemd watchdog. */
+#define _GNU_SOURCE  /* pipe2 */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,19 +117,60 @@ static int warm_up(engine *e, char *err, size_t errlen)
     return 0;
 }
 
-/* Waits up to ms until count(srv) is 0; a signal meanwhile exits at once. */
-static int wait_for_zero(server *srv, long (*count)(server *), const sigset_t *sigs, long ms)
+static int sig_pipe[2] = { -1, -1 };
+static volatile sig_atomic_t signals_seen;
+
+static void on_signal(int sig)
+{
+    if (signals_seen++ > 0) {
+        static const char msg[] = "resnetd: second signal: exiting without finishing the drain\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(1);
+    }
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(sig_pipe[1], &b, 1);
+    (void)w;
+    errno = saved;
+}
+
+static int signals_setup(void)
+{
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
+        return -1;
+    sa.sa_handler = SIG_IGN;
+    return sigaction(SIGPIPE, &sa, NULL);
+}
+
+/* The first SIGTERM/SIGINT within ms milliseconds, or 0. */
+static int signal_wait(long ms)
+{
+    struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
+    int n = poll(&pfd, 1, ms < 0 ? -1 : (int)ms);
+    unsigned char b;
+    if (n > 0 && read(sig_pipe[0], &b, 1) == 1)
+        return b;
+    return 0;
+}
+
+/* Waits up to ms until count(srv) is 0 (a second signal exits meanwhile,
+ * from the handler). */
+static int wait_for_zero(server *srv, long (*count)(server *), long ms)
 {
     uint64_t deadline = clock_now_us() + (uint64_t)ms * 1000u;
     while (count(srv) > 0) {
         if (clock_now_us() >= deadline)
             return -1;
         struct timespec ts = { 0, 20 * 1000 * 1000 };
-        int sig = sigtimedwait(sigs, NULL, &ts);
-        if (sig > 0) {
-            log_warn("second signal (%s): exiting without finishing the drain", strsignal(sig));
-            _exit(1);
-        }
+        nanosleep(&ts, NULL);
     }
     return 0;
 }
@@ -176,13 +221,8 @@ int main(int argc, char **argv)
     if (synthetic)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
 
-    /* Before any thread starts, so every thread inherits the mask. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0 || signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
-        log_error("cannot set up signal handling");
+    if (signals_setup() != 0) {
+        log_error("cannot set up signal handling: %s", strerror(errno));
         return 1;
     }
 
@@ -245,27 +285,16 @@ int main(int argc, char **argv)
 
     uint64_t watchdog = notify_watchdog_usec();
     int sig;
-    for (;;) {
-        uint64_t wait_us = watchdog ? watchdog / 2 : 1000000u;
-        struct timespec ts = { (time_t)(wait_us / 1000000u), (long)(wait_us % 1000000u) * 1000 };
-        sig = sigtimedwait(&sigs, NULL, &ts);
-        if (sig > 0)
-            break;
-        if (errno != EAGAIN && errno != EINTR) {
-            log_error("sigtimedwait: %s", strerror(errno));
-            sig = SIGTERM;
-            break;
-        }
+    while ((sig = signal_wait(watchdog ? (long)(watchdog / 2000u) : -1)) == 0)
         if (watchdog)
             notify_send("WATCHDOG=1");
-    }
 
     log_info("%s: draining (up to %ld ms)", strsignal(sig), rc.drain_timeout_ms);
     notify_send("STOPPING=1");
     metrics_set_ready(0);
     server_begin_drain(srv);
     queue_set_flush(q, 1);
-    if (wait_for_zero(srv, server_active, &sigs, rc.drain_timeout_ms) != 0) {
+    if (wait_for_zero(srv, server_active, rc.drain_timeout_ms) != 0) {
         queue_item left[256];
         int n, failed = 0;
         while ((n = queue_take_all(q, left, 256)) > 0)
@@ -278,12 +307,12 @@ int main(int argc, char **argv)
                  failed, server_active(srv));
         /* Batches already in the engine finish and are answered; libmicrohttpd
          * must not be stopped while any connection is suspended. */
-        if (wait_for_zero(srv, server_suspended, &sigs, DRAIN_GRACE_MS) != 0) {
+        if (wait_for_zero(srv, server_suspended, DRAIN_GRACE_MS) != 0) {
             log_error("%ld requests still in the engine; exiting", server_suspended(srv));
             _exit(1);
         }
         /* Let the 503s just queued reach their clients. */
-        wait_for_zero(srv, server_active, &sigs, 250);
+        wait_for_zero(srv, server_active, 250);
     }
     queue_stop(q);
     batcher_join(bat);

@@ -33,6 +33,18 @@ void request_free(request *r)
     free(r);
 }
 
+int request_reserve(request *r, size_t n)
+{
+    if (n <= r->cap)
+        return 0;
+    uint8_t *b = realloc(r->body, n);
+    if (!b)
+        return -1;
+    r->body = b;
+    r->cap = n;
+    return 0;
+}
+
 int request_append(request *r, const uint8_t *data, size_t n)
 {
     if (r->len + n > r->cap) {

@@ -67,6 +67,10 @@ typedef struct request {
 request *request_create(void);
 void request_free(request *r);
 
+/* Sizes the body buffer for an announced Content-Length, so the body is
+ * received with one allocation; 0, or -1 out of memory. */
+int request_reserve(request *r, size_t n);
+
 /* Appends body bytes; 0, or -1 when the buffer cannot grow. */
 int request_append(request *r, const uint8_t *data, size_t n);
 

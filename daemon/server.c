@@ -195,6 +195,8 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
             snprintf(msg, sizeof msg, "request body of %s bytes is over the limit of %ld", cl, s->max_body_bytes);
             return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
         }
+        if (n > 0 && request_reserve(r, (size_t)n) != 0)
+            return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 1);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;

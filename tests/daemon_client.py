@@ -28,12 +28,13 @@ TIMEOUT = 60  # seconds; any single HTTP exchange
 class Daemon:
     """A resnetd process on 127.0.0.1 with an ephemeral port."""
 
-    def __init__(self, opts, *extra):
+    def __init__(self, opts, *extra, env=None):
         self.log = tempfile.NamedTemporaryFile(prefix="resnetd-", suffix=".log", delete=False)
         args = [opts.resnetd, "--weights", os.path.join(opts.ref, "weights.safetensors"),
                 "--labels", opts.labels, "--device", "cpu", "--listen", "127.0.0.1:0",
                 "--engine-threads", "2", "--request-timeout-ms", "120000"] + list(extra)
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **(env or {})))
         self.port = None
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -544,6 +545,63 @@ def check_drain_details(opts):
         took, stuck, fast)
 
 
+def check_systemd_notify(opts):
+    # An abstract AF_UNIX datagram socket stands in for systemd.
+    name = "@resnetd-test-%d" % os.getpid()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name[1:])
+    sock.settimeout(30)
+    d = Daemon(opts, env={"NOTIFY_SOCKET": name, "WATCHDOG_USEC": "200000"})
+    try:
+        got = []
+        deadline = time.time() + 10
+        while time.time() < deadline and (got.count(b"WATCHDOG=1") < 2 or b"READY=1" not in got):
+            got.append(sock.recv(4096))
+        assert got[0] == b"READY=1", got
+        assert got.count(b"WATCHDOG=1") >= 2, got
+        d.proc.send_signal(signal.SIGTERM)
+        while True:
+            m = sock.recv(4096)
+            if m != b"WATCHDOG=1":
+                break
+        assert m == b"STOPPING=1", m
+        assert d.proc.wait(30) == 0
+    finally:
+        d.stop()
+        sock.close()
+    return "READY=1, WATCHDOG=1 every 0.1 s, STOPPING=1"
+
+
+def check_config_file_and_check_config(opts):
+    weights = os.path.join(opts.ref, "weights.safetensors")
+    with tempfile.TemporaryDirectory() as tmp:
+        good = os.path.join(tmp, "good.conf")
+        with open(good, "w") as f:
+            f.write("# test\nweights = %s\nlabels = %s\ndevice = cpu\nmax_batch_size = 4\n" % (weights, opts.labels))
+        p = subprocess.run([opts.resnetd, "--config", good, "--check-config"], capture_output=True, text=True)
+        assert p.returncode == 0 and "configuration OK" in p.stdout, (p.returncode, p.stdout, p.stderr)
+        bad = os.path.join(tmp, "bad.conf")
+        with open(bad, "w") as f:
+            f.write("weights = %s\n\nqueue_capacity = lots\n" % weights)
+        p = subprocess.run([opts.resnetd, "--config", bad, "--check-config"], capture_output=True, text=True)
+        assert p.returncode != 0 and "%s:3: queue_capacity: 'lots'" % bad in p.stderr, (p.returncode, p.stderr)
+        p = subprocess.run([opts.resnetd, "--weights", os.path.join(tmp, "missing.safetensors"), "--check-config"],
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and "missing.safetensors" in p.stderr, p.stderr
+        p = subprocess.run([opts.resnetd, "--device", "cpu"], capture_output=True, text=True)
+        assert p.returncode != 0 and "weights: required" in p.stderr, p.stderr
+        # The file sets max batch 4; the flag overrides it.
+        d = Daemon(opts, "--config", good, "--max-batch-size", "2")
+        try:
+            _, _, body = d.request("GET", "/v1/models/resnet18")
+            assert json.loads(body)["batching"]["max_batch_size"] == 2, body
+        finally:
+            assert d.stop() == 0
+    p = subprocess.run([opts.resnetd, "--version"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("resnetd "), p.stdout
+    return ""
+
+
 CHECKS = [
     ("endpoints", check_endpoints, True),
     ("matches_offline_classify", check_matches_offline_classify, True),
@@ -555,6 +613,8 @@ CHECKS = [
     ("sigterm_under_load", check_sigterm_under_load, False),
     ("drain_details", check_drain_details, False),
     ("synthetic_marks_responses", check_synthetic_marks_responses, False),
+    ("systemd_notify", check_systemd_notify, False),
+    ("config_file_and_check_config", check_config_file_and_check_config, False),
 ]
 
 

@@ -172,12 +172,17 @@ START_TEST(request_body_grows_and_failures_keep_the_first)
 {
     request *r = request_create();
     ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(request_reserve(r, 200000), 0);
+    const uint8_t *reserved = r->body;
     uint8_t chunk[1000];
     memset(chunk, 7, sizeof chunk);
     for (int i = 0; i < 200; i++)
         ck_assert_int_eq(request_append(r, chunk, sizeof chunk), 0);
     ck_assert_uint_eq(r->len, 200000);
     ck_assert_int_eq(r->body[199999], 7);
+    ck_assert_ptr_eq(r->body, reserved);   /* an announced length: one allocation */
+    ck_assert_int_eq(request_append(r, chunk, 1), 0);   /* and it still grows past it */
+    ck_assert_uint_eq(r->len, 200001);
     request_fail(r, 504, "timeout", "first");
     request_fail(r, 500, "engine_failure", "second");
     ck_assert_int_eq(r->fail_status, 504);
