@@ -8,6 +8,7 @@
  * contents do not matter are sparse (header, then ftruncate). When
  * tests/reference.py's output exists, the torchvision weights are checked
  * too, read a second way by a small reader in this file. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -25,7 +26,7 @@ static char tmpdir[] = "/tmp/test_weights.XXXXXX";
 
 static const char *tmp_path(const char *name)
 {
-    static char buf[4][256];
+    static char buf[4][512];
     static int next;
     char *b = buf[next++ % 4];
     snprintf(b, sizeof buf[0], "%s/%s", tmpdir, name);
@@ -1105,13 +1106,21 @@ int main(void)
             testutil_require_reference(); /* exits 1 */
         fprintf(stderr, "test_weights: no reference weights, torchvision checks skipped\n");
     }
-    /* Test bodies unlink their own files; main removes the directory (not
-     * atexit, which forked test children would run too). */
+    /* Passing tests unlink their files; a failed one may leave its file
+     * behind, so main empties the directory (not atexit, which the forked
+     * test children would run too). */
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return 1;
     }
     int rc = testutil_run(s);
+    DIR *dir = opendir(tmpdir);
+    struct dirent *de;
+    while (dir && (de = readdir(dir)) != NULL)
+        if (de->d_name[0] != '.')
+            unlink(tmp_path(de->d_name));
+    if (dir)
+        closedir(dir);
     if (rmdir(tmpdir) != 0)
         perror(tmpdir);
     return rc;
