@@ -1,9 +1,18 @@
 /* Tests daemon/batcher.c's decision function with a fake clock, the
- * Retry-After estimate, and daemon/queue.c's slot accounting and batch
- * popping (deadlines, flush, stop). */
+ * Retry-After estimate, daemon/queue.c's slot accounting and batch popping
+ * (deadlines, flush, stop), and the whole batcher -> infer pipeline on a
+ * fake engine: two batches in flight, every image reported exactly once,
+ * engine failures reported as 500 and reflected in health. */
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include "daemon/batcher.h"
+#include "daemon/infer.h"
 #include "daemon/metrics.h"
 #include "daemon/queue.h"
 #include "model/clock.h"
@@ -229,6 +238,227 @@ START_TEST(expired_items_come_back_separately)
 }
 END_TEST
 
+
+/* ---- the pipeline on a fake engine ------------------------------------- */
+
+typedef struct fake_engine {
+    atomic_int in_flight, max_in_flight, fail_next, batches;
+    engine *e;
+} fake_engine;
+
+static int fake_submit(void *ctx, int slot, int n, char *err, size_t errlen)
+{
+    fake_engine *f = ctx;
+    if (atomic_exchange(&f->fail_next, 0)) {
+        snprintf(err, errlen, "fake engine: injected failure");
+        return -1;
+    }
+    /* "Logits": image i's first pixel, so a test can see which image ran. */
+    for (int i = 0; i < n; i++)
+        f->e->logits[slot][(size_t)i * RESNET18_CLASSES] = f->e->input[slot][(size_t)i * RESNET18_INPUT_BYTES];
+    int now = atomic_fetch_add(&f->in_flight, 1) + 1;
+    int max = atomic_load(&f->max_in_flight);
+    while (now > max && !atomic_compare_exchange_weak(&f->max_in_flight, &max, now))
+        ;
+    atomic_fetch_add(&f->batches, 1);
+    return 0;
+}
+
+static int fake_wait(void *ctx, int slot, char *err, size_t errlen)
+{
+    (void)slot; (void)err; (void)errlen;
+    fake_engine *f = ctx;
+    struct timespec ts = { 0, 20 * 1000 * 1000 };   /* "compute" */
+    nanosleep(&ts, NULL);
+    atomic_fetch_sub(&f->in_flight, 1);
+    return 0;
+}
+
+static void fake_destroy(void *ctx) { (void)ctx; }
+
+static const engine_ops fake_ops = { .name = "fake", .submit = fake_submit, .wait = fake_wait,
+                                     .destroy = fake_destroy };
+
+static engine *fake_engine_create(fake_engine *f, int nslots, int max_batch)
+{
+    engine *e = calloc(1, sizeof *e);
+    e->ops = &fake_ops;
+    e->ctx = f;
+    e->device = ENGINE_DEVICE_CPU;
+    e->precision = ENGINE_PRECISION_FP32;
+    e->max_batch = max_batch;
+    e->nslots = nslots;
+    for (int s = 0; s < nslots; s++) {
+        e->input[s] = calloc((size_t)max_batch, RESNET18_INPUT_BYTES);
+        e->logits[s] = calloc((size_t)max_batch * RESNET18_CLASSES, sizeof(float));
+    }
+    f->e = e;
+    return e;
+}
+
+static void fake_engine_free(engine *e)
+{
+    for (int s = 0; s < e->nslots; s++) {
+        free(e->input[s]);
+        free(e->logits[s]);
+    }
+    free(e);
+}
+
+#define NIMAGES 40
+static atomic_int done_count[NIMAGES], fail_count[NIMAGES], wrong_pixels, max_batch_seen, fail_status;
+
+static void sink_done(void *req, int image, const float *logits, const pipeline_timing *t)
+{
+    (void)image;
+    int id = (int)(intptr_t)req - 1;
+    atomic_fetch_add(&done_count[id], 1);
+    if ((int)logits[0] != id)
+        atomic_fetch_add(&wrong_pixels, 1);
+    int m = atomic_load(&max_batch_seen);
+    while (t->batch_size > m && !atomic_compare_exchange_weak(&max_batch_seen, &m, t->batch_size))
+        ;
+}
+
+static void sink_fail(void *req, int image, int status, const char *code, const char *message)
+{
+    (void)image; (void)code; (void)message;
+    atomic_fetch_add(&fail_count[(int)(intptr_t)req - 1], 1);
+    atomic_store(&fail_status, status);
+}
+
+static const pipeline_sink test_sink = { .done = sink_done, .fail = sink_fail };
+
+static void reset_counts(void)
+{
+    for (int i = 0; i < NIMAGES; i++) {
+        atomic_store(&done_count[i], 0);
+        atomic_store(&fail_count[i], 0);
+    }
+    atomic_store(&wrong_pixels, 0);
+    atomic_store(&max_batch_seen, 0);
+    atomic_store(&fail_status, 0);
+}
+
+static void push_images(queue *q, int first, int n)
+{
+    for (int id = first; id < first + n; id++) {
+        int slot;
+        ck_assert_int_eq(queue_reserve(q, 1, &slot), 0);
+        memset(queue_slot(q, slot), id, RESNET18_INPUT_BYTES);
+        uint64_t now = clock_now_us();
+        queue_item it = { .req = (void *)(intptr_t)(id + 1), .image = 0, .slot = slot, .fd = -1,
+                          .enqueued_us = now, .deadline_us = now + 60000000u };
+        queue_push(q, &it, 1);
+    }
+}
+
+static int reported(int n)
+{
+    int total = 0;
+    for (int i = 0; i < n; i++)
+        total += atomic_load(&done_count[i]) + atomic_load(&fail_count[i]);
+    return total;
+}
+
+static void wait_reported(int n)
+{
+    for (int i = 0; i < 1000 && reported(n) < n; i++) {
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+START_TEST(pipeline_keeps_two_batches_in_flight_and_reports_each_image_once)
+{
+    reset_counts();
+    fake_engine f = { 0 };
+    engine *e = fake_engine_create(&f, 2, 4);
+    char err[256];
+    queue *q = queue_create(64, err, sizeof err);
+    infer *inf = infer_create(e, &test_sink, err, sizeof err);
+    ck_assert_ptr_nonnull(q);
+    ck_assert_ptr_nonnull(inf);
+    batcher_policy p = policy(4, 1000);
+    batcher *b = batcher_start(q, inf, &p, &test_sink, err, sizeof err);
+    ck_assert_ptr_nonnull(b);
+    push_images(q, 0, NIMAGES);
+    wait_reported(NIMAGES);
+    queue_stop(q);
+    batcher_join(b);
+    infer_stop(inf);
+    for (int i = 0; i < NIMAGES; i++) {
+        ck_assert_int_eq(atomic_load(&done_count[i]), 1);
+        ck_assert_int_eq(atomic_load(&fail_count[i]), 0);
+    }
+    ck_assert_int_eq(atomic_load(&wrong_pixels), 0);      /* each image's own pixels reached the engine */
+    ck_assert_int_eq(atomic_load(&max_batch_seen), 4);
+    ck_assert_int_ge(atomic_load(&f.batches), NIMAGES / 4);
+    /* While the completion thread waited on one slot, the batcher had
+     * already submitted the other. */
+    ck_assert_int_eq(atomic_load(&f.max_in_flight), 2);
+    ck_assert_int_eq(infer_healthy(inf), 1);
+    ck_assert(infer_images_per_s(inf) > 0);
+    infer_destroy(inf);
+    queue_destroy(q);
+    fake_engine_free(e);
+}
+END_TEST
+
+START_TEST(engine_failure_fails_its_batch_with_500_until_a_batch_succeeds)
+{
+    reset_counts();
+    fake_engine f = { 0 };
+    engine *e = fake_engine_create(&f, 1, 4);
+    char err[256];
+    queue *q = queue_create(16, err, sizeof err);
+    infer *inf = infer_create(e, &test_sink, err, sizeof err);
+    batcher_policy p = policy(4, 0);
+    batcher *b = batcher_start(q, inf, &p, &test_sink, err, sizeof err);
+    ck_assert_ptr_nonnull(b);
+    atomic_store(&f.fail_next, 1);
+    push_images(q, 0, 1);
+    wait_reported(1);
+    ck_assert_int_eq(atomic_load(&fail_count[0]), 1);
+    ck_assert_int_eq(atomic_load(&fail_status), 500);
+    ck_assert_int_eq(infer_healthy(inf), 0);
+    push_images(q, 1, 1);
+    wait_reported(2);
+    ck_assert_int_eq(atomic_load(&done_count[1]), 1);
+    ck_assert_int_eq(infer_healthy(inf), 1);
+    queue_stop(q);
+    batcher_join(b);
+    infer_stop(inf);
+    infer_destroy(inf);
+    queue_destroy(q);
+    fake_engine_free(e);
+}
+END_TEST
+
+START_TEST(stop_drains_queued_images_before_the_batcher_exits)
+{
+    reset_counts();
+    fake_engine f = { 0 };
+    engine *e = fake_engine_create(&f, 2, 4);
+    char err[256];
+    queue *q = queue_create(64, err, sizeof err);
+    infer *inf = infer_create(e, &test_sink, err, sizeof err);
+    batcher_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
+    batcher *b = batcher_start(q, inf, &p, &test_sink, err, sizeof err);
+    push_images(q, 0, 3);
+    uint64_t t0 = clock_now_us();
+    queue_stop(q);
+    batcher_join(b);
+    infer_stop(inf);
+    ck_assert_uint_lt(clock_now_us() - t0, 2000000);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(atomic_load(&done_count[i]), 1);
+    infer_destroy(inf);
+    queue_destroy(q);
+    fake_engine_free(e);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("batcher");
@@ -248,6 +478,11 @@ static Suite *suite(void)
     tcase_add_test(tq, pop_waits_for_max_delay_then_sends_partial);
     tcase_add_test(tq, expired_items_come_back_separately);
     suite_add_tcase(s, tq);
+    TCase *tp = tcase_create("pipeline");
+    tcase_add_test(tp, pipeline_keeps_two_batches_in_flight_and_reports_each_image_once);
+    tcase_add_test(tp, engine_failure_fails_its_batch_with_500_until_a_batch_succeeds);
+    tcase_add_test(tp, stop_drains_queued_images_before_the_batcher_exits);
+    suite_add_tcase(s, tp);
     return s;
 }
 
