@@ -66,7 +66,7 @@ static const char oom_body[] =
  * text) that libmicrohttpd frees, or NULL after an allocation failure. */
 static enum MHD_Result send_body(server *s, request *r, struct MHD_Connection *c, int status, char *body,
                                  size_t len, const char *ctype, int retry_after, const char *allow,
-                                 int close)
+                                 int close_conn)
 {
     struct MHD_Response *resp;
     if (body) {
@@ -88,7 +88,7 @@ static enum MHD_Result send_body(server *s, request *r, struct MHD_Connection *c
     }
     if (allow)
         ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow) == MHD_YES;
-    if (close || atomic_load(&s->draining))
+    if (close_conn || atomic_load(&s->draining))
         ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
     enum MHD_Result rc = ok ? MHD_queue_response(c, (unsigned)status, resp) : MHD_NO;
     MHD_destroy_response(resp);
@@ -112,14 +112,14 @@ static metrics_reject_reason reject_reason(int status, const char *code)
 
 static enum MHD_Result send_error(server *s, request *r, struct MHD_Connection *c, int status,
                                   const char *code, const char *message, int retry_after, const char *allow,
-                                  int close)
+                                  int close_conn)
 {
     metrics_reject_reason why = reject_reason(status, code);
     if (why != METRICS_REJECT_COUNT)
         metrics_reject(why);
     size_t len = 0;
     char *body = response_error(status, code, message, &len);
-    return send_body(s, r, c, status, body, len, "application/json", retry_after, allow, close);
+    return send_body(s, r, c, status, body, len, "application/json", retry_after, allow, close_conn);
 }
 
 static int retry_after(server *s)
