@@ -3,22 +3,25 @@
  * Layouts: activations NHWC FP32; conv weights KRSC ([cout][kh][kw][cin]) with
  * BN folded, as resnet18_weights gives them. Each convolution is a GEMM
  * C[M][N] = A[M][K] * W[N][K]^T with M = output pixels of the batch,
- * K = k*k*cin, N = cout; A is built by im2col over NHWC rows (for a 1x1
- * stride-2 conv that is a gather of every other pixel), in bounded chunks of
- * rows. The epilogue (bias, residual add, ReLU) is fused into the GEMM's
- * store. The network is walked from the resnet18_convs table; activation
- * buffers are assigned from the table's liveness at create.
+ * K = k*k*cin, N = cout. The epilogue (bias, residual add, ReLU) is fused
+ * into the GEMM's store. The network is walked from the resnet18_convs table;
+ * activation buffers are assigned from the table's liveness at create.
  *
  * Two GEMM back ends, chosen at create:
  *  - avx512: our own 14x32 register-blocked kernel with weights packed into
- *    32-column panels, run by the engine's own thread pool, which splits each
- *    layer's output tiles across threads (each thread builds its own im2col
- *    rows in a private workspace). Used when the CPU has AVX-512F. It exists
- *    because Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls
- *    back to its AVX2 Haswell kernels, which are slower than PyTorch.
- *  - blas: im2col chunk, cblas_sgemm (OpenBLAS threads it), epilogue pass.
- *    The portable path. RESNETD_CPU_GEMM=blas (or =avx512) forces a choice;
- *    the tests run both against torchvision.
+ *    32-column panels, run by the engine's own thread pool; threads claim
+ *    tiles of each layer's output. Where a layer's output rows are whole
+ *    14-pixel tiles (all but the 7x7 layers), A is read in place: its input
+ *    tensor carries a zero border as wide as the conv's padding, so the A
+ *    rows of one kernel row are the input pixels themselves at a fixed
+ *    stride (no im2col at all, and a 1x1 stride-2 conv gathers by stride).
+ *    Other layers build im2col rows in a private per-thread workspace of
+ *    about 1 MiB. Used when the CPU has AVX-512F. It exists because Debian's
+ *    OpenBLAS 0.3.21 does not recognise newer Xeons and falls back to its
+ *    AVX2 Haswell kernels, which are slower than PyTorch.
+ *  - blas: im2col in chunks of up to 32 MiB, cblas_sgemm (OpenBLAS threads
+ *    it), epilogue pass. The portable path. RESNETD_CPU_GEMM=blas (or
+ *    =avx512) forces a choice; the tests run both against torchvision.
  *
  * Every buffer is allocated at create for max_batch; submit computes
  * synchronously (under a mutex, since the scratch is shared by the slots) and
@@ -26,7 +29,6 @@
  * create. */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include <cblas.h>
-#include <errno.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -117,7 +119,8 @@ struct cpu_engine {
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* Zeroed, 64-byte aligned, with 64 bytes of slack. Large buffers ask for
+/* Zeroed, 64-byte aligned (the kernel's aligned loads of packed weights
+ * rely on it), with 64 bytes of slack. Large buffers ask for
  * transparent huge pages: the GEMM walks weights and activations in strides
  * that would otherwise miss the TLB often. */
 static void *alloc_floats(size_t n)
@@ -354,6 +357,7 @@ static void kernel_14x32(const float *a, size_t lda, int nseg, int seglen, size_
 
 /* ---- layers -------------------------------------------------------------- */
 
+/* Cuts conv L at batch n into work units (see conv_plan). */
 static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
 {
     const resnet18_conv_desc *d = L->d;
@@ -441,7 +445,6 @@ static void conv_avx512_part(cpu_engine *e, int tid)
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
     float *ws = e->ws + (size_t)tid * e->ws_floats;
-    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0 && L->src_pad == 0;
     int have = -1;   /* row group whose im2col rows are in ws */
 
     for (int u; (u = atomic_fetch_add(&e->job.next_unit, 1)) < pl->um * pl->un;) {
@@ -453,19 +456,15 @@ static void conv_avx512_part(cpu_engine *e, int tid)
             continue;
         }
         int m0 = g0 * MR;
-        const float *A = in + (size_t)m0 * K;   /* direct: buffers carry MR rows of slack */
-        if (!direct) {
-            if (have != g)
-                im2col_rows(d, in, L->src_pad, m0, (g1 - g0) * MR, M, ws, K);
-            have = g;
-            A = ws;
-        }
+        if (have != g)
+            im2col_rows(d, in, L->src_pad, m0, (g1 - g0) * MR, M, ws, K);
+        have = g;
         for (int k0 = 0; k0 < K; k0 += KC) {
             int kc = imin(KC, K - k0);
             int last = k0 + kc == K;
             for (int mb = g0; mb < g1; mb++) {
                 int m = mb * MR, mr = imin(MR, M - m);
-                const float *a = A + (size_t)(m - m0) * K + k0;
+                const float *a = ws + (size_t)(m - m0) * K + k0;
                 for (int p = p0; p < p1; p++) {
                     epilogue ep = {
                         .bias = L->b + p * NR,
@@ -490,19 +489,14 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
     const float *in = e->act[L->src];
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
-    const int direct = d->k == 1 && d->stride == 1 && d->pad == 0 && L->src_pad == 0;
     int chunk = (int)(e->ws_floats * e->nthreads / (size_t)K);
     if (chunk < 1)
         chunk = 1;
     for (int m0 = 0; m0 < M; m0 += chunk) {
         int rows = imin(chunk, M - m0);
-        const float *A = in + (size_t)m0 * K;
-        if (!direct) {
-            im2col_rows(d, in, L->src_pad, m0, rows, M, e->ws, K);
-            A = e->ws;
-        }
+        im2col_rows(d, in, L->src_pad, m0, rows, M, e->ws, K);
         float *C = out + (size_t)m0 * N;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0f, A, K, L->w, K,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0f, e->ws, K, L->w, K,
                     0.0f, C, N);
         const float *R = res ? res + (size_t)m0 * N : NULL;
         for (int r = 0; r < rows; r++) {
@@ -914,8 +908,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
         goto fail;
     const size_t mb = (size_t)cfg->max_batch;
     for (int b = 0; b < nbuf; b++) {
-        /* Slack of MR rows of the widest layer, read by a ragged last tile. */
-        e->act[b] = alloc_floats(per_image[b] * mb + (size_t)MR * RESNET18_FEATURES);
+        e->act[b] = alloc_floats(per_image[b] * mb);
         if (!e->act[b])
             goto oom;
         e->nact++;
