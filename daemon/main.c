@@ -40,40 +40,16 @@
  * in the engine get this much longer to finish. */
 #define DRAIN_GRACE_MS 5000
 
-static int file_readable(const char *path)
+/* The labels file: --labels, else labels_default_path() (the installed
+ * copy, or the source tree's when resnetd runs uninstalled). */
+static const char *labels_path(const config *c)
 {
-    return access(path, R_OK) == 0;
-}
-
-/* The labels file: --labels, else the installed copy, else (running from
- * the build tree, not installed) etc/ next to the executable. */
-static int resolve_labels(const config *c, char *out, size_t len, char *err, size_t errlen)
-{
-    if (c->labels[0]) {
-        snprintf(out, len, "%s", c->labels);
-        return 0;
-    }
-    const char *installed = RESNETD_DATADIR "/imagenet-classes.txt";
-    if (file_readable(installed)) {
-        snprintf(out, len, "%s", installed);
-        return 0;
-    }
-    char exe[CONFIG_PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            int n2 = snprintf(out, len, "%s/etc/imagenet-classes.txt", exe);
-            if (n2 > 0 && (size_t)n2 < len && file_readable(out)) {
-                log_info("not installed: using labels from %s", out);
-                return 0;
-            }
-        }
-    }
-    snprintf(err, errlen, "labels: %s is missing (install resnetd, or pass --labels FILE)", installed);
-    return -1;
+    if (c->labels[0])
+        return c->labels;
+    const char *p = labels_default_path();
+    if (strncmp(p, RESNETD_DATADIR "/", strlen(RESNETD_DATADIR "/")) != 0)
+        log_info("not installed: using labels from %s", p);
+    return p;
 }
 
 static engine *create_engine(const config *given, config *resolved, const resnet18_weights *w,
@@ -196,10 +172,9 @@ int main(int argc, char **argv)
         log_error("%s%s%s", cli.config_path ? cli.config_path : "", cli.config_path ? ": " : "", err);
         return 1;
     }
-    char labels_path[CONFIG_PATH_MAX];
+    const char *lpath = labels_path(&cfg);
     labels lab;
-    if (resolve_labels(&cfg, labels_path, sizeof labels_path, err, sizeof err) != 0 ||
-        labels_load(labels_path, RESNET18_CLASSES, &lab, err, sizeof err) != 0) {
+    if (labels_load(lpath, RESNET18_CLASSES, &lab, err, sizeof err) != 0) {
         log_error("%s", err);
         return 1;
     }
@@ -213,7 +188,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (cli.check_config) {
-        printf("resnetd: configuration OK (weights %s, labels %s)\n", cfg.weights, labels_path);
+        printf("resnetd: configuration OK (weights %s, labels %s)\n", cfg.weights, lpath);
         weights_free(&w);
         labels_free(&lab);
         return 0;
