@@ -115,7 +115,7 @@ static int add_dir(corpus *c, const char *dir, char *err, size_t errlen)
     closedir(d);
     if (rc != 0)
         snprintf(err, errlen, "out of memory");
-    if (rc == 0)
+    if (rc == 0 && n > 0)
         qsort(names, n, sizeof *names, cmp_names);
     for (size_t i = 0; i < n; i++) {
         if (rc == 0) {

@@ -564,7 +564,7 @@ static int print_json(const report *r)
     json_t *status = json_object();
     for (int s = 0; s < LOAD_STATUS_MAX; s++)
         if (m->status[s]) {
-            char k[8];
+            char k[16];
             snprintf(k, sizeof k, "%d", s);
             json_object_set_new(status, k, json_integer((json_int_t)m->status[s]));
         }
