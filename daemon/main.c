@@ -209,6 +209,9 @@ int main(int argc, char **argv)
     const char *device = engine_device_name(e->device);
     const char *precision = engine_precision_name(e->precision);
     metrics_init(PACKAGE_VERSION, device, precision);
+    /* Engine buffers are all allocated at creation, so this is set once. */
+    metrics_set_memory(e->ops->device_memory ? e->ops->device_memory(e->ctx) : 0,
+                       e->ops->pinned_memory ? e->ops->pinned_memory(e->ctx) : 0);
 
     response_service svc = {
         .device = device, .device_index = e->device_index, .precision = precision,

@@ -255,7 +255,10 @@ static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connec
     }
     for (int i = 0; i < n; i++)
         if (parts[i].len == 0) {
-            snprintf(msg, sizeof msg, "image %d is empty", i);
+            if (r->body_kind == REQ_BODY_RAW)
+                snprintf(msg, sizeof msg, "the request body is empty; send the JPEG bytes");
+            else
+                snprintf(msg, sizeof msg, "image %d is empty", i);
             return send_error(s, r, c, 400, "empty_body", msg, 0, NULL, 0);
         }
     r->topk = malloc((size_t)n * (size_t)r->top_k * sizeof *r->topk);
