@@ -60,7 +60,7 @@ struct server {
 /* ---- answering ---------------------------------------------------------- */
 
 static const char oom_body[] =
-    "{\"error\":{\"status\":500,\"code\":\"out_of_memory\",\"message\":\"out of memory\"}}";
+    "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
 
 /* Queues one response and records its status; body is malloc'd JSON (or
  * text) that libmicrohttpd frees, or NULL after an allocation failure. */
