@@ -907,6 +907,18 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     if (nbuf < 0)
         goto fail;
     const size_t mb = (size_t)cfg->max_batch;
+    /* Buffers are touched at create, so ask for no more than the machine
+     * has rather than be killed for it later. */
+    size_t per_batch_bytes = (size_t)e->pub.nslots * (RESNET18_INPUT_BYTES + RESNET18_CLASSES * 4) +
+                             RESNET18_FEATURES * 4;
+    for (int b = 0; b < nbuf; b++)
+        per_batch_bytes += per_image[b] * sizeof(float);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (double)per_batch_bytes * mb > (double)pages * page) {
+        snprintf(err, errlen, "cpu engine: max batch %d needs %.0f MiB, more than this machine's %.0f MiB",
+                 cfg->max_batch, (double)per_batch_bytes * mb / 1048576.0, (double)pages * page / 1048576.0);
+        goto fail;
+    }
     for (int b = 0; b < nbuf; b++) {
         e->act[b] = alloc_floats(per_image[b] * mb);
         if (!e->act[b])
