@@ -11,7 +11,6 @@
  *      the connection resumes and a final call answers.
  * Every request is freed in on_completed, which also counts it. */
 #include <errno.h>
-#include <inttypes.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
