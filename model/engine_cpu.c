@@ -29,8 +29,6 @@
  * create. */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include <cblas.h>
-#include <immintrin.h>
-#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -41,6 +39,14 @@
 #include <unistd.h>
 #include "model/engine.h"
 #include "model/preprocess.h"
+
+/* The avx512 back end is x86-64 only; elsewhere the blas one runs. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_AVX512_KERNEL 1
+#else
+#define HAVE_AVX512_KERNEL 0
+#endif
 
 /* OpenBLAS extension; not in every cblas.h. */
 void openblas_set_num_threads(int num_threads);
@@ -232,6 +238,41 @@ static void split_range(int total, int nparts, int i, int *lo, int *hi)
     *hi = (int)((long)total * (i + 1) / nparts);
 }
 
+/* Address of pixel (img, y, x) of an h x h x c tensor with a zero border of
+ * pad pixels. */
+static size_t at(int img, int y, int x, int h, int c, int pad)
+{
+    const size_t w = (size_t)h + 2 * pad;
+    return (((size_t)img * w + (size_t)(y + pad)) * w + (size_t)(x + pad)) * c;
+}
+
+/* Cuts conv L at batch n into work units (see conv_plan). */
+static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
+{
+    const resnet18_conv_desc *d = L->d;
+    const int nt = e->nthreads;
+    conv_plan p;
+    p.M = n * d->out_h * d->out_h;
+    p.mblocks = (p.M + MR - 1) / MR;
+    p.panels = d->cout / NR;
+    int cap = (int)(e->ws_floats / ((size_t)L->K * MR));   /* m-blocks per workspace */
+    if (cap < 1)
+        cap = 1;
+    p.um = (p.mblocks + cap - 1) / cap;
+    p.un = 1;
+    if (p.mblocks < 4 * nt) {
+        /* Few rows: split the columns instead, so each thread streams only
+         * its share of the weights (the im2col rows are cheap to repeat). */
+        p.un = imin(p.panels, nt);
+    } else {
+        /* Two units per thread at least, in a multiple of the threads. */
+        if (p.um < 2 * nt)
+            p.um = 2 * nt;
+        p.um = (p.um + nt - 1) / nt * nt;
+    }
+    return p;
+}
+
 /* ---- im2col ------------------------------------------------------------ */
 
 /* Writes rows [m0, m0 + rows) of conv d's A matrix (row m = output pixel m of
@@ -273,7 +314,8 @@ static void im2col_rows(const resnet18_conv_desc *d, const float *in, int ipad, 
     }
 }
 
-/* ---- AVX-512 micro-kernel ---------------------------------------------- */
+/* ---- AVX-512 back end: micro-kernel and conv layers ---------------------- */
+#if HAVE_AVX512_KERNEL
 
 typedef struct epilogue {
     const float *bias;  /* NR values for this tile's columns */
@@ -353,43 +395,6 @@ static void kernel_14x32(const float *a, size_t lda, int nseg, int seglen, size_
             _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
         }
     }
-}
-
-/* ---- layers -------------------------------------------------------------- */
-
-/* Cuts conv L at batch n into work units (see conv_plan). */
-static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
-{
-    const resnet18_conv_desc *d = L->d;
-    const int nt = e->nthreads;
-    conv_plan p;
-    p.M = n * d->out_h * d->out_h;
-    p.mblocks = (p.M + MR - 1) / MR;
-    p.panels = d->cout / NR;
-    int cap = (int)(e->ws_floats / ((size_t)L->K * MR));   /* m-blocks per workspace */
-    if (cap < 1)
-        cap = 1;
-    p.um = (p.mblocks + cap - 1) / cap;
-    p.un = 1;
-    if (p.mblocks < 4 * nt) {
-        /* Few rows: split the columns instead, so each thread streams only
-         * its share of the weights (the im2col rows are cheap to repeat). */
-        p.un = imin(p.panels, nt);
-    } else {
-        /* Two units per thread at least, in a multiple of the threads. */
-        if (p.um < 2 * nt)
-            p.um = 2 * nt;
-        p.um = (p.um + nt - 1) / nt * nt;
-    }
-    return p;
-}
-
-/* Address of pixel (img, y, x) of an h x h x c tensor with a zero border of
- * pad pixels. */
-static size_t at(int img, int y, int x, int h, int c, int pad)
-{
-    const size_t w = (size_t)h + 2 * pad;
-    return (((size_t)img * w + (size_t)(y + pad)) * w + (size_t)(x + pad)) * c;
 }
 
 /* M-blocks [g0, g1) x panels [p0, p1) of a conv whose input has a zero
@@ -480,6 +485,17 @@ static void conv_avx512_part(cpu_engine *e, int tid)
     }
 }
 
+#else
+/* Never run: choose_avx512() is 0 without the kernel. */
+static void conv_avx512_part(cpu_engine *e, int tid)
+{
+    (void)e;
+    (void)tid;
+}
+#endif
+
+/* ---- the other layers and the blas back end ------------------------------ */
+
 /* One conv layer on the blas back end: im2col in chunks, OpenBLAS threads the
  * GEMM, then the epilogue pass. Runs on the calling thread only. */
 static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
@@ -528,7 +544,16 @@ static void normalize_part(cpu_engine *e, int tid)
     }
 }
 
-/* 3x3 stride-2 pad-1 max pool of conv 0's output. */
+/* o = max(o, p) over 16 floats: a fixed count and restrict let -O2 use
+ * vector max instructions. */
+static void max16(float *restrict o, const float *restrict p)
+{
+    for (int j = 0; j < 16; j++)
+        o[j] = p[j] > o[j] ? p[j] : o[j];
+}
+
+/* 3x3 stride-2 pad-1 max pool of conv 0's output (channels: a multiple of
+ * NR, checked at create). Padding never wins: each window has a real pixel. */
 static void maxpool_part(cpu_engine *e, int tid)
 {
     const resnet18_conv_desc *d = &resnet18_convs[0];
@@ -539,23 +564,17 @@ static void maxpool_part(cpu_engine *e, int tid)
     float *out = e->act[e->buf[T_POOL]];
     for (int row = lo; row < hi; row++) {
         int img = row / oh, oy = row % oh;
+        int y0 = oy * 2 - 1 < 0 ? 0 : oy * 2 - 1, y1 = imin(oy * 2 + 2, ih);
         for (int ox = 0; ox < oh; ox++) {
+            int x0 = ox * 2 - 1 < 0 ? 0 : ox * 2 - 1, x1 = imin(ox * 2 + 2, ih);
             float *o = out + at(img, oy, ox, oh, C, e->pad[T_POOL]);
-            for (int c = 0; c < C; c++)
-                o[c] = -INFINITY;
-            for (int ky = 0; ky < 3; ky++) {
-                int iy = oy * 2 - 1 + ky;
-                if (iy < 0 || iy >= ih)
-                    continue;
-                for (int kx = 0; kx < 3; kx++) {
-                    int ix = ox * 2 - 1 + kx;
-                    if (ix < 0 || ix >= ih)
-                        continue;
+            memcpy(o, in + at(img, y0, x0, ih, C, e->pad[0]), (size_t)C * sizeof(float));
+            for (int iy = y0; iy < y1; iy++)
+                for (int ix = x0; ix < x1; ix++) {
                     const float *p = in + at(img, iy, ix, ih, C, e->pad[0]);
-                    for (int c = 0; c < C; c++)
-                        o[c] = p[c] > o[c] ? p[c] : o[c];
+                    for (int c = 0; c < C; c += 16)
+                        max16(o + c, p + c);
                 }
-            }
         }
     }
 }
@@ -844,13 +863,21 @@ static int cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
+static int cpu_has_avx512(void)
+{
+#if HAVE_AVX512_KERNEL
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
 static int choose_avx512(void)
 {
     const char *force = getenv("RESNETD_CPU_GEMM");
-    int have = __builtin_cpu_supports("avx512f");
     if (force && strcmp(force, "blas") == 0)
         return 0;
-    return have;
+    return cpu_has_avx512();
 }
 
 engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
@@ -874,7 +901,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
         snprintf(err, errlen, "cpu engine: RESNETD_CPU_GEMM must be blas or avx512 (got '%s')", force);
         return NULL;
     }
-    if (force && strcmp(force, "avx512") == 0 && !__builtin_cpu_supports("avx512f")) {
+    if (force && strcmp(force, "avx512") == 0 && !cpu_has_avx512()) {
         snprintf(err, errlen, "cpu engine: RESNETD_CPU_GEMM=avx512 but this CPU lacks AVX-512F");
         return NULL;
     }

@@ -21,14 +21,14 @@ static const char *const backends[NBACKENDS] = {"avx512", "blas"};
  * run it (the test then passes vacuously for that back end, saying so). */
 static engine *make_engine(int b, const resnet18_weights *w, int max_batch)
 {
-    if (b == 0 && !__builtin_cpu_supports("avx512f")) {
-        fprintf(stderr, "no AVX-512F: avx512 back end not tested\n");
-        return NULL;
-    }
     ck_assert_int_eq(setenv("RESNETD_CPU_GEMM", backends[b], 1), 0);
     engine_config cfg = {.device = ENGINE_DEVICE_CPU, .max_batch = max_batch};
     char err[512] = "";
     engine *e = engine_create(w, &cfg, err, sizeof err);
+    if (!e && b == 0 && strstr(err, "lacks AVX-512F")) {
+        fprintf(stderr, "%s: avx512 back end not tested\n", err);
+        return NULL;
+    }
     ck_assert_msg(e != NULL, "engine_create(%s): %s", backends[b], err);
     ck_assert_int_eq(e->device, ENGINE_DEVICE_CPU);
     ck_assert_int_eq(e->precision, ENGINE_PRECISION_FP32);
