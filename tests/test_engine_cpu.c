@@ -246,6 +246,43 @@ START_TEST(any_batch_size_gives_per_image_logits)
 }
 END_TEST
 
+/* 1 thread (no workers), 2, and 3 (more than this machine may have; layer
+ * splits by rows and by columns both occur) agree per image. */
+START_TEST(thread_count_does_not_change_logits)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    load_weights("weights.safetensors", &w);
+    npy_array img;
+    load_npy("random_u8.npy", "|u1", &img);
+    const int n = 3;
+    ck_assert_int_ge((int)img.shape[0], n);
+    ck_assert_int_eq(setenv("RESNETD_CPU_GEMM", backends[_i], 1), 0);
+    float *first = malloc((size_t)n * RESNET18_CLASSES * sizeof(float));
+    ck_assert_ptr_nonnull(first);
+    for (int threads = 1; threads <= 3; threads++) {
+        engine_config cfg = {.device = ENGINE_DEVICE_CPU, .max_batch = n, .threads = threads};
+        char err[512] = "";
+        engine *e = engine_create(&w, &cfg, err, sizeof err);
+        if (!e && _i == 0 && strstr(err, "lacks AVX-512F"))
+            break;
+        ck_assert_msg(e != NULL, "engine_create(%d threads): %s", threads, err);
+        run(e, 0, img.data, n);
+        if (threads == 1) {
+            memcpy(first, e->logits[0], (size_t)n * RESNET18_CLASSES * sizeof(float));
+        } else {
+            char what[64];
+            snprintf(what, sizeof what, "%s %d threads vs 1", backends[_i], threads);
+            expect_logits(e->logits[0], first, n, 1e-6, what);
+        }
+        engine_destroy(e);
+    }
+    free(first);
+    weights_free(&w);
+    npy_free(&img);
+}
+END_TEST
+
 static Suite *engine_cpu_suite(void)
 {
     Suite *s = suite_create("engine_cpu");
@@ -257,6 +294,7 @@ static Suite *engine_cpu_suite(void)
     tcase_add_loop_test(tc, bf16_weights_match_torchvision_bf16_rounded_weights, 0, NBACKENDS);
     tcase_add_loop_test(tc, batch_outside_1_to_max_is_rejected, 0, NBACKENDS);
     tcase_add_loop_test(tc, any_batch_size_gives_per_image_logits, 0, NBACKENDS);
+    tcase_add_loop_test(tc, thread_count_does_not_change_logits, 0, NBACKENDS);
     suite_add_tcase(s, tc);
     return s;
 }
