@@ -103,6 +103,35 @@ __device__ __forceinline__ igemm_col igemm_col_make(const conv_shape &s, int k)
     return q;
 }
 
+// A thread's GEMM column as the k tiles go by: tiles are loaded strictly in
+// order, so (r, s, c) advances by BK with a compare or two instead of two
+// integer divisions per tile.
+struct igemm_kiter {
+    int k;
+    igemm_col col;
+};
+
+__device__ __forceinline__ igemm_kiter igemm_kiter_make(const conv_shape &s, int k)
+{
+    igemm_kiter it;
+    it.k = k;
+    it.col = igemm_col_make(s, k);
+    return it;
+}
+
+__device__ __forceinline__ void igemm_kiter_next(const conv_shape &s, igemm_kiter &it, int bk)
+{
+    it.k += bk;
+    it.col.c += bk;
+    while (it.col.c >= s.c) {
+        it.col.c -= s.c;
+        if (++it.col.s == s.kw) {
+            it.col.s = 0;
+            it.col.r++;
+        }
+    }
+}
+
 // Address of A[m][k..k+chunk) and whether it lies inside the image.
 template <typename T>
 __device__ __forceinline__ const T *igemm_a_addr(const conv_shape &s, const igemm_row<T> &row,
@@ -158,7 +187,9 @@ template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
 struct f16_tile {
     static constexpr int threads = WM * WN * 32;
     static constexpr int lds = BK + 8;  // halves per smem row: +16 bytes keeps ldmatrix conflict-free
-    static constexpr int smem = STAGES * (BM + BN) * lds * 2;
+    static constexpr int pipe_smem = STAGES * (BM + BN) * lds * 2;
+    static constexpr int epi_smem = BM * (BN + 8) * 4;  // the FP32 epilogue tile, reusing the same memory
+    static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
 };
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
@@ -205,10 +236,12 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         kt0 = blockIdx.z * kt_per_split;
         KT = min(KT - kt0, kt_per_split);
     }
-    auto load_tile = [&](int stage, int kt) {
-        int k = (kt0 + kt) * BK + kc * 8;
-        bool kvalid = k < K;
-        igemm_col col = igemm_col_make(s, kvalid ? k : 0);
+    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
+    auto load_tile = [&](int stage) {  // the next k tile: 0, 1, 2, ... in order
+        const int k = kit.k;
+        const bool kvalid = k < K;
+        const igemm_col col = kit.col;
+        igemm_kiter_next(s, kit, BK);
         __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
 #pragma unroll
         for (int i = 0; i < A_PER; i++) {
@@ -235,7 +268,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
         if (st < KT)
-            load_tile(st, st);
+            load_tile(st);
         cp_async_commit();
     }
 
@@ -244,7 +277,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         __syncthreads();  // tile kt visible to all; the stage refilled next is free
         int next = kt + STAGES - 1;
         if (next < KT)
-            load_tile(next % STAGES, next);
+            load_tile(next % STAGES);
         cp_async_commit();
 
         const __half *as = As + (kt % STAGES) * BM * LDS, *bs = Bs + (kt % STAGES) * BN * LDS;
@@ -273,14 +306,15 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     }
     cp_async_wait<0>();
 
-    // Epilogue: accumulator (row lane/4 [+8], cols 2*(lane%4) [+1]) -> half2.
+    // Split-K: raw FP32 partial sums straight from the accumulators
+    // (row lane/4 [+8], cols 2*(lane%4) [+1] of each m16n8 block).
+    if (partial) {
+        float *p = partial + (size_t)blockIdx.z * M * N;
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++) {
-        int col = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
-        if (col >= N)
-            continue;
-        if (partial) {
-            float *p = partial + (size_t)blockIdx.z * M * N;
+        for (int ni = 0; ni < NI; ni++) {
+            int col = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
+            if (col >= N)
+                continue;
 #pragma unroll
             for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -290,30 +324,62 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                         *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
                             make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
                 }
-            continue;
         }
-        float b0 = bias[col], b1 = bias[col + 1];
+        return;
+    }
+
+    // Epilogue: acc + bias staged in shared memory as FP32 (in the
+    // pipeline's buffers, free now), then each thread finishes 8 channels of a row
+    // with 16-byte residual loads and output stores.
+    constexpr int LDC = BN + 8;  // +8 floats: a half-warp's float2 stores hit 32 distinct banks
+    static_assert(BM * LDC * 4 <= cfg::smem, "epilogue tile must fit in the kernel's smem");
+    float *Cs = reinterpret_cast<float *>(smem_raw);
+    __syncthreads();  // every warp is done with As/Bs
 #pragma unroll
-        for (int mi = 0; mi < MI; mi++) {
+    for (int ni = 0; ni < NI; ni++) {
+        int c = wn * WTN + ni * 8 + (lane & 3) * 2;
+        float b0 = n0 + c < N ? bias[n0 + c] : 0.f, b1 = n0 + c < N ? bias[n0 + c + 1] : 0.f;
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                int row = m0 + wm * WTM + mi * 16 + (lane >> 2) + h * 8;
-                if (row >= M)
-                    continue;
-                size_t o = (size_t)row * N + col;
-                float v0 = acc[mi][ni][2 * h] + b0, v1 = acc[mi][ni][2 * h + 1] + b1;
-                if (res) {
-                    float2 r = __half22float2(*reinterpret_cast<const __half2 *>(res + o));
-                    v0 += r.x;
-                    v1 += r.y;
-                }
-                if (relu) {
-                    v0 = fmaxf(v0, 0.f);
-                    v1 = fmaxf(v1, 0.f);
-                }
-                *reinterpret_cast<__half2 *>(out + o) = __floats2half2_rn(v0, v1);
+                int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                *reinterpret_cast<float2 *>(Cs + r * LDC + c) =
+                    make_float2(acc[mi][ni][2 * h] + b0, acc[mi][ni][2 * h + 1] + b1);
+            }
+    }
+    __syncthreads();
+    for (int id = tid; id < BM * BN / 8; id += T) {
+        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
+        int row = m0 + r, col = n0 + c;
+        if (row >= M || col >= N)
+            continue;
+        float v[8];
+        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c);
+        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c + 4);
+        size_t o = (size_t)row * N + col;
+        if (res) {
+            uint4 rv = *reinterpret_cast<const uint4 *>(res + o);
+            const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 f = __half22float2(rh[j]);
+                v[2 * j] += f.x;
+                v[2 * j + 1] += f.y;
             }
         }
+        uint4 ov;
+        __half2 *oh = reinterpret_cast<__half2 *>(&ov);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float a = v[2 * j], b = v[2 * j + 1];
+            if (relu) {
+                a = fmaxf(a, 0.f);
+                b = fmaxf(b, 0.f);
+            }
+            oh[j] = __floats2half2_rn(a, b);
+        }
+        *reinterpret_cast<uint4 *>(out + o) = ov;
     }
 }
 
@@ -365,10 +431,12 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
         KT = min(KT - kt0, kt_per_split);
     }
     float4 ra[A_PER], rb[B_PER];
-    auto load_regs = [&](int kt) {
-        int k = (kt0 + kt) * BK + kc * 4;
-        bool kvalid = k < K;
-        igemm_col col = igemm_col_make(s, kvalid ? k : 0);
+    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 4);
+    auto load_regs = [&]() {  // the next k tile, in order
+        const int k = kit.k;
+        const bool kvalid = k < K;
+        const igemm_col col = kit.col;
+        igemm_kiter_next(s, kit, BK);
 #pragma unroll
         for (int i = 0; i < A_PER; i++) {
             bool v;
@@ -406,13 +474,13 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
         for (int j = 0; j < 8; j++)
             acc[i][j] = 0.f;
 
-    load_regs(0);
+    load_regs();
     store_smem(0);
     __syncthreads();
     for (int kt = 0; kt < KT; kt++) {
         int buf = kt & 1;
         if (kt + 1 < KT)
-            load_regs(kt + 1);  // global loads in flight during the FMAs below
+            load_regs();  // tile kt + 1: global loads in flight during the FMAs below
 #pragma unroll
         for (int k = 0; k < BK; k++) {
             float a[8], b[8];
@@ -460,6 +528,204 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
             }
             *reinterpret_cast<float4 *>(out + o) = v;
         }
+    }
+}
+
+/* ===================================================================== */
+/* FP32 on tensor cores: 3xTF32                                          */
+/* ===================================================================== */
+
+// Each FP32 operand x is split into tf32 hi = rna(x) and lo = rna(x - hi);
+// a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (a_lo*b_lo, ~2^-22 relative, is
+// dropped), accumulated in FP32 (see the k8 step below). Products keep
+// about 21 bits: close to FP32 SIMT, at tensor-core speed. Same loader,
+// pipeline and fragment layout as the FP16 kernel: 16-byte chunks are 4
+// floats, and ldmatrix's b16 8x8 matrices are 8x4 float matrices, exactly
+// the m16n8k8 tf32 fragments.
+__device__ __forceinline__ uint32_t tf32_rna(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <int N>
+__device__ __forceinline__ void tf32_split(const uint32_t (&x)[N], uint32_t (&hi)[N], uint32_t (&lo)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        float f = __uint_as_float(x[i]);
+        hi[i] = tf32_rna(f);
+        lo[i] = tf32_rna(f - __uint_as_float(hi[i]));
+    }
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
+struct x3_tile {
+    static constexpr int threads = WM * WN * 32;
+    static constexpr int lds = BK + 4;  // floats per smem row: +16 bytes keeps ldmatrix conflict-free
+    static constexpr int smem = STAGES * (BM + BN) * lds * 4;
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
+__global__ void __launch_bounds__(WM *WN * 32, MINB)
+    conv2d_igemm_3xtf32_kernel(const conv_shape s, const float *__restrict__ in, const float *__restrict__ wgt,
+                               const float *__restrict__ bias, const float *__restrict__ res,
+                               float *__restrict__ out, int relu, float *__restrict__ partial, int kt_per_split)
+{
+    typedef x3_tile<BM, BN, BK, WM, WN, STAGES, MINB> cfg;
+    constexpr int T = cfg::threads, LDS = cfg::lds, KCH = BK / 4;
+    constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
+    constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+    static_assert(BM * KCH % T == 0 && BN * KCH % T == 0 && T % KCH == 0, "loader shape");
+    static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 8 == 0, "warp tile shape");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float *As = reinterpret_cast<float *>(smem_raw);  // [STAGES][BM][LDS]
+    float *Bs = As + STAGES * BM * LDS;               // [STAGES][BN][LDS]
+
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const int kc = tid % KCH, row0 = tid / KCH;
+
+    igemm_row<float> arow[A_PER];
+#pragma unroll
+    for (int i = 0; i < A_PER; i++)
+        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
+    const float *brow[B_PER];
+    bool bvalid[B_PER];
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int n = n0 + row0 + i * ROW_STEP;
+        bvalid[i] = n < N;
+        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
+    }
+
+    int KT = (K + BK - 1) / BK, kt0 = 0;
+    if (partial) {
+        kt0 = blockIdx.z * kt_per_split;
+        KT = min(KT - kt0, kt_per_split);
+    }
+    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 4);
+    auto load_tile = [&](int stage) {  // the next k tile, in order
+        const int k = kit.k;
+        const bool kvalid = k < K;
+        const igemm_col col = kit.col;
+        igemm_kiter_next(s, kit, BK);
+        float *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            bool v;
+            const float *src = igemm_a_addr(s, arow[i], col, kvalid, &v);
+            cp_async16(as + (row0 + i * ROW_STEP) * LDS + kc * 4, v ? src : in, v);
+        }
+#pragma unroll
+        for (int i = 0; i < B_PER; i++) {
+            bool v = kvalid && bvalid[i];
+            cp_async16(bs + (row0 + i * ROW_STEP) * LDS + kc * 4, v ? brow[i] + k : wgt, v);
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                acc[i][j][q] = 0.f;
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < KT)
+            load_tile(st);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (kt + STAGES - 1 < KT)
+            load_tile((kt + STAGES - 1) % STAGES);
+        cp_async_commit();
+        const float *as = As + (kt % STAGES) * BM * LDS, *bs = Bs + (kt % STAGES) * BN * LDS;
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; kk++) {
+            uint32_t b_hi[NI][2], b_lo[NI][2];
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; nj++) {
+                uint32_t r[4], h[4], l[4];
+                ldmatrix_x4(r, bs + (wn * WTN + nj * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS + kk * 8 +
+                                   ((lane >> 3) & 1) * 4);
+                tf32_split(r, h, l);
+                b_hi[2 * nj][0] = h[0]; b_hi[2 * nj][1] = h[1]; b_hi[2 * nj + 1][0] = h[2]; b_hi[2 * nj + 1][1] = h[3];
+                b_lo[2 * nj][0] = l[0]; b_lo[2 * nj][1] = l[1]; b_lo[2 * nj + 1][0] = l[2]; b_lo[2 * nj + 1][1] = l[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                uint32_t a[4], a_hi[4], a_lo[4];
+                ldmatrix_x4(a, as + (wm * WTM + mi * 16 + (lane & 15)) * LDS + kk * 8 + (lane >> 4) * 4);
+                tf32_split(a, a_hi, a_lo);
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    // The tensor core's internal sums do not round to nearest:
+                    // over thousands of k they drift by ~1e-5. So each k8
+                    // step sums into a fresh t, added to acc with FP32 adds.
+                    float t[4] = {0.f, 0.f, 0.f, 0.f};
+                    mma_1688_tf32(t, a_lo, b_hi[ni]);
+                    mma_1688_tf32(t, a_hi, b_lo[ni]);
+                    mma_1688_tf32(t, a_hi, b_hi[ni]);
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        acc[mi][ni][q] += t[q];
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) {
+        int col = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
+        if (col >= N)
+            continue;
+        float b0 = bias[col], b1 = bias[col + 1];
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = m0 + wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                if (row >= M)
+                    continue;
+                size_t o = (size_t)row * N + col;
+                float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+                if (partial) {
+                    *reinterpret_cast<float2 *>(partial + (size_t)blockIdx.z * M * N + o) = make_float2(v0, v1);
+                    continue;
+                }
+                v0 += b0;
+                v1 += b1;
+                if (res) {
+                    float2 r = *reinterpret_cast<const float2 *>(res + o);
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (relu) {
+                    v0 = fmaxf(v0, 0.f);
+                    v1 = fmaxf(v1, 0.f);
+                }
+                *reinterpret_cast<float2 *>(out + o) = make_float2(v0, v1);
+            }
     }
 }
 
@@ -542,10 +808,16 @@ struct f32_entry {
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
+#define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
+    {{"3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                  \
+      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0},      \
+     conv2d_igemm_3xtf32_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 
 static f16_entry kTilesF16[] = {
+    F16_TILE(256, 128, 32, 4, 2, 3, 1),
     F16_TILE(128, 128, 32, 2, 4, 4, 2),
     F16_TILE(128, 128, 64, 2, 4, 3, 2),
+    F16_TILE(128, 64, 64, 2, 2, 3, 2),
     F16_TILE(256, 64, 32, 4, 2, 4, 2),
     F16_TILE(128, 64, 32, 2, 2, 4, 3),
     F16_TILE(64, 128, 32, 2, 2, 4, 3),
@@ -557,6 +829,10 @@ static f32_entry kTilesF32[] = {
     F32_TILE(128, 64),
     F32_TILE(64, 64),
     F32_TILE(32, 64),
+    X3_TILE(128, 128, 16, 2, 4, 3, 1),
+    X3_TILE(128, 64, 16, 2, 2, 4, 2),
+    X3_TILE(128, 64, 16, 4, 2, 4, 1),
+    X3_TILE(64, 64, 32, 2, 2, 3, 2),
 };
 #define NTILES_F16 ((int)(sizeof kTilesF16 / sizeof kTilesF16[0]))
 #define NTILES_F32 ((int)(sizeof kTilesF32 / sizeof kTilesF32[0]))
@@ -585,7 +861,11 @@ cudaError_t conv_init(void)
     }
     for (int i = 0; i < NTILES_F32; i++) {
         conv_tile_info *t = &kTilesF32[i].info;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF32[i].fn, t->threads, 0);
+        cudaError_t e = t->smem > 0 ? cudaFuncSetAttribute(kTilesF32[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           t->smem)
+                                    : cudaSuccess;
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF32[i].fn, t->threads, t->smem);
         if (e != cudaSuccess)
             return e;
     }
@@ -671,7 +951,7 @@ cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const
                                                                  (const __half *)res, (__half *)out, relu, partial,
                                                                  p->kt_per_split);
     else
-        kTilesF32[p->tile].fn<<<grid, t->threads, 0, st>>>(*s, (const float *)in, (const float *)w, bias,
+        kTilesF32[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const float *)in, (const float *)w, bias,
                                                            (const float *)res, (float *)out, relu, partial,
                                                            p->kt_per_split);
     cudaError_t e = cudaGetLastError();
