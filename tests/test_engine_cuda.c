@@ -6,7 +6,8 @@
  * the GPU's softmax top-k against the logits it returned.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
- * 1, 3 and 17 only (max 17), for compute-sanitizer. */
+ * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
+ * skips the engine's tile timing at creation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,14 +200,20 @@ int main(void)
     const char *q = getenv("RESNETD_GPU_TEST_QUICK");
     quick = q && strcmp(q, "1") == 0;
     setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
+    /* One case per precision, so that each can run alone (CK_RUN_CASE=fp16)
+     * under compute-sanitizer, whose racecheck is slow. */
     Suite *s = suite_create("engine_cuda");
-    TCase *tc = tcase_create("engine");
-    tcase_set_timeout(tc, 1200);
-    tcase_add_test(tc, fp32_matches_cpu_engine_within_1e5);
-    tcase_add_test(tc, fp16_matches_cpu_engine_within_5e3_same_top1);
-    tcase_add_test(tc, default_precision_is_fp16_and_layer_times_cover_every_op);
-    tcase_add_test(tc, rejects_bad_slot_and_batch);
-    suite_add_tcase(s, tc);
+    TCase *fp32 = tcase_create("fp32"), *fp16 = tcase_create("fp16"), *api = tcase_create("api");
+    tcase_set_timeout(fp32, 1200);
+    tcase_set_timeout(fp16, 1200);
+    tcase_set_timeout(api, 600);
+    tcase_add_test(fp32, fp32_matches_cpu_engine_within_1e5);
+    tcase_add_test(fp16, fp16_matches_cpu_engine_within_5e3_same_top1);
+    tcase_add_test(api, default_precision_is_fp16_and_layer_times_cover_every_op);
+    tcase_add_test(api, rejects_bad_slot_and_batch);
+    suite_add_tcase(s, fp32);
+    suite_add_tcase(s, fp16);
+    suite_add_tcase(s, api);
     int rc = testutil_run(s);
     weights_free(&weights);
     free(pool);
