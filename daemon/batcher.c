@@ -66,7 +66,7 @@ struct batcher {
 
 /* A suspended connection does not notice its client leaving; the socket
  * does: a peer that closed reads as POLLRDHUP/POLLHUP. */
-static int client_gone(int fd)
+int batcher_client_gone(int fd)
 {
     if (fd < 0)
         return 0;
@@ -94,7 +94,7 @@ static void *batcher_main(void *arg)
         uint8_t *input = infer_input(b->inf, slot);
         for (int i = 0; i < n; i++) {
             queue_item *it = &b->batch[i];
-            if (client_gone(it->fd)) {
+            if (batcher_client_gone(it->fd)) {
                 queue_release(b->q, &it->slot, 1);
                 b->sink->fail(it->req, it->image, 499, "client_gone", "the client closed the connection");
                 continue;

@@ -40,6 +40,11 @@ batcher_decision batcher_decide(const batcher_policy *p, const batcher_state *s,
  * `queued` images at `images_per_s`, rounded up, within 1..60. */
 int batcher_retry_after_s(long queued, double images_per_s);
 
+/* Has the client on socket fd (-1: none) closed its end? A suspended
+ * connection does not notice by itself; the batcher and the decode pool
+ * check before spending work on a request. */
+int batcher_client_gone(int fd);
+
 struct queue;
 struct infer;
 typedef struct batcher batcher;

@@ -68,7 +68,9 @@ static const config_option options[] = {
     { "queue_capacity", INT_AUTO(queue_capacity, 1, 65536), "auto",
       "images that may wait for a batch; more get 503; auto: 8 x max_batch_size, at least 64", NULL },
     { "threads", INT_AUTO(threads, 1, 256), "auto",
-      "HTTP worker threads, which also decode JPEGs; auto: the number of CPUs, at least 2", NULL },
+      "HTTP worker threads (parsing and answering only); auto: a quarter of the CPUs, 2 to 8", NULL },
+    { "decode_threads", INT_AUTO(decode_threads, 1, 1024), "auto",
+      "JPEG decode threads, shared by all connections; auto: the number of CPUs", NULL },
     { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
     { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
       "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },
@@ -337,7 +339,9 @@ void config_resolve(config *c, int cuda, long ncpus)
     if (c->queue_capacity == CONFIG_AUTO)
         c->queue_capacity = c->max_batch_size * 8 < 64 ? 64 : c->max_batch_size * 8;
     if (c->threads == CONFIG_AUTO)
-        c->threads = ncpus < 2 ? 2 : ncpus;
+        c->threads = ncpus / 4 < 2 ? 2 : ncpus / 4 > 8 ? 8 : ncpus / 4;
+    if (c->decode_threads == CONFIG_AUTO)
+        c->decode_threads = ncpus < 1 ? 1 : ncpus;
 }
 
 int config_preferred_sizes(const char *s, int *sizes, int max, char *err, size_t errlen)

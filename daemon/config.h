@@ -25,7 +25,8 @@ typedef struct config {
     long max_queue_delay_us;      /* oldest image's longest wait for a fuller batch */
     char preferred_batch_sizes[256]; /* "4,8": comma list, "" = none */
     long queue_capacity;          /* preallocated image slots */
-    long threads;                 /* HTTP worker threads (decode runs there) */
+    long threads;                 /* HTTP worker threads (parsing, answering) */
+    long decode_threads;          /* the JPEG decode pool, shared by all connections */
     long engine_threads;          /* CPU engine threads, 0 = all cores */
     long max_body_bytes;
     long max_pixels;              /* decoded width x height per image */

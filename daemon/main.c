@@ -2,8 +2,9 @@
  *
  * Start-up aborts with a one-line message on any problem (bad config,
  * weights, labels, no device). Order: config -> labels -> weights ->
- * engine -> queue/infer -> HTTP server (healthz answers) -> warm-up batch ->
- * batcher -> ready (readyz 200, READY=1 to systemd).
+ * engine -> queue/infer -> decode threads and HTTP server (healthz
+ * answers) -> warm-up batch -> batcher -> ready (readyz 200, READY=1 to
+ * systemd).
  *
  * SIGTERM/SIGINT drain: readiness 503, no new connections, every accepted
  * request answered, exit 0; a second signal exits at once. Signals cannot
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,6 @@
 #include <config.h>  /* autoconf's, not daemon/config.h: <> skips this directory */
 #include "daemon/batcher.h"
 #include "daemon/config.h"
-#include "daemon/decode.h"
 #include "daemon/infer.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
@@ -52,6 +53,17 @@ static const char *labels_path(const config *c)
     return p;
 }
 
+/* CPUs this process may run on (taskset, cgroup cpusets), which is what the
+ * "auto" thread counts should follow, not every CPU online. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
 static engine *create_engine(const config *given, config *resolved, const resnet18_weights *w,
                              char *err, size_t errlen)
 {
@@ -61,7 +73,7 @@ static engine *create_engine(const config *given, config *resolved, const resnet
         snprintf(err, errlen, "bad device or precision");   /* validated by config already */
         return NULL;
     }
-    long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long ncpus = usable_cpus();
     *resolved = *given;
     config_resolve(resolved, ec.device == ENGINE_DEVICE_CUDA, ncpus);
     ec.max_batch = (int)resolved->max_batch_size;
@@ -236,16 +248,15 @@ int main(int argc, char **argv)
     infer *inf = NULL;
     server *srv = NULL;
     batcher *bat = NULL;
-    if (decode_init((uint64_t)rc.max_pixels, err, sizeof err) != 0 ||
-        !(q = queue_create((int)rc.queue_capacity, err, sizeof err)) ||
+    if (!(q = queue_create((int)rc.queue_capacity, err, sizeof err)) ||
         !(inf = infer_create(e, &server_sink, err, sizeof err)) ||
         !(srv = server_start(&rc, &svc, q, inf, err, sizeof err))) {
         log_error("%s", err);
         return 1;
     }
     log_info("listening on %s (port %d): %s engine, %s, max batch %d, max queue delay %ld us, "
-             "queue %ld, %ld HTTP threads", rc.listen, server_port(srv), device, precision, e->max_batch,
-             rc.max_queue_delay_us, rc.queue_capacity, rc.threads);
+             "queue %ld, %ld HTTP threads, %ld decode threads", rc.listen, server_port(srv), device, precision,
+             e->max_batch, rc.max_queue_delay_us, rc.queue_capacity, rc.threads, rc.decode_threads);
 
     uint64_t t0 = clock_now_us();
     if (warm_up(e, err, sizeof err) != 0) {
@@ -273,6 +284,8 @@ int main(int argc, char **argv)
     server_begin_drain(srv);
     queue_set_flush(q, 1);
     if (wait_for_zero(srv, server_active, rc.drain_timeout_ms) != 0) {
+        /* Not yet decoded: 503 (decodes under way finish and are queued). */
+        int undecoded = server_cancel_decodes(srv);
         queue_item left[256];
         int n, failed = 0;
         while ((n = queue_take_all(q, left, 256)) > 0)
@@ -281,8 +294,8 @@ int main(int argc, char **argv)
                 server_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
                                  "the server stopped before this request ran");
             }
-        log_warn("drain timeout: %d queued images answered 503; closing %ld unfinished connections",
-                 failed, server_active(srv));
+        log_warn("drain timeout: %d requests waiting for a decoder and %d queued images answered 503; "
+                 "closing %ld unfinished connections", undecoded, failed, server_active(srv));
         /* Batches already in the engine finish and are answered; libmicrohttpd
          * must not be stopped while any connection is suspended. */
         if (wait_for_zero(srv, server_suspended, DRAIN_GRACE_MS) != 0) {

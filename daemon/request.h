@@ -2,9 +2,10 @@
  * the content type, ?top_k=, and multipart/form-data bodies.
  *
  * Lifetime: created on the first access-handler call, freed only in
- * libmicrohttpd's NOTIFY_COMPLETED callback. While its images are queued or
- * in the engine the connection is suspended, so it cannot complete, and the
- * request outlives every pipeline report about it (pending counts them). */
+ * libmicrohttpd's NOTIFY_COMPLETED callback. While its images wait for a
+ * decode thread, are queued or are in the engine the connection is
+ * suspended, so it cannot complete, and the request outlives the decode
+ * job and every pipeline report about it (pending counts them). */
 #ifndef RESNETD_REQUEST_H
 #define RESNETD_REQUEST_H
 
@@ -12,6 +13,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "daemon/decode.h"
 #include "model/topk.h"
 
 #define REQUEST_MAX_IMAGES 64
@@ -25,7 +27,7 @@ typedef enum {
 
 typedef enum {
     REQ_RECEIVING,          /* reading the body */
-    REQ_QUEUED,             /* images in the pipeline, connection suspended */
+    REQ_QUEUED,             /* in the decode pool or the pipeline, connection suspended */
     REQ_ANSWERED,           /* a response is queued (or the connection is being dropped) */
 } request_state;
 
@@ -52,7 +54,10 @@ typedef struct request {
     int too_large;
 
     int nimages;
+    request_part parts[REQUEST_MAX_IMAGES];   /* the JPEGs within body */
     int slots[REQUEST_MAX_IMAGES];
+    decode_job job;         /* embedded: submitting to the decode pool allocates nothing */
+    uint64_t deadline_us;   /* submitted + request_timeout_ms */
     topk_entry *topk;       /* [nimages][top_k], written by the completion thread */
     atomic_int pending;     /* images not yet reported by the pipeline */
 

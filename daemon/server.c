@@ -6,10 +6,15 @@
  *      checked; a bad request is answered here without reading the body;
  *   2. body chunks: appended up to max_body_bytes (chunked bodies are
  *      counted as they arrive);
- *   3. end of body: images are decoded into reserved queue slots, pushed,
- *      and the connection is suspended; when the last image is reported
- *      the connection resumes and a final call answers.
- * Every request is freed in on_completed, which also counts it. */
+ *   3. end of body: queue slots are reserved, the connection is suspended
+ *      and the request goes to the decode pool, whose threads decode the
+ *      images into the slots and push them to the batcher's queue; when the
+ *      last image is reported (or decoding failed) the connection resumes
+ *      and a final call answers.
+ * HTTP threads never decode: libmicrohttpd gives each thread its own set of
+ * connections, unevenly, and decoding there left threads idle while others
+ * had a backlog. Every request is freed in on_completed, which also counts
+ * it. */
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -47,6 +52,7 @@ struct server {
     const response_service *svc;
     queue *q;
     infer *inf;
+    decode_pool *decoders;
     long max_body_bytes;
     long request_timeout_ms;
     int port;
@@ -127,6 +133,9 @@ static int retry_after(server *s)
 }
 
 /* ---- pipeline callbacks (batcher and completion threads) ---------------- */
+
+static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx);
+static void decode_cancel(void *cls, decode_job *job);
 
 static void image_reported(request *r)
 {
@@ -225,21 +234,24 @@ static enum MHD_Result classify_body(server *s, request *r, const char *data, si
     return MHD_YES;
 }
 
-static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connection *c)
+/* Hands a complete body to the decode pool: everything that needs no
+ * decoding is checked here, the request's slots are reserved (or 503), and
+ * the connection is suspended until the pipeline has reported every image
+ * (or the decode failed). */
+static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connection *c)
 {
     char msg[384], why[256];
     if (r->too_large) {
         snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
         return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
     }
-    request_part parts[REQUEST_MAX_IMAGES];
     int n;
     if (r->body_kind == REQ_BODY_RAW) {
-        parts[0].data = r->body;
-        parts[0].len = r->len;
+        r->parts[0].data = r->body;
+        r->parts[0].len = r->len;
         n = 1;
     } else {
-        n = request_parse_multipart(r->body, r->len, r->boundary, "image", parts, REQUEST_MAX_IMAGES,
+        n = request_parse_multipart(r->body, r->len, r->boundary, "image", r->parts, REQUEST_MAX_IMAGES,
                                     why, sizeof why);
         if (n < 0)
             return send_error(s, r, c, 400, "invalid_multipart", why, 0, NULL, 0);
@@ -253,7 +265,7 @@ static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connec
         return send_error(s, r, c, 413, "too_many_images", msg, 0, NULL, 0);
     }
     for (int i = 0; i < n; i++)
-        if (parts[i].len == 0) {
+        if (r->parts[i].len == 0) {
             if (r->body_kind == REQ_BODY_RAW)
                 snprintf(msg, sizeof msg, "the request body is empty; send the JPEG bytes");
             else
@@ -266,19 +278,58 @@ static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connec
     if (queue_reserve(s->q, n, r->slots) != 0)
         return send_error(s, r, c, 503, "queue_full", "the queue is full; retry later", retry_after(s), NULL, 0);
 
+    r->nimages = n;
+    r->accepted = 1;
+    r->state = REQ_QUEUED;
+    r->deadline_us = clock_now_us() + (uint64_t)s->request_timeout_ms * 1000u;
+    r->job.owner = r;
+    atomic_fetch_add(&s->suspended, 1);
+    /* Suspend before a decode thread can see the job, so the resume that
+     * answers it always follows this suspend. A refused job (drain timeout)
+     * is answered 503 through decode_cancel. */
+    MHD_suspend_connection(c);
+    decode_pool_submit(s->decoders, &r->job);
+    return MHD_YES;
+}
+
+/* On a decode thread, with the connection suspended: a failure releases
+ * the slots, records the answer and resumes the connection. */
+static void decode_failed(server *s, request *r, int status, const char *code, const char *message)
+{
+    queue_release(s->q, r->slots, r->nimages);
+    request_fail(r, status, code, message);
+    MHD_resume_connection(r->conn);
+}
+
+/* The decode pool's run: decodes every image of r into its slot and pushes
+ * them to the batcher's queue, or answers the request. */
+static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx)
+{
+    server *s = cls;
+    request *r = job->owner;
+    char msg[384], why[256];
+    if (batcher_client_gone(r->fd)) {
+        decode_failed(s, r, 499, "client_gone", "the client closed the connection");
+        return;
+    }
+    if (clock_now_us() >= r->deadline_us) {
+        decode_failed(s, r, 504, "timeout", "the request waited for a decoder past request_timeout_ms");
+        return;
+    }
+    int n = r->nimages;
     for (int i = 0; i < n; i++) {
         uint64_t t0 = clock_now_us();
-        preprocess_status st = decode_jpeg(parts[i].data, parts[i].len, queue_slot(s->q, r->slots[i]),
-                                           why, sizeof why);
+        preprocess_status st = preprocess_jpeg(ctx, r->parts[i].data, r->parts[i].len,
+                                               queue_slot(s->q, r->slots[i]), why, sizeof why);
         uint64_t dt = clock_now_us() - t0;
         r->decode_us += dt;
         if (st != PREP_OK) {
-            queue_release(s->q, r->slots, n);
             if (n > 1)
                 snprintf(msg, sizeof msg, "image %d: %s", i, why);
             else
                 snprintf(msg, sizeof msg, "%s", why);
-            return send_error(s, r, c, decode_http_status(st), preprocess_status_code(st), msg, 0, NULL, 0);
+            decode_failed(s, r, decode_http_status(st), preprocess_status_code(st), msg);
+            return;
         }
         metrics_observe_decode((double)dt / 1e6);
     }
@@ -294,16 +345,14 @@ static enum MHD_Result classify_enqueue(server *s, request *r, struct MHD_Connec
             .req = r, .image = i, .slot = r->slots[i], .fd = r->fd,
             .enqueued_us = now, .deadline_us = now + (uint64_t)s->request_timeout_ms * 1000u,
         };
-    r->nimages = n;
-    r->accepted = 1;
-    r->state = REQ_QUEUED;
     atomic_store(&r->pending, n);
-    atomic_fetch_add(&s->suspended, 1);
-    /* Suspend before the batcher can see the images, so the resume that
-     * the last report triggers always follows this suspend. */
-    MHD_suspend_connection(c);
     queue_push(s->q, items, n);
-    return MHD_YES;
+}
+
+/* A job the pool will not run (drain timeout, or submitted after it). */
+static void decode_cancel(void *cls, decode_job *job)
+{
+    decode_failed(cls, job->owner, 503, "shutting_down", "the server stopped before this request ran");
 }
 
 static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connection *c)
@@ -418,7 +467,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return r->state == REQ_RECEIVING ? classify_body(s, r, upload_data, n) : MHD_YES;
     }
     if (r->state == REQ_RECEIVING)
-        return r->route == ROUTE_CLASSIFY ? classify_enqueue(s, r, c) : answer_get(s, r, c);
+        return r->route == ROUTE_CLASSIFY ? classify_submit(s, r, c) : answer_get(s, r, c);
     if (r->state == REQ_QUEUED)
         return classify_answer(s, r, c);
     return MHD_YES;
@@ -495,13 +544,20 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     atomic_init(&s->draining, 0);
     atomic_init(&s->active, 0);
     atomic_init(&s->suspended, 0);
+    decode_pool_ops ops = { .cls = s, .run = decode_run, .cancel = decode_cancel };
+    s->decoders = decode_pool_start((int)cfg->decode_threads, (uint64_t)cfg->max_pixels, &ops, err, errlen);
+    if (!s->decoders) {
+        free(s);
+        return NULL;
+    }
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+                            /* 0: one thread, no pool (MHD warns about a pool of 1) */
+                            MHD_OPTION_THREAD_POOL_SIZE, cfg->threads > 1 ? (unsigned)cfg->threads : 0u,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
@@ -511,6 +567,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s (in use, or not a local address?)", cfg->listen);
+        decode_pool_stop(s->decoders);
         free(s);
         return NULL;
     }
@@ -547,10 +604,20 @@ long server_suspended(server *s)
     return atomic_load(&s->suspended);
 }
 
+int server_cancel_decodes(server *s)
+{
+    return decode_pool_abort(s->decoders);
+}
+
 void server_stop(server *s)
 {
     if (!s)
         return;
+    /* Refuse decode jobs first (a late one is answered 503), so none can
+     * be submitted to a pool that is gone; none is running: nothing is
+     * suspended. */
+    decode_pool_abort(s->decoders);
     MHD_stop_daemon(s->d);
+    decode_pool_stop(s->decoders);
     free(s);
 }

@@ -2,8 +2,10 @@
  * that turns a POST /classify into queued images and, once the pipeline has
  * reported every image, into one answer.
  *
- * libmicrohttpd runs a pool of worker threads on epoll with suspend/resume:
- * a request waiting for its batch is a suspended connection, holding no
+ * libmicrohttpd runs a few worker threads on epoll with suspend/resume; they
+ * parse and answer, and hand complete bodies to the server's decode pool
+ * (decode_threads threads, shared by every connection). A request waiting
+ * for a decoder or for its batch is a suspended connection, holding no
  * thread. The pipeline calls server_sink from the batcher and completion
  * threads; the last report for a request resumes its connection. */
 #ifndef RESNETD_SERVER_H
@@ -20,7 +22,8 @@ typedef struct server server;
 
 extern const pipeline_sink server_sink;
 
-/* Binds cfg->listen and starts the worker threads. */
+/* Starts the decode threads, binds cfg->listen and starts the HTTP
+ * worker threads. */
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf,
                      char *err, size_t errlen);
 
@@ -37,12 +40,18 @@ void server_begin_drain(server *s);
 /* Requests begun and not yet completed (answered and sent, or dropped). */
 long server_active(server *s);
 
-/* Requests waiting for the pipeline (their connections suspended). */
+/* Requests waiting for a decoder or the pipeline (their connections
+ * suspended). */
 long server_suspended(server *s);
 
-/* Stops libmicrohttpd, closing any connection still open. Only once
- * server_suspended() is 0: libmicrohttpd must not be stopped with suspended
- * connections. */
+/* Drain timeout: requests still waiting for a decoder are answered 503, and
+ * any request completing its body later too; decodes under way finish and
+ * go to the queue. Returns how many were answered. */
+int server_cancel_decodes(server *s);
+
+/* Stops libmicrohttpd, closing any connection still open, then the decode
+ * threads. Only once server_suspended() is 0: libmicrohttpd must not be
+ * stopped with suspended connections. */
 void server_stop(server *s);
 
 #endif
