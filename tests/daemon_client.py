@@ -545,6 +545,139 @@ def check_drain_details(opts):
         took, stuck, fast)
 
 
+def thread_cpu(pid, name):
+    """CPU ticks (user + system) of each of pid's threads called name."""
+    ticks = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                comm = f.read().strip()
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rpartition(")")[2].split()
+        except FileNotFoundError:
+            continue   # a thread that just ended
+        if comm == name:
+            ticks.append(int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def check_decode_pool_serves_every_connection(opts):
+    # One HTTP thread, three decode threads: the decode threads, not the
+    # HTTP thread, decode, and more than one of them works on the requests
+    # that one HTTP thread received.
+    d = Daemon(opts, "--threads", "1", "--decode-threads", "3")
+    try:
+        assert "1 HTTP threads, 3 decode threads" in d.text(), d.text()
+        assert len(thread_cpu(d.proc.pid, "resnetd-decode")) == 3, thread_cpu(d.proc.pid, "resnetd-decode")
+        big = read_file(os.path.join(opts.ref, "jpeg", "s1920x1080.jpg"))
+        small = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+        want_big = ok_classify(d, big, 1)["results"][0]["predictions"][0]["index"]
+        want_small = ok_classify(d, small, 1)["results"][0]["predictions"][0]["index"]
+        before = thread_cpu(d.proc.pid, "resnetd-decode")
+        mp, mph = multipart([small, big, small])
+
+        def one(i):
+            if i % 3 == 2:
+                return d.request("POST", "/classify?top_k=1", mp, mph)
+            return d.request("POST", "/classify?top_k=1", big, {"Content-Type": "image/jpeg"})
+        res = concurrent(24, one)
+        for i, r in enumerate(res):
+            assert not isinstance(r, Exception), r
+            assert r[0] == 200, (i, r[0], r[2][:200])
+            got = [x["predictions"][0]["index"] for x in json.loads(r[2])["results"]]
+            assert got == ([want_small, want_big, want_small] if i % 3 == 2 else [want_big]), (i, got)
+        after = thread_cpu(d.proc.pid, "resnetd-decode")
+        busy = sum(1 for a, b in zip(after, before) if a > b)
+        assert busy >= 2, (before, after)
+        text = d.metrics()
+        assert metric(text, "resnetd_decode_duration_seconds_count") == 2 + 16 + 8 * 3, text
+    finally:
+        assert d.stop() == 0
+    return "24 requests through 1 HTTP thread, %d of 3 decode threads busy (CPU ticks %s)" % (
+        busy, [a - b for a, b in zip(after, before)])
+
+
+def check_waiting_for_decoder(opts):
+    # One decode thread, kept busy ~1 s by a request of 6 large (12 MP)
+    # images; other requests wait for it meanwhile.
+    big = read_file(os.path.join(opts.ref, "jpeg", "s4000x3000.jpg"))
+    small = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+    slow, slow_h = multipart([big] * 6)
+    jpg = {"Content-Type": "image/jpeg"}
+    args = ("--decode-threads", "1", "--max-body-bytes", "64M")
+
+    def start(d, body, headers, out):
+        t = threading.Thread(target=lambda: out.append(d.request("POST", "/classify", body, headers)))
+        t.start()
+        return t
+
+    # A client that leaves while waiting for the decoder: counted as
+    # client_gone, its image never decoded, the slow request still served.
+    d = Daemon(opts, *args)
+    try:
+        a = []
+        ta = start(d, slow, slow_h, a)
+        time.sleep(0.3)
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(small) + small)
+        time.sleep(0.1)
+        s.close()
+        ta.join(TIMEOUT)
+        assert a and a[0][0] == 200, a
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            text = d.metrics()
+            if metric(text, "resnetd_rejected_total", {"reason": "client_gone"}):
+                break
+            time.sleep(0.1)
+        assert metric(text, "resnetd_rejected_total", {"reason": "client_gone"}) == 1, text
+        assert metric(text, "resnetd_decode_duration_seconds_count") == 6, "the gone client's image was decoded"
+        assert metric(text, "resnetd_images_total") == 6, text
+        ok_classify(d, small)
+    finally:
+        assert d.stop() == 0
+
+    # SIGTERM while requests wait for the decoder: they are decoded and
+    # answered before the daemon exits.
+    d = Daemon(opts, *args)
+    a, b = [], []
+    ta = start(d, slow, slow_h, a)
+    time.sleep(0.3)
+    tb = [start(d, small, jpg, b) for _ in range(3)]
+    time.sleep(0.2)
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(60)
+    for t in [ta] + tb:
+        t.join(TIMEOUT)
+    log = d.text()
+    d.stop()
+    assert rc == 0, (rc, log)
+    assert [r[0] for r in a + b] == [200] * 4, [(r[0], r[2][:120]) for r in a + b]
+
+    # Drain timeout 0: whichever request is still waiting for the decoder
+    # gets 503 shutting_down; the one being decoded finishes with 200.
+    d = Daemon(opts, *(args + ("--drain-timeout-ms", "0")))
+    a, b = [], []
+    ta = start(d, slow, slow_h, a)
+    time.sleep(0.3)
+    tb = start(d, small, jpg, b)
+    time.sleep(0.2)
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(60)
+    ta.join(TIMEOUT)
+    tb.join(TIMEOUT)
+    log = d.text()
+    d.stop()
+    assert rc == 0, (rc, log)
+    got = sorted(a + b, key=lambda r: r[0])
+    assert [r[0] for r in got] == [200, 503], [(r[0], r[2][:120]) for r in got]
+    e = error_of(got[1][2])
+    assert e["code"] == "shutting_down" and int(got[1][1]["retry-after"]) >= 1, got[1]
+    assert "1 requests waiting for a decoder" in log, log
+    return "client_gone while waiting: not decoded; SIGTERM: 4 waiting answered 200; drain timeout: 200 + 503"
+
+
 def check_systemd_notify(opts):
     # An abstract AF_UNIX datagram socket stands in for systemd.
     name = "@resnetd-test-%d" % os.getpid()
@@ -612,6 +745,8 @@ CHECKS = [
     ("queue_overflow", check_queue_overflow, False),
     ("sigterm_under_load", check_sigterm_under_load, False),
     ("drain_details", check_drain_details, False),
+    ("decode_pool_serves_every_connection", check_decode_pool_serves_every_connection, False),
+    ("waiting_for_decoder", check_waiting_for_decoder, False),
     ("synthetic_marks_responses", check_synthetic_marks_responses, False),
     ("systemd_notify", check_systemd_notify, False),
     ("config_file_and_check_config", check_config_file_and_check_config, False),
