@@ -57,6 +57,7 @@ void openblas_set_num_threads(int num_threads);
 #define GROUP_FLOATS (256 * 1024)   /* per-thread im2col rows: ~1 MiB */
 #define BLAS_WS_FLOATS (8 * 1024 * 1024) /* blas path im2col chunk: 32 MiB */
 #define MAX_THREADS 256
+#define CPU_MAX_BATCH 65536   /* keeps every layer's work units under 2^20 */
 #define NTENSORS (RESNET18_NUM_CONVS + 2)  /* conv outputs, image, pool */
 #define T_IMAGE RESNET18_NUM_CONVS
 #define T_POOL (RESNET18_NUM_CONVS + 1)
@@ -73,15 +74,23 @@ typedef struct cpu_layer {
     int in_place;       /* avx512: read the padded input directly, no im2col */
 } cpu_layer;
 
+/* A job is a number of independent units; unit_fn runs one of them on pool
+ * thread tid (0 is the caller). */
+typedef void unit_fn(cpu_engine *e, int unit, int tid);
+
 typedef struct cpu_pool {
     pthread_t th[MAX_THREADS];
     int started;        /* worker threads running (n - 1 when complete) */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    unsigned long gen;  /* bumped per job */
-    int busy;           /* workers still on the current job */
+    unsigned long gen;  /* under mu: bumped per job to wake sleeping workers */
     int stop;
-    void (*fn)(cpu_engine *e, int tid);
+    unit_fn *fn;        /* the current job; stable while any unit of it runs */
+    /* (job number << 40) | (units << 20) | next unit: claiming a unit is one
+     * compare-and-swap that also proves the job is still the current one. */
+    _Atomic uint64_t work;
+    atomic_int done_units;
+    uint64_t seq;       /* jobs published */
 } cpu_pool;
 
 /* How a conv's output is cut into work units: um row groups (each at most
@@ -98,7 +107,8 @@ typedef struct cpu_job {
     int n;              /* images in the batch */
     int slot;
     conv_plan plan;     /* the layer's work units */
-    atomic_int next_unit;
+    int small_units;    /* units of the normalise and max-pool steps */
+    int ws_group[MAX_THREADS];  /* per thread: row group whose im2col rows are in its ws */
 } cpu_job;
 
 struct cpu_engine {
@@ -153,6 +163,31 @@ typedef struct worker_arg {
     int tid;
 } worker_arg;
 
+#define WORK_BITS 20
+#define WORK_MASK ((1u << WORK_BITS) - 1)
+
+/* Claims and runs units of the current job until none is left. Completion
+ * is counted per unit, so the caller never waits for a thread that the OS
+ * has not yet scheduled: such a thread later finds nothing to claim. */
+static void pool_work(cpu_engine *e, int tid)
+{
+    cpu_pool *pl = &e->pool;
+    for (;;) {
+        uint64_t w = atomic_load(&pl->work);
+        unsigned next = (unsigned)(w & WORK_MASK), total = (unsigned)((w >> WORK_BITS) & WORK_MASK);
+        if (next >= total)
+            return;
+        if (!atomic_compare_exchange_weak(&pl->work, &w, w + 1))
+            continue;
+        pl->fn(e, (int)next, tid);
+        if ((unsigned)atomic_fetch_add(&pl->done_units, 1) + 1 == total) {
+            pthread_mutex_lock(&pl->mu);
+            pthread_cond_signal(&pl->done);
+            pthread_mutex_unlock(&pl->mu);
+        }
+    }
+}
+
 static void *pool_worker(void *p)
 {
     worker_arg a = *(worker_arg *)p;
@@ -160,39 +195,40 @@ static void *pool_worker(void *p)
     cpu_pool *pl = &a.e->pool;
     unsigned long seen = 0;
     pthread_mutex_lock(&pl->mu);
-    for (;;) {
-        while (pl->gen == seen && !pl->stop)
+    while (!pl->stop) {
+        if (pl->gen == seen) {
             pthread_cond_wait(&pl->go, &pl->mu);
-        if (pl->stop)
-            break;
+            continue;
+        }
         seen = pl->gen;
-        void (*fn)(cpu_engine *, int) = pl->fn;
         pthread_mutex_unlock(&pl->mu);
-        fn(a.e, a.tid);
+        pool_work(a.e, a.tid);
         pthread_mutex_lock(&pl->mu);
-        if (--pl->busy == 0)
-            pthread_cond_signal(&pl->done);
     }
     pthread_mutex_unlock(&pl->mu);
     return NULL;
 }
 
-/* Runs fn(e, tid) on every pool thread and returns when all are done. */
-static void pool_run(cpu_engine *e, void (*fn)(cpu_engine *, int))
+/* Runs units 0..nunits-1 of fn on the pool and returns when all are done. */
+static void pool_run(cpu_engine *e, unit_fn *fn, int nunits)
 {
     cpu_pool *pl = &e->pool;
+    if (nunits <= 0)
+        return;
+    pl->fn = fn;
+    atomic_store(&pl->done_units, 0);
+    pl->seq++;
+    atomic_store(&pl->work, (pl->seq << (2 * WORK_BITS)) | ((uint64_t)nunits << WORK_BITS));
     if (e->nthreads > 1) {
         pthread_mutex_lock(&pl->mu);
-        pl->fn = fn;
-        pl->busy = e->nthreads - 1;
         pl->gen++;
         pthread_cond_broadcast(&pl->go);
         pthread_mutex_unlock(&pl->mu);
     }
-    fn(e, 0);
-    if (e->nthreads > 1) {
+    pool_work(e, 0);
+    if (atomic_load(&pl->done_units) < nunits) {
         pthread_mutex_lock(&pl->mu);
-        while (pl->busy > 0)
+        while (atomic_load(&pl->done_units) < nunits)
             pthread_cond_wait(&pl->done, &pl->mu);
         pthread_mutex_unlock(&pl->mu);
     }
@@ -439,8 +475,8 @@ static void conv_in_place(cpu_engine *e, const cpu_layer *L, int g0, int g1, int
     }
 }
 
-/* One conv layer, avx512 back end: claims units until none are left. */
-static void conv_avx512_part(cpu_engine *e, int tid)
+/* One unit of a conv layer, avx512 back end (see conv_plan). */
+static void conv_avx512_unit(cpu_engine *e, int u, int tid)
 {
     const cpu_layer *L = e->job.layer;
     const resnet18_conv_desc *d = L->d;
@@ -450,36 +486,32 @@ static void conv_avx512_part(cpu_engine *e, int tid)
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
     float *ws = e->ws + (size_t)tid * e->ws_floats;
-    int have = -1;   /* row group whose im2col rows are in ws */
-
-    for (int u; (u = atomic_fetch_add(&e->job.next_unit, 1)) < pl->um * pl->un;) {
-        int g = u / pl->un, g0, g1, p0, p1;
-        split_range(pl->mblocks, pl->um, g, &g0, &g1);
-        split_range(pl->panels, pl->un, u % pl->un, &p0, &p1);
-        if (L->in_place) {
-            conv_in_place(e, L, g0, g1, p0, p1);
-            continue;
-        }
-        int m0 = g0 * MR;
-        if (have != g)
-            im2col_rows(d, in, L->src_pad, m0, (g1 - g0) * MR, M, ws, K);
-        have = g;
-        for (int k0 = 0; k0 < K; k0 += KC) {
-            int kc = imin(KC, K - k0);
-            int last = k0 + kc == K;
-            for (int mb = g0; mb < g1; mb++) {
-                int m = mb * MR, mr = imin(MR, M - m);
-                const float *a = ws + (size_t)(m - m0) * K + k0;
-                for (int p = p0; p < p1; p++) {
-                    epilogue ep = {
-                        .bias = L->b + p * NR,
-                        .res = res ? res + (size_t)m * N + p * NR : NULL,
-                        .relu = d->relu,
-                    };
-                    kernel_14x32(a, (size_t)K, 1, kc, 0, L->w + ((size_t)p * K + k0) * NR,
-                                 out + (size_t)m * N + p * NR, (size_t)N, mr, k0 == 0,
-                                 last ? &ep : NULL);
-                }
+    int g = u / pl->un, g0, g1, p0, p1;
+    split_range(pl->mblocks, pl->um, g, &g0, &g1);
+    split_range(pl->panels, pl->un, u % pl->un, &p0, &p1);
+    if (L->in_place) {
+        conv_in_place(e, L, g0, g1, p0, p1);
+        return;
+    }
+    int m0 = g0 * MR;
+    if (e->job.ws_group[tid] != g)
+        im2col_rows(d, in, L->src_pad, m0, (g1 - g0) * MR, M, ws, K);
+    e->job.ws_group[tid] = g;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        int kc = imin(KC, K - k0);
+        int last = k0 + kc == K;
+        for (int mb = g0; mb < g1; mb++) {
+            int m = mb * MR, mr = imin(MR, M - m);
+            const float *a = ws + (size_t)(m - m0) * K + k0;
+            for (int p = p0; p < p1; p++) {
+                epilogue ep = {
+                    .bias = L->b + p * NR,
+                    .res = res ? res + (size_t)m * N + p * NR : NULL,
+                    .relu = d->relu,
+                };
+                kernel_14x32(a, (size_t)K, 1, kc, 0, L->w + ((size_t)p * K + k0) * NR,
+                             out + (size_t)m * N + p * NR, (size_t)N, mr, k0 == 0,
+                             last ? &ep : NULL);
             }
         }
     }
@@ -487,9 +519,10 @@ static void conv_avx512_part(cpu_engine *e, int tid)
 
 #else
 /* Never run: choose_avx512() is 0 without the kernel. */
-static void conv_avx512_part(cpu_engine *e, int tid)
+static void conv_avx512_unit(cpu_engine *e, int u, int tid)
 {
     (void)e;
+    (void)u;
     (void)tid;
 }
 #endif
@@ -530,11 +563,12 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
 }
 
 /* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std. */
-static void normalize_part(cpu_engine *e, int tid)
+static void normalize_unit(cpu_engine *e, int u, int tid)
 {
     const int img = RESNET18_IMG;
     int lo, hi;
-    split_range(e->job.n * img, e->nthreads, tid, &lo, &hi);   /* image rows */
+    (void)tid;
+    split_range(e->job.n * img, e->job.small_units, u, &lo, &hi);   /* image rows */
     for (int row = lo; row < hi; row++) {
         const uint8_t *in = e->pub.input[e->job.slot] + (size_t)row * img * 3;
         float *out = e->act[e->buf[T_IMAGE]] + at(row / img, row % img, 0, img, 3, e->pad[T_IMAGE]);
@@ -554,12 +588,13 @@ static void max16(float *restrict o, const float *restrict p)
 
 /* 3x3 stride-2 pad-1 max pool of conv 0's output (channels: a multiple of
  * NR, checked at create). Padding never wins: each window has a real pixel. */
-static void maxpool_part(cpu_engine *e, int tid)
+static void maxpool_unit(cpu_engine *e, int u, int tid)
 {
     const resnet18_conv_desc *d = &resnet18_convs[0];
     const int ih = d->out_h, oh = e->pool_h, C = d->cout;
     int lo, hi;
-    split_range(e->job.n * oh, e->nthreads, tid, &lo, &hi);  /* output rows */
+    (void)tid;
+    split_range(e->job.n * oh, e->job.small_units, u, &lo, &hi);  /* output rows */
     const float *in = e->act[e->buf[0]];
     float *out = e->act[e->buf[T_POOL]];
     for (int row = lo; row < hi; row++) {
@@ -579,33 +614,31 @@ static void maxpool_part(cpu_engine *e, int tid)
     }
 }
 
-/* Global average pool of the last conv's output, then this thread's share of
- * the FC's output classes. */
-static void avgpool_part(cpu_engine *e, int tid)
+/* Global average pool of image `img` of the last conv's output. */
+static void avgpool_unit(cpu_engine *e, int img, int tid)
 {
     const cpu_layer *L = &e->layer[RESNET18_NUM_CONVS - 1];
     const int h = L->d->out_h, C = L->d->cout;
-    int lo, hi;
-    split_range(e->job.n, e->nthreads, tid, &lo, &hi);
-    for (int img = lo; img < hi; img++) {
-        float *f = e->feat + (size_t)img * C;
-        for (int c = 0; c < C; c++)
-            f[c] = 0.0f;
-        for (int y = 0; y < h; y++)
-            for (int x = 0; x < h; x++) {
-                const float *src = e->act[L->dst] + at(img, y, x, h, C, L->dst_pad);
-                for (int c = 0; c < C; c++)
-                    f[c] += src[c];
-            }
-        for (int c = 0; c < C; c++)
-            f[c] /= (float)(h * h);
-    }
+    float *f = e->feat + (size_t)img * C;
+    (void)tid;
+    for (int c = 0; c < C; c++)
+        f[c] = 0.0f;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < h; x++) {
+            const float *src = e->act[L->dst] + at(img, y, x, h, C, L->dst_pad);
+            for (int c = 0; c < C; c++)
+                f[c] += src[c];
+        }
+    for (int c = 0; c < C; c++)
+        f[c] /= (float)(h * h);
 }
 
-static void fc_part(cpu_engine *e, int tid)
+/* FC for all images, unit u's share of the classes. */
+static void fc_unit(cpu_engine *e, int u, int tid)
 {
     int lo, hi;
-    split_range(RESNET18_CLASSES, e->nthreads, tid, &lo, &hi);
+    (void)tid;
+    split_range(RESNET18_CLASSES, e->nthreads, u, &lo, &hi);
     float *logits = e->pub.logits[e->job.slot];
     for (int img = 0; img < e->job.n; img++)
         memcpy(logits + (size_t)img * RESNET18_CLASSES + lo, e->fc_b + lo,
@@ -640,25 +673,29 @@ static void forward(cpu_engine *e, int slot, int n)
 {
     e->job.n = n;
     e->job.slot = slot;
+    /* The memory-bound steps: a few units per thread, so a thread the OS
+     * delays is covered by the others. */
+    e->job.small_units = imin(4 * e->nthreads, n * e->pool_h);
     zero_border(e, T_IMAGE, n);
-    pool_run(e, normalize_part);
+    pool_run(e, normalize_unit, e->job.small_units);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         e->job.layer = &e->layer[i];
         zero_border(e, i, n);
         if (e->avx512) {
             e->job.plan = plan_conv(e, &e->layer[i], n);
-            atomic_store(&e->job.next_unit, 0);
-            pool_run(e, conv_avx512_part);
+            for (int t = 0; t < e->nthreads; t++)
+                e->job.ws_group[t] = -1;
+            pool_run(e, conv_avx512_unit, e->job.plan.um * e->job.plan.un);
         } else {
             conv_blas(e, &e->layer[i], n);
         }
         if (i == 0) {
             zero_border(e, T_POOL, n);
-            pool_run(e, maxpool_part);
+            pool_run(e, maxpool_unit, e->job.small_units);
         }
     }
-    pool_run(e, avgpool_part);
-    pool_run(e, fc_part);
+    pool_run(e, avgpool_unit, n);
+    pool_run(e, fc_unit, e->nthreads);
 }
 
 /* ---- engine interface ------------------------------------------------------ */
@@ -882,8 +919,9 @@ static int choose_avx512(void)
 
 engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
 {
-    if (cfg->max_batch < 1) {
-        snprintf(err, errlen, "cpu engine: max batch must be at least 1 (got %d)", cfg->max_batch);
+    if (cfg->max_batch < 1 || cfg->max_batch > CPU_MAX_BATCH) {
+        snprintf(err, errlen, "cpu engine: max batch must be 1..%d (got %d)", CPU_MAX_BATCH,
+                 cfg->max_batch);
         return NULL;
     }
     if (cfg->nslots < 0 || cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 ||
