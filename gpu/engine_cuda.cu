@@ -19,6 +19,12 @@
 // that event. Slot B's input copy thus overlaps slot A's compute, and A's
 // output copy overlaps B's compute. A mutex keeps the "previous compute"
 // bookkeeping consistent when slots are driven from different threads.
+//
+// Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
+// table, with split-K where a layer has too few tiles to fill the GPU. At
+// creation the engine times every candidate on random input and keeps the
+// fastest (RESNETD_GPU_AUTOTUNE=0: the cost model's pick instead). In FP32
+// the candidates are SIMT and 3xTF32 tiles, both within ~1e-6 of FP32.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,11 +478,11 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
     cuda_engine *ce = (cuda_engine *)ctx;
     cuda_slot *sl = &ce->slot[s];
     int b = bucket_for(ce, n);
-    CUDA_TRY(cudaSetDevice(ce->pub.device_index));
     if (pthread_mutex_lock(&ce->order) != 0) {
         snprintf(err, errlen, "cuda engine: cannot lock the submit order");
         return -1;
     }
+    CUDA_TRY(cudaSetDevice(ce->pub.device_index));  // the calling thread may be new to this device
     CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
     if (ce->last_slot >= 0 && ce->last_slot != s)
         CUDA_TRY(cudaStreamWaitEvent(sl->stream, ce->slot[ce->last_slot].computed, 0));
@@ -499,6 +505,7 @@ fail:
 static int cuda_wait(void *ctx, int s, char *err, size_t errlen)
 {
     cuda_engine *ce = (cuda_engine *)ctx;
+    CUDA_TRY(cudaSetDevice(ce->pub.device_index));
     CUDA_TRY(cudaEventSynchronize(ce->slot[s].done));
     return 0;
 fail:
