@@ -134,9 +134,6 @@ static int retry_after(server *s)
 
 /* ---- pipeline callbacks (batcher and completion threads) ---------------- */
 
-static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx);
-static void decode_cancel(void *cls, decode_job *job);
-
 static void image_reported(request *r)
 {
     if (atomic_fetch_sub(&r->pending, 1) == 1)
@@ -288,7 +285,7 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
      * answers it always follows this suspend. A refused job (drain timeout)
      * is answered 503 through decode_cancel. */
     MHD_suspend_connection(c);
-    decode_pool_submit(s->decoders, &r->job);
+    (void)decode_pool_submit(s->decoders, &r->job);
     return MHD_YES;
 }
 
