@@ -27,7 +27,7 @@ usage: tools/e2e-bench.sh [options]
   --images-per-request K  multipart with K images per request (default 1: raw)
   --duration S          measured seconds per point (default 10)
   --warmup S            warm-up seconds per point (default 2)
-  --threads N           daemon HTTP/decode threads = decode-only threads
+  --threads N           daemon decode threads = decode-only threads
                         (default: the daemon's CPUs)
   --client-threads N    resnetd-load threads (default 1)
   --builddir DIR        where resnetd, resnetd-load, resnetd-bench are (default: this tree)
@@ -150,7 +150,7 @@ echo "decode-only: $decode_ips img/s"
 log=$out/resnetd.log
 # shellcheck disable=SC2086  # daemon_pin and daemon_args are word lists
 $daemon_pin "$builddir/resnetd" --weights "$weights" --device "$device" --listen 127.0.0.1:0 \
-  --labels "$here/etc/imagenet-classes.txt" --threads "$threads" $daemon_args 2>"$log" &
+  --labels "$here/etc/imagenet-classes.txt" --decode-threads "$threads" $daemon_args 2>"$log" &
 daemon=$!
 trap 'kill $daemon 2>/dev/null || true' EXIT INT TERM
 port=
@@ -216,7 +216,7 @@ client_where="any CPU"
 [ -n "$client_pin" ] && client_where="CPU $((ncpu - 1))"
 {
   echo "device $device, weights $weights, corpus $corpus ($ncorpus images, $corpus_mb MB), $k image(s)/request"
-  echo "daemon CPUs $daemon_cpus ($daemon_ncpu), $threads HTTP/decode threads; client on $client_where"
+  echo "daemon CPUs $daemon_cpus ($daemon_ncpu), $threads decode threads; client on $client_where"
   echo "decode-only: $decode_ips img/s ($threads threads, same CPUs)"
   echo "best e2e:    $best_ips img/s at $best_c connections"
   echo "e2e / decode-only = $ratio"
