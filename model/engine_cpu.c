@@ -25,8 +25,9 @@
  *
  * Every buffer is allocated at create for max_batch; submit computes
  * synchronously (under a mutex, since the scratch is shared by the slots) and
- * wait has nothing left to do. Weights are copied: the caller may free them after
- * create. */
+ * wait has nothing left to do. The submitting thread works as pool thread 0
+ * beside threads-1 workers, which sleep between jobs. Weights are copied:
+ * the caller may free them after create. */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include <cblas.h>
 #include <pthread.h>
