@@ -1028,9 +1028,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
                 for (int j = 0; j < NR; j++)
                     L->w[((size_t)p * K + k) * NR + j] = w->conv[i].w[(size_t)(p * NR + j) * K + k];
     }
-    for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++)
-            e->lut[c][v] = ((float)v / 255.0f - preprocess_mean[c]) / preprocess_std[c];
+    preprocess_normalize_lut(e->lut);
 
     if (pool_start(e, err, errlen) != 0)
         goto fail;

@@ -241,13 +241,18 @@ void preprocess_resize_crop(const uint8_t *src, int w, int h, uint8_t *out, uint
 /* torchvision: ToTensor is x.float().div(255), Normalize is sub_(mean).div_(std),
  * all in float32; the same three IEEE operations give the same bits. Only 256
  * values per channel exist, so they are tabulated first. */
+void preprocess_normalize_lut(float lut[3][256])
+{
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            lut[c][v] = ((float)v / 255.0f - preprocess_mean[c]) / preprocess_std[c];
+}
+
 void preprocess_normalize_chw(const uint8_t *hwc, float *chw)
 {
     enum { N = PREPROCESS_CROP * PREPROCESS_CROP };
     float lut[3][256];
-    for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++)
-            lut[c][v] = ((float)v / 255.0f - preprocess_mean[c]) / preprocess_std[c];
+    preprocess_normalize_lut(lut);
     for (int i = 0; i < N; i++)
         for (int c = 0; c < 3; c++)
             chw[(size_t)c * N + i] = lut[c][hwc[3 * i + c]];

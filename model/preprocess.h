@@ -54,6 +54,8 @@ size_t preprocess_scratch_bytes(int w, int h);
 /* ImageNet mean/std normalisation, as torchvision's ToTensor + Normalize in
  * FP32: hwc uint8 [224][224][3] -> chw float [3][224][224]. */
 void preprocess_normalize_chw(const uint8_t *hwc, float *chw);
+/* The same mapping tabulated: lut[c][v] is channel c's normalised value v. */
+void preprocess_normalize_lut(float lut[3][256]);
 extern const float preprocess_mean[3];
 extern const float preprocess_std[3];
 
