@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include "daemon/pipeline.h"
+#include "model/devjpeg.h"
 
 #define BATCHER_MAX_PREFERRED 16
 #define BATCHER_WAIT_FOREVER UINT64_MAX
@@ -40,7 +41,8 @@ batcher_decision batcher_decide(const batcher_policy *p, const batcher_state *s,
  * `queued` images at `images_per_s`, rounded up, within 1..60. */
 int batcher_retry_after_s(long queued, double images_per_s);
 
-/* Has the client on socket fd (-1: none) closed its end? A suspended
+/* Has the client on socket fd (-1: none) gone (reset the connection)? A
+ * half-closed client still wants its answer and is not gone. A suspended
  * connection does not notice by itself; the batcher and the decode pool
  * check before spending work on a request. */
 int batcher_client_gone(int fd);
@@ -49,9 +51,12 @@ struct queue;
 struct infer;
 typedef struct batcher batcher;
 
-/* Starts the batcher thread. It runs until queue_stop() and an empty queue. */
+/* Starts the batcher thread. It runs until queue_stop() and an empty queue.
+ * dj: the device decoder for queued compressed JPEGs (NULL: none; then
+ * every item's crop is in its queue slot); the batcher decodes the images
+ * the device fails on with a CPU decoder limited to max_pixels. */
 batcher *batcher_start(struct queue *q, struct infer *inf, const batcher_policy *p,
-                       const pipeline_sink *sink, char *err, size_t errlen);
+                       const pipeline_sink *sink, devjpeg *dj, uint64_t max_pixels, char *err, size_t errlen);
 /* Joins the thread (call after queue_stop) and frees the batcher. */
 void batcher_join(batcher *b);
 

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/config.h"
+#include "model/devjpeg.h"
 #include "model/engine.h"
+#include "model/textfile.h"
 
 static int check_listen(const char *v, char *err, size_t errlen)
 {
@@ -34,6 +36,16 @@ static int check_precision(const char *v, char *err, size_t errlen)
     engine_precision p;
     if (engine_parse_precision(v, &p) != 0) {
         snprintf(err, errlen, "'%s' is not a precision (fp32, fp16 or default)", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_decode(const char *v, char *err, size_t errlen)
+{
+    devjpeg_mode m;
+    if (devjpeg_parse_mode(v, &m) != 0) {
+        snprintf(err, errlen, "'%s' is not a decode mode (auto, gpu, gpu-exact or cpu)", v);
         return -1;
     }
     return 0;
@@ -71,19 +83,32 @@ static const config_option options[] = {
       "HTTP worker threads (parsing and answering only); auto: a quarter of the CPUs, 2 to 8", NULL },
     { "decode_threads", INT_AUTO(decode_threads, 1, 1024), "auto",
       "JPEG decode threads, shared by all connections; auto: the number of CPUs", NULL },
+    { "decode", STR(decode), "auto",
+      "where JPEGs are decoded: gpu (nvJPEG hardware decoder), gpu-exact (the same, pixels bit-exact with cpu, "
+      "slower), cpu (libjpeg-turbo, bit-exact with torchvision), or auto (gpu when the CUDA engine's device has "
+      "a hardware decoder)", check_decode },
+    { "gpu_decode_memory", BYTES(gpu_decode_memory, 16L << 20, 64L << 30), "512M",
+      "GPU memory for decoded pixels, split between the engine slots (suffixes K, M, G); larger images decode on the CPU", NULL },
     { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
     { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
       "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },
+    { "body_memory_bytes", BYTES(body_memory_bytes, 1024, 1L << 40), "1G",
+      "memory for all request bodies being received, and the CPU decodes running, together; past it requests "
+      "get 503", NULL },
     { "max_pixels", BYTES(max_pixels, 1, 1L << 30), "64M",
       "largest decoded image, width x height (suffixes K, M, G); larger ones get 413", NULL },
     { "request_timeout_ms", INT(request_timeout_ms, 1, 3600000), "10000",
-      "a request still queued after this long gets 504", NULL },
+      "a request not answered this long after it arrived gets 504 (waiting, decoding or queued)", NULL },
     { "drain_timeout_ms", INT(drain_timeout_ms, 0, 3600000), "30000",
       "on SIGTERM, longest wait for accepted requests before exiting", NULL },
     { "connection_limit", INT(connection_limit, 1, 1000000), "1024",
       "most simultaneous client connections", NULL },
     { "connection_timeout_s", INT(connection_timeout_s, 1, 3600), "30",
       "an idle or stalled connection is closed after this long", NULL },
+    { "header_timeout_s", INT(header_timeout_s, 1, 3600), "10",
+      "a request's headers must arrive complete within this long, however steadily they trickle in", NULL },
+    { "min_body_rate", BYTES(min_body_rate, 0, 1L << 30), "1K",
+      "bytes/s a request body must average once header_timeout_s has passed; 0: no minimum", NULL },
     { "connection_memory_bytes", BYTES(connection_memory_bytes, 8192, 16L << 20), "64K",
       "per-connection memory for headers and read buffers (suffixes K, M)", NULL },
     { "listen_backlog", INT(listen_backlog, 1, 65535), "1024", "kernel listen queue length", NULL },
@@ -195,23 +220,28 @@ static char *trim(char *s)
     return s;
 }
 
-int config_load_file(config *c, const char *path, char *err, size_t errlen)
+int config_parse_text(config *c, const char *name, const char *text, size_t len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        snprintf(err, errlen, "%s: contains a NUL byte at offset %zu (a binary file, not a config?)", name,
+                 (size_t)(nul - text));
         return -1;
     }
     char line[8192], why[512];
-    int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    int lineno = 0;
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        size_t n = (size_t)((eol ? eol : end) - p);
         lineno++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
-            snprintf(err, errlen, "%s:%d: line longer than %zu characters", path, lineno, sizeof line - 2);
-            rc = -1;
-            break;
+        if (n >= sizeof line) {
+            snprintf(err, errlen, "%s:%d: line longer than %zu characters", name, lineno, sizeof line - 1);
+            return -1;
         }
+        memcpy(line, p, n);
+        line[n] = '\0';
+        p = eol ? eol + 1 : end;
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
@@ -220,23 +250,27 @@ int config_load_file(config *c, const char *path, char *err, size_t errlen)
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
-            rc = -1;
-            break;
+            snprintf(err, errlen, "%s:%d: expected 'key = value'", name, lineno);
+            return -1;
         }
         *eq = '\0';
         char *key = trim(s), *value = trim(eq + 1);
         if (config_set(c, key, value, why, sizeof why) != 0) {
-            snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
-            rc = -1;
-            break;
+            snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
+            return -1;
         }
     }
-    if (rc == 0 && ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        rc = -1;
-    }
-    fclose(f);
+    return 0;
+}
+
+int config_load_file(config *c, const char *path, char *err, size_t errlen)
+{
+    char *text;
+    size_t len;
+    if (textfile_read(path, (size_t)CONFIG_FILE_MAX, &text, &len, err, errlen) != 0)
+        return -1;
+    int rc = config_parse_text(c, path, text, len, err, errlen);
+    free(text);
     return rc;
 }
 
@@ -321,6 +355,11 @@ int config_validate(const config *c, char *err, size_t errlen)
                      sizes[i], c->max_batch_size);
             return -1;
         }
+    if (c->body_memory_bytes < c->max_body_bytes) {
+        snprintf(err, errlen, "body_memory_bytes %ld is smaller than max_body_bytes %ld: "
+                 "a body of the largest size could never be received", c->body_memory_bytes, c->max_body_bytes);
+        return -1;
+    }
     if (c->queue_capacity != CONFIG_AUTO && c->max_batch_size != CONFIG_AUTO &&
         c->queue_capacity < c->max_batch_size) {
         snprintf(err, errlen, "queue_capacity %ld is smaller than max_batch_size %ld",

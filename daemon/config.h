@@ -14,6 +14,7 @@
 #define CONFIG_AUTO (-1L)
 #define CONFIG_MAX_PREFERRED 16
 #define CONFIG_PATH_MAX 4096
+#define CONFIG_FILE_MAX (1L << 20)    /* largest config file read */
 
 typedef struct config {
     char listen[256];             /* ADDR:PORT, [ADDR6]:PORT; port 0 = ephemeral */
@@ -27,13 +28,18 @@ typedef struct config {
     long queue_capacity;          /* preallocated image slots */
     long threads;                 /* HTTP worker threads (parsing, answering) */
     long decode_threads;          /* the JPEG decode pool, shared by all connections */
+    char decode[16];              /* auto, gpu, cpu */
+    long gpu_decode_memory;       /* device arena for decoded pixels */
     long engine_threads;          /* CPU engine threads, 0 = all cores */
     long max_body_bytes;
+    long body_memory_bytes;       /* all buffered request bodies together (503 past it) */
     long max_pixels;              /* decoded width x height per image */
     long request_timeout_ms;      /* our per-request deadline (504) */
     long drain_timeout_ms;        /* SIGTERM: longest wait for in-flight requests */
     long connection_limit;
-    long connection_timeout_s;    /* idle/slow connections are closed (slowloris) */
+    long connection_timeout_s;    /* idle connections are closed */
+    long header_timeout_s;        /* a request's headers must arrive within this (slowloris) */
+    long min_body_rate;           /* bytes/s a body must average after header_timeout_s; 0: none */
     long connection_memory_bytes; /* libmicrohttpd's per-connection pool */
     long listen_backlog;
 } config;
@@ -70,9 +76,14 @@ void config_defaults(config *c);
 /* Sets one option from its text form; err gets the reason. */
 int config_set(config *c, const char *name, const char *value, char *err, size_t errlen);
 
-/* Reads key = value lines (# comments, blank lines). Errors read
- * "FILE:LINE: reason". */
+/* Reads key = value lines (# comments, blank lines) from a regular file of
+ * at most CONFIG_FILE_MAX bytes with no NUL byte. Errors read
+ * "FILE:LINE: reason" or "FILE: reason". */
 int config_load_file(config *c, const char *path, char *err, size_t errlen);
+
+/* The same parser on text[0..len) (need not be NUL-terminated); name is
+ * what errors call it. */
+int config_parse_text(config *c, const char *name, const char *text, size_t len, char *err, size_t errlen);
 
 /* Defaults, then --config's file, then the other flags. Errors name the
  * flag. argv is not modified. */

@@ -105,8 +105,14 @@ decode_pool *decode_pool_start(int nthreads, uint64_t max_pixels, const decode_p
     if (!p->threads || !p->ctxs)
         goto nomem;
     for (int i = 0; i < nthreads; i++)
-        if (!(p->ctxs[i] = preprocess_create(&p->options)))
-            goto nomem;
+        if (!(p->ctxs[i] = preprocess_create(&p->options))) {
+            /* Out of memory, or libjpeg refusing to start: a libjpeg.so of
+             * another version than the jpeglib.h built against. */
+            snprintf(err, errlen, "decode: cannot create a JPEG decoder (out of memory, or a libjpeg library of "
+                                  "another version than resnetd was built with)");
+            pool_free(p);
+            return NULL;
+        }
     for (int i = 0; i < nthreads; i++) {
         worker_arg *a = malloc(sizeof *a);
         if (!a)
@@ -200,6 +206,7 @@ int decode_http_status(preprocess_status s)
     case PREP_ERR_TOO_LARGE: return 413;
     case PREP_ERR_NOT_JPEG:
     case PREP_ERR_UNSUPPORTED: return 415;
+    case PREP_ERR_STOPPED: return 504;   /* the deadline; a client that left gets no answer */
     default: return 500;
     }
 }

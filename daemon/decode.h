@@ -53,7 +53,8 @@ int decode_pool_busy(decode_pool *p);
 void decode_pool_stop(decode_pool *p);
 
 /* The HTTP status for a decode failure: 400 corrupt/empty, 413 too many
- * pixels, 415 not a JPEG or an unsupported one, 500 out of memory. */
+ * pixels or over the work budget, 415 not a JPEG or an unsupported one,
+ * 504 stopped (the deadline), 500 out of memory. */
 int decode_http_status(preprocess_status s);
 
 #endif

@@ -14,6 +14,7 @@
 typedef struct infer_batch {
     queue_item *items;      /* [max_batch] */
     int n;
+    int staged;             /* the device decoder filled the slot's input */
     uint64_t submit_us;
     int failed;             /* submit failed: err holds why */
     char err[256];
@@ -21,6 +22,7 @@ typedef struct infer_batch {
 
 struct infer {
     engine *e;
+    devjpeg *dj;            /* the device decoder staging slots, or NULL */
     const pipeline_sink *sink;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* slot freed, batch submitted, or stopping */
@@ -52,17 +54,33 @@ static void complete(infer *x, int slot)
         if (atomic_exchange(&x->healthy, 0))
             log_error("engine failure, not ready until a batch succeeds: %s", err);
         for (int i = 0; i < b->n; i++)
-            x->sink->fail(b->items[i].req, b->items[i].image, 500, "engine_failure", err);
+            if (b->items[i].req)
+                x->sink->fail(b->items[i].req, b->items[i].image, 500, "engine_failure", err);
         return;
     }
     if (!atomic_exchange(&x->healthy, 1))
         log_info("engine healthy again");
     metrics_observe_infer((double)infer_us / 1e6);
     metrics_observe_batch(b->n);
-    metrics_add_images(b->n);
+    int reported = 0;
+    for (int i = 0; i < b->n; i++)
+        reported += b->items[i].req != NULL;
+    metrics_add_images(reported);   /* an image dropped after staging was answered already */
+    /* The stage's events completed before the engine's wait returned. */
+    uint64_t gpu_decode_us = 0;
+    if (x->dj && b->staged) {
+        double ms = devjpeg_stage_ms(x->dj, slot);
+        if (ms >= 0) {
+            metrics_observe_gpu_preprocess(ms / 1e3);
+            gpu_decode_us = (uint64_t)(ms * 1e3 + 0.5);
+        }
+    }
     for (int i = 0; i < b->n; i++) {
+        if (!b->items[i].req)
+            continue;   /* its decode failed after staging; already answered */
         pipeline_timing t = {
             .queue_us = b->submit_us - b->items[i].enqueued_us,
+            .gpu_decode_us = b->items[i].jpeg ? gpu_decode_us : 0,
             .infer_us = infer_us,
             .batch_size = b->n,
         };
@@ -97,7 +115,7 @@ static void *completion_main(void *arg)
     return NULL;
 }
 
-infer *infer_create(engine *e, const pipeline_sink *sink, char *err, size_t errlen)
+infer *infer_create(engine *e, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen)
 {
     infer *x = calloc(1, sizeof *x);
     if (!x) {
@@ -105,6 +123,7 @@ infer *infer_create(engine *e, const pipeline_sink *sink, char *err, size_t errl
         return NULL;
     }
     x->e = e;
+    x->dj = dj;
     x->sink = sink;
     atomic_init(&x->healthy, 1);
     for (int s = 0; s < e->nslots; s++) {
@@ -162,11 +181,12 @@ uint8_t *infer_input(infer *x, int slot)
     return x->e->input[slot];
 }
 
-void infer_submit(infer *x, int slot, const queue_item *items, int n)
+void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged)
 {
     infer_batch *b = &x->batch[slot];
     memcpy(b->items, items, (size_t)n * sizeof *items);
     b->n = n;
+    b->staged = staged;
     b->submit_us = clock_now_us();
     b->failed = engine_submit(x->e, slot, n, b->err, sizeof b->err) != 0;
     metrics_add_batches_in_flight(1);
@@ -174,6 +194,12 @@ void infer_submit(infer *x, int slot, const queue_item *items, int n)
     x->fifo[(x->fifo_head + x->fifo_count++) % ENGINE_MAX_SLOTS] = slot;
     pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->mu);
+}
+
+void infer_report_failure(infer *x, const char *err)
+{
+    if (atomic_exchange(&x->healthy, 0))
+        log_error("batch failure, not ready until a batch succeeds: %s", err);
 }
 
 int infer_healthy(infer *x)

@@ -12,11 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/pipeline.h"
+#include "model/devjpeg.h"
 #include "model/engine.h"
 
 typedef struct infer infer;
 
-infer *infer_create(engine *e, const pipeline_sink *sink, char *err, size_t errlen);
+/* dj: the device decoder that stages slots (for its timings), or NULL. */
+infer *infer_create(engine *e, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen);
 
 /* Blocks until an engine slot is free; -1 once infer_stop() has begun. */
 int infer_acquire(infer *x);
@@ -25,9 +27,15 @@ void infer_release(infer *x, int slot);
 /* The slot's input buffer: [max_batch][224][224][3] uint8. */
 uint8_t *infer_input(infer *x, int slot);
 
-/* Submits the first n images of the slot; items[i] describes image i.
- * Outcomes arrive through the sink from the completion thread. */
-void infer_submit(infer *x, int slot, const queue_item *items, int n);
+/* Submits the first n images of the slot; items[i] describes image i (an
+ * item with req == NULL is run but not reported). staged: the device
+ * decoder filled the slot's input (devjpeg_stage). Outcomes arrive through
+ * the sink from the completion thread. */
+void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged);
+
+/* A batch failed before it reached the engine (the device JPEG decoder):
+ * logged, and not healthy until a batch succeeds, as for engine failures. */
+void infer_report_failure(infer *x, const char *err);
 
 /* 1 until a batch fails; back to 1 after the next batch succeeds. */
 int infer_healthy(infer *x);

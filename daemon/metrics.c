@@ -67,6 +67,10 @@ static histogram hist_decode = {
     "resnetd_decode_duration_seconds",
     "Time to decode one JPEG and produce its 224x224 crop.",
     duration_bounds, DURATION_NB, 1, {0}, 0 };
+static histogram hist_gpu_preprocess = {
+    "resnetd_gpu_preprocess_duration_seconds",
+    "GPU time to decode, resize and crop one batch's JPEGs (nvJPEG hardware decoder), per batch.",
+    duration_bounds, DURATION_NB, 1, {0}, 0 };
 static histogram hist_infer = {
     "resnetd_inference_duration_seconds",
     "Time for the engine to run one batch, submit to logits.",
@@ -122,13 +126,26 @@ static const char *const reject_names[METRICS_REJECT_COUNT] = {
     [METRICS_REJECT_TOO_LARGE] = "too_large",
     [METRICS_REJECT_BAD_INPUT] = "bad_input",
     [METRICS_REJECT_CLIENT_GONE] = "client_gone",
+    [METRICS_REJECT_MEMORY_FULL] = "memory_full",
+    [METRICS_REJECT_SLOW_CLIENT] = "slow_client",
 };
 static counter rejected[METRICS_REJECT_COUNT];
+
+static const char *const backend_names[METRICS_DECODE_NBACKENDS] = {
+    [METRICS_DECODE_CPU] = "cpu",
+    [METRICS_DECODE_HARDWARE] = "hardware",
+};
+static counter decoded[METRICS_DECODE_NBACKENDS];
+static counter decode_fallbacks[DEVJPEG_NREASONS];
 
 static counter images_total;
 static atomic_llong queue_depth;
 static atomic_llong batches_in_flight;
 static atomic_int ready;
+static atomic_llong connections_open;
+static counter connections_dropped_slow;
+static counter body_memory_bytes;
+static counter body_memory_limit_bytes;
 static counter gpu_memory_bytes;
 static counter pinned_memory_bytes;
 
@@ -164,6 +181,19 @@ void metrics_observe_request(int http_status, double seconds)
 void metrics_observe_queue(double seconds) { hist_observe_seconds(&hist_queue, seconds); }
 void metrics_observe_decode(double seconds) { hist_observe_seconds(&hist_decode, seconds); }
 void metrics_observe_infer(double seconds) { hist_observe_seconds(&hist_infer, seconds); }
+void metrics_observe_gpu_preprocess(double seconds) { hist_observe_seconds(&hist_gpu_preprocess, seconds); }
+
+void metrics_add_decoded(metrics_decode_backend b, int n)
+{
+    if ((int)b >= 0 && b < METRICS_DECODE_NBACKENDS && n > 0)
+        atomic_fetch_add_explicit(&decoded[b], (unsigned long long)n, memory_order_relaxed);
+}
+
+void metrics_add_decode_fallback(devjpeg_reason r, int n)
+{
+    if ((int)r > DEVJPEG_OK && r < DEVJPEG_NREASONS && n > 0)
+        atomic_fetch_add_explicit(&decode_fallbacks[r], (unsigned long long)n, memory_order_relaxed);
+}
 
 void metrics_observe_batch(int size)
 {
@@ -197,6 +227,18 @@ void metrics_add_batches_in_flight(int delta)
 void metrics_set_ready(int r)
 {
     atomic_store_explicit(&ready, r ? 1 : 0, memory_order_relaxed);
+}
+
+void metrics_set_connections(long open, unsigned long long dropped_slow)
+{
+    atomic_store_explicit(&connections_open, open, memory_order_relaxed);
+    atomic_store_explicit(&connections_dropped_slow, dropped_slow, memory_order_relaxed);
+}
+
+void metrics_set_body_memory(size_t used, size_t cap)
+{
+    atomic_store_explicit(&body_memory_bytes, used, memory_order_relaxed);
+    atomic_store_explicit(&body_memory_limit_bytes, cap, memory_order_relaxed);
 }
 
 void metrics_set_memory(size_t gpu_bytes, size_t pinned_bytes)
@@ -445,9 +487,22 @@ char *metrics_render(size_t *len)
         buf_printf(&b, "resnetd_rejected_total{reason=\"%s\"} %llu\n",
                    reject_names[r], load(&rejected[r]));
 
+    render_header(&b, "resnetd_decoded_images_total", "counter",
+                  "JPEGs decoded, by decoder: cpu (libjpeg-turbo) or hardware (the GPU's nvJPEG decoder).");
+    for (int i = 0; i < METRICS_DECODE_NBACKENDS; i++)
+        buf_printf(&b, "resnetd_decoded_images_total{backend=\"%s\"} %llu\n", backend_names[i],
+                   load(&decoded[i]));
+
+    render_header(&b, "resnetd_decode_fallbacks_total", "counter",
+                  "JPEGs decoded on the CPU although GPU decoding is on, by reason.");
+    for (int r = DEVJPEG_OK + 1; r < DEVJPEG_NREASONS; r++)
+        buf_printf(&b, "resnetd_decode_fallbacks_total{reason=\"%s\"} %llu\n",
+                   devjpeg_reason_name((devjpeg_reason)r), load(&decode_fallbacks[r]));
+
     render_histogram(&b, &hist_request);
     render_histogram(&b, &hist_queue);
     render_histogram(&b, &hist_decode);
+    render_histogram(&b, &hist_gpu_preprocess);
     render_histogram(&b, &hist_infer);
     render_histogram(&b, &hist_batch);
 
@@ -461,6 +516,19 @@ char *metrics_render(size_t *len)
     render_header(&b, "resnetd_ready", "gauge",
                   "1 when the daemon is ready to serve (/readyz answers 200), else 0.");
     buf_printf(&b, "resnetd_ready %d\n", atomic_load_explicit(&ready, memory_order_relaxed));
+    render_header(&b, "resnetd_connections", "gauge", "Client connections open, in any state.");
+    buf_printf(&b, "resnetd_connections %lld\n",
+               atomic_load_explicit(&connections_open, memory_order_relaxed));
+    render_header(&b, "resnetd_slow_connections_dropped_total", "counter",
+                  "Connections closed for not sending a request's headers within header_timeout_s "
+                  "(idle kept-alive ones included) or a body below min_body_rate.");
+    buf_printf(&b, "resnetd_slow_connections_dropped_total %llu\n", load(&connections_dropped_slow));
+    render_header(&b, "resnetd_body_memory_bytes", "gauge",
+                  "Memory held by request bodies being received or decoded, in bytes.");
+    buf_printf(&b, "resnetd_body_memory_bytes %llu\n", load(&body_memory_bytes));
+    render_header(&b, "resnetd_body_memory_limit_bytes", "gauge",
+                  "The body memory budget (body_memory_bytes); past it requests get 503.");
+    buf_printf(&b, "resnetd_body_memory_limit_bytes %llu\n", load(&body_memory_limit_bytes));
     render_header(&b, "resnetd_gpu_memory_bytes", "gauge",
                   "Device memory held by the engine in bytes (0 on CPU).");
     buf_printf(&b, "resnetd_gpu_memory_bytes %llu\n", load(&gpu_memory_bytes));

@@ -28,38 +28,45 @@ void request_free(request *r)
     if (!r)
         return;
     pthread_mutex_destroy(&r->mu);
-    free(r->body);
+    request_drop_body(r);
     free(r->topk);
     free(r);
 }
 
-int request_reserve(request *r, size_t n)
-{
-    if (n <= r->cap)
-        return 0;
-    uint8_t *b = realloc(r->body, n);
-    if (!b)
-        return -1;
-    r->body = b;
-    r->cap = n;
-    return 0;
-}
-
 int request_append(request *r, const uint8_t *data, size_t n)
 {
-    if (r->len + n > r->cap) {
+    size_t need = r->len + n;
+    if (need > r->cap) {
         size_t cap = r->cap ? r->cap : 64 * 1024;
-        while (cap < r->len + n)
+        while (cap < need)
             cap *= 2;
+        if (r->expect && need <= r->expect && cap > r->expect)
+            cap = r->expect;
+        if (r->max_len && need <= r->max_len && cap > r->max_len)
+            cap = r->max_len;   /* else a chunked body near the limit would ask the budget for twice it */
+        if (r->budget && budget_try_acquire(r->budget, cap - r->cap) != 0)
+            return -2;
         uint8_t *b = realloc(r->body, cap);
-        if (!b)
+        if (!b) {
+            if (r->budget)
+                budget_release(r->budget, cap - r->cap);
             return -1;
+        }
         r->body = b;
         r->cap = cap;
     }
     memcpy(r->body + r->len, data, n);
     r->len += n;
     return 0;
+}
+
+void request_drop_body(request *r)
+{
+    free(r->body);
+    if (r->budget)
+        budget_release(r->budget, r->cap);
+    r->body = NULL;
+    r->len = r->cap = 0;
 }
 
 void request_fail(request *r, int status, const char *code, const char *message)
@@ -81,7 +88,17 @@ static int media_type_is(const char *s, const char *t)
     return strncasecmp(s, t, n) == 0 && (s[n] == '\0' || s[n] == ';' || isspace((unsigned char)s[n]));
 }
 
-/* Finds parameter `name` in "type; a=b; name=value" (value may be quoted). */
+static int is_tchar(unsigned char c)
+{
+    return c > 0x20 && c < 0x7F && !strchr("\"(),/:;<=>?@[\\]{}", c);
+}
+
+/* Finds parameter `name` in "type/sub; a=b; name=value" (RFC 9110:
+ * parameter = token "=" ( token / quoted-string )), walking the parameters
+ * in order so that a ';' or "name=" inside another one's quoted value is
+ * not taken for a separator or a match. A quoted value is unquoted
+ * (backslash escapes resolved). Returns 0; -1 if absent, malformed, empty
+ * or longer than outlen - 1. */
 static int find_param(const char *ct, const char *name, char *out, size_t outlen)
 {
     size_t nl = strlen(name);
@@ -90,25 +107,50 @@ static int find_param(const char *ct, const char *name, char *out, size_t outlen
         p++;
         while (*p == ' ' || *p == '\t')
             p++;
-        if (strncasecmp(p, name, nl) == 0 && p[nl] == '=') {
-            const char *v = p + nl + 1;
-            size_t len;
-            if (*v == '"') {
-                v++;
-                const char *end = strchr(v, '"');
-                if (!end)
-                    return -1;
-                len = (size_t)(end - v);
-            } else {
-                len = strcspn(v, "; \t");
+        const char *key = p;
+        while (is_tchar((unsigned char)*p))
+            p++;
+        if (*p != '=' || p == key)
+            return -1;
+        int match = (size_t)(p - key) == nl && strncasecmp(key, name, nl) == 0;
+        p++;
+        size_t len = 0;
+        int overflow = 0;
+        if (*p == '"') {
+            for (p++; *p != '"'; p++) {
+                if (*p == '\\' && p[1])
+                    p++;
+                else if (*p == '\0' || (unsigned char)*p < 0x20)
+                    return -1;       /* unterminated, or a control character */
+                if (len + 1 < outlen)
+                    out[len] = *p;
+                else
+                    overflow = 1;
+                len++;
             }
-            if (len == 0 || len >= outlen)
+            p++;
+        } else {
+            /* Leniently more than a token: anything up to ';' or white space
+             * (boundaries with '/', '=' or '?' unquoted exist in the wild). */
+            for (; (unsigned char)*p > 0x20 && *p != ';' && *p != '"' && *p != 0x7F; p++) {
+                if (len + 1 < outlen)
+                    out[len] = *p;
+                else
+                    overflow = 1;
+                len++;
+            }
+        }
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p != ';' && *p != '\0')
+            return -1;
+        if (match) {
+            if (len == 0 || overflow)
                 return -1;
-            memcpy(out, v, len);
             out[len] = '\0';
             return 0;
         }
-        p = strchr(p, ';');
+        p = *p ? p : NULL;
     }
     return -1;
 }
@@ -136,7 +178,8 @@ int request_parse_content_type(const char *ct, request_body_kind *kind, char *bo
 
 int request_parse_top_k(const char *s, int *k)
 {
-    if (!s || !*s || strlen(s) > 4)
+    /* Canonical decimal only: no sign, no leading zero, at most 4 digits. */
+    if (!s || !*s || s[0] == '0' || strlen(s) > 4)
         return -1;
     int v = 0;
     for (const char *p = s; *p; p++) {
@@ -152,6 +195,8 @@ int request_parse_top_k(const char *s, int *k)
 
 static const uint8_t *find_bytes(const uint8_t *hay, size_t haylen, const char *needle, size_t nlen)
 {
+    if (haylen < nlen)   /* also keeps a NULL hay (an empty body) away from memmem */
+        return NULL;
     return memmem(hay, haylen, needle, nlen);
 }
 
@@ -178,6 +223,10 @@ static int disposition_name(const char *line, size_t len, char *name, size_t nam
 int request_parse_multipart(const uint8_t *body, size_t len, const char *boundary, const char *field,
                             request_part *parts, int max, char *err, size_t errlen)
 {
+    if (len == 0 || !body) {
+        snprintf(err, errlen, "multipart body is empty");
+        return -1;
+    }
     char delim[80];
     int dl = snprintf(delim, sizeof delim, "\r\n--%s", boundary);
     if (dl < 0 || (size_t)dl >= sizeof delim) {
@@ -249,4 +298,23 @@ int request_parse_multipart(const uint8_t *body, size_t len, const char *boundar
         }
         p = next + dl;
     }
+}
+
+size_t request_unescape(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2])) {
+            char hex[3] = { r[1], r[2], '\0' };
+            char c = (char)strtol(hex, NULL, 16);
+            if (c != '\0') {
+                *w++ = c;
+                r += 2;
+                continue;
+            }
+        }
+        *w++ = *r;
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "daemon/budget.h"
 #include "daemon/decode.h"
 #include "model/topk.h"
 
@@ -26,7 +27,9 @@ typedef enum {
 } request_body_kind;
 
 typedef enum {
+    REQ_NEW,                /* request line read, headers not yet checked */
     REQ_RECEIVING,          /* reading the body */
+    REQ_SUBMITTING,         /* body checked, slots reserved: suspended on the next call */
     REQ_QUEUED,             /* in the decode pool or the pipeline, connection suspended */
     REQ_ANSWERED,           /* a response is queued (or the connection is being dropped) */
 } request_state;
@@ -48,16 +51,20 @@ typedef struct request {
     request_body_kind body_kind;
     char boundary[72];
     int top_k;
+    budget *budget;         /* charged with cap, the body buffer's size; NULL: none */
+    size_t expect;          /* the announced Content-Length, 0 if none: growth stops there */
+    size_t max_len;         /* max_body_bytes, 0 if none: nor does growth pass it */
     uint8_t *body;          /* malloc'd, grown by doubling up to max_body_bytes */
     size_t len, cap;
     size_t discarded;       /* bytes past max_body_bytes dropped unread into body */
     int too_large;
+    int over_budget;        /* the budget refused the body's growth: 503 at its end */
 
     int nimages;
     request_part parts[REQUEST_MAX_IMAGES];   /* the JPEGs within body */
     int slots[REQUEST_MAX_IMAGES];
     decode_job job;         /* embedded: submitting to the decode pool allocates nothing */
-    uint64_t deadline_us;   /* submitted + request_timeout_ms */
+    uint64_t deadline_us;   /* arrival (start_us) + request_timeout_ms */
     topk_entry *topk;       /* [nimages][top_k], written by the completion thread */
     atomic_int pending;     /* images not yet reported by the pipeline */
 
@@ -65,19 +72,23 @@ typedef struct request {
     int fail_status;        /* first failure, 0 = none */
     const char *fail_code;
     char fail_msg[256];
-    uint64_t decode_us, queue_us, infer_us;   /* queue/infer: the slowest image's */
+    /* decode: CPU time (header checks only for GPU-decoded images);
+     * queue/gpu_decode/infer: the slowest image's. */
+    uint64_t decode_us, queue_us, gpu_decode_us, infer_us;
     int batch_size;         /* largest batch any of its images ran in */
 } request;
 
 request *request_create(void);
 void request_free(request *r);
 
-/* Sizes the body buffer for an announced Content-Length, so the body is
- * received with one allocation; 0, or -1 out of memory. */
-int request_reserve(request *r, size_t n);
-
-/* Appends body bytes; 0, or -1 when the buffer cannot grow. */
+/* Appends body bytes. The buffer grows by doubling, never past r->expect
+ * while the body fits in it, and each growth is charged to r->budget
+ * first: memory follows the bytes received, not what the client announced.
+ * Returns 0; -1 out of memory; -2 the budget refused (nothing changed). */
 int request_append(request *r, const uint8_t *data, size_t n);
+
+/* Frees the body buffer and gives its bytes back to the budget. */
+void request_drop_body(request *r);
 
 /* Content-Type -> body kind (and the multipart boundary). Raw bodies are
  * accepted as image/jpeg, application/octet-stream, no type at all, or
@@ -86,7 +97,7 @@ int request_append(request *r, const uint8_t *data, size_t n);
  * boundary (400). */
 int request_parse_content_type(const char *ct, request_body_kind *kind, char *boundary, size_t blen);
 
-/* ?top_k=: "1".."1000" exactly; 0 or -1. */
+/* ?top_k=: "1".."1000" exactly (no sign, no leading zeros); 0 or -1. */
 int request_parse_top_k(const char *s, int *k);
 
 /* Splits a multipart/form-data body and collects the parts whose
@@ -95,6 +106,12 @@ int request_parse_top_k(const char *s, int *k);
  * reason in err for a malformed body. Never reads outside body[0..len). */
 int request_parse_multipart(const uint8_t *body, size_t len, const char *boundary, const char *field,
                             request_part *parts, int max, char *err, size_t errlen);
+
+/* libmicrohttpd's unescape callback for the path and query: %XX decoded
+ * in place, except %00, which stays the three characters "%00": a NUL
+ * would end the C string there, so "/healthz%00x" would route as
+ * "/healthz" and "top_k=5%005" parse as 5. Returns the new length. */
+size_t request_unescape(char *s);
 
 /* Records a failure of one image (the first one wins). */
 void request_fail(request *r, int status, const char *code, const char *message);

@@ -1,9 +1,11 @@
 /* JSON rendering with jansson. A failed allocation anywhere yields NULL,
- * which the server turns into a bare 500. */
+ * which the server turns into a bare 500. Every string is UTF-8: error
+ * messages are sanitised here, labels are checked when they load. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/response.h"
+#include "model/utf8.h"
 
 static char *dump(json_t *j, size_t *len)
 {
@@ -37,11 +39,12 @@ char *response_classify(const response_service *svc, const request *r, uint64_t 
     }
     if (!results)
         return NULL;
-    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:i, s:{s:I, s:I, s:I, s:I}}",
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:i, s:{s:I, s:I, s:I, s:I, s:I}}",
                           "model", "resnet18", "device", svc->device, "precision", svc->precision,
                           "results", results, "batch_size", r->batch_size,
                           "timings_us", "decode", (json_int_t)r->decode_us, "queue", (json_int_t)r->queue_us,
-                          "infer", (json_int_t)r->infer_us, "total", (json_int_t)total_us);
+                          "gpu_decode", (json_int_t)r->gpu_decode_us, "infer", (json_int_t)r->infer_us,
+                          "total", (json_int_t)total_us);
     if (o && svc->synthetic && json_object_set_new(o, "synthetic_weights", json_true()) != 0) {
         json_decref(o);
         return NULL;
@@ -49,17 +52,22 @@ char *response_classify(const response_service *svc, const request *r, uint64_t 
     return dump(o, len);
 }
 
+/* Messages echo client bytes (a path, a content type), which need not be
+ * UTF-8: json_pack would refuse them, and the answer would be a 500. */
 char *response_error(int status, const char *code, const char *message, size_t *len)
 {
+    char clean[1024];
+    message = utf8_sanitize(clean, sizeof clean, message);
     return dump(json_pack("{s:{s:i, s:s, s:s}}", "error", "status", status, "code", code, "message", message), len);
 }
 
 char *response_model(const response_service *svc, size_t *len)
 {
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:b, s:i, s:{s:i, s:I, s:s, s:i, s:I}, s:{s:s, s:s},"
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:b, s:i, s:{s:i, s:I, s:s, s:i, s:I}, s:{s:s, s:s},"
                           " s:{s:I, s:I}, s:{s:i, s:i, s:i}}",
                           "name", "resnet18", "device", svc->device, "device_index", svc->device_index,
-                          "precision", svc->precision, "synthetic_weights", svc->synthetic,
+                          "precision", svc->precision, "decode", svc->decode ? svc->decode : "cpu",
+                          "synthetic_weights", svc->synthetic,
                           "label_count", svc->labels->count,
                           "batching", "max_batch_size", svc->max_batch_size,
                           "max_queue_delay_us", (json_int_t)svc->max_queue_delay_us,

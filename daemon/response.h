@@ -14,6 +14,7 @@ typedef struct response_service {
     const char *device;         /* "cpu", "cuda" */
     int device_index;
     const char *precision;      /* "fp32", "fp16" */
+    const char *decode;         /* where JPEGs are decoded: "gpu", "cpu" */
     int synthetic;              /* --weights synthetic */
     const labels *labels;
     const char *weights_path;

@@ -1,11 +1,18 @@
 /* libmicrohttpd front end: routes, limits, the classify flow and the
  * pipeline callbacks.
  *
+ * Every request gets its state when its request line has been read (the
+ * URI log callback), so every request libmicrohttpd reads a line of is
+ * counted in on_completed, also the ones libmicrohttpd answers itself
+ * (malformed headers, bad chunked encoding), with the status it sent.
+ *
  * A POST /classify goes through the access handler three times:
- *   1. headers: route, method, ?top_k, Content-Type and Content-Length are
- *      checked; a bad request is answered here without reading the body;
+ *   1. headers: framing (Host, Content-Length, Transfer-Encoding), route,
+ *      method, ?top_k, Content-Type and Content-Length are checked; a bad
+ *      request is answered here without reading the body;
  *   2. body chunks: appended up to max_body_bytes (chunked bodies are
- *      counted as they arrive);
+ *      counted as they arrive), each growth of the buffer charged to the
+ *      body memory budget;
  *   3. end of body: queue slots are reserved, the connection is suspended
  *      and the request goes to the decode pool, whose threads decode the
  *      images into the slots and push them to the batcher's queue; when the
@@ -23,9 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "daemon/batcher.h"
+#include "daemon/conn.h"
 #include "daemon/decode.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
@@ -52,7 +61,10 @@ struct server {
     const response_service *svc;
     queue *q;
     infer *inf;
+    devjpeg *dj;            /* GPU JPEG decoding, or NULL */
     decode_pool *decoders;
+    budget *bodies;
+    conn_table *conns;
     long max_body_bytes;
     long request_timeout_ms;
     int port;
@@ -60,6 +72,8 @@ struct server {
     atomic_int draining;
     atomic_long active;
     atomic_long suspended;  /* requests whose images are in the pipeline */
+    atomic_long decoding;   /* of those, requests a decode thread is working on */
+    atomic_int decodes_cancelled;   /* drain timeout: decodes stop (between images, or in libjpeg) */
 };
 
 /* ---- answering ---------------------------------------------------------- */
@@ -110,7 +124,13 @@ static metrics_reject_reason reject_reason(int status, const char *code)
         return METRICS_REJECT_TIMEOUT;
     if (status == 503 && strcmp(code, "queue_full") == 0)
         return METRICS_REJECT_QUEUE_FULL;
-    if (status == 400 || status == 404 || status == 405 || status == 415)
+    if (status == 503 && strcmp(code, "memory_full") == 0)
+        return METRICS_REJECT_MEMORY_FULL;
+    if (status == 408)
+        return METRICS_REJECT_SLOW_CLIENT;
+    if (status >= 400 && status < 500)
+        return METRICS_REJECT_BAD_INPUT;
+    if (status == 501 || status == 505)
         return METRICS_REJECT_BAD_INPUT;
     return METRICS_REJECT_COUNT;   /* not a rejection: 500, 503 while draining */
 }
@@ -148,6 +168,8 @@ static void sink_done(void *req, int image, const float *logits, const pipeline_
     pthread_mutex_lock(&r->mu);
     if (t->queue_us > r->queue_us)
         r->queue_us = t->queue_us;
+    if (t->gpu_decode_us > r->gpu_decode_us)
+        r->gpu_decode_us = t->gpu_decode_us;
     if (t->infer_us > r->infer_us)
         r->infer_us = t->infer_us;
     if (t->batch_size > r->batch_size)
@@ -167,6 +189,9 @@ static void sink_fail(void *req, int image, int status, const char *code, const 
 const pipeline_sink server_sink = { .done = sink_done, .fail = sink_fail };
 
 /* ---- POST /classify ----------------------------------------------------- */
+
+static const char memory_full_msg[] =
+    "the request bodies being received fill the server's body memory (body_memory_bytes); retry later";
 
 static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connection *c)
 {
@@ -189,7 +214,9 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
         return send_error(s, r, c, 400, "invalid_multipart", "multipart/form-data without a valid boundary",
                           0, NULL, 1);
 
-    /* Refuse an announced oversize body before reading any of it. */
+    /* Refuse an announced oversize body before reading any of it, and one
+     * the body memory cannot hold now. Nothing is reserved: the buffer
+     * grows (and is charged) as the bytes arrive. */
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         errno = 0;
@@ -200,8 +227,9 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
             snprintf(msg, sizeof msg, "request body of %s bytes is over the limit of %ld", cl, s->max_body_bytes);
             return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
         }
-        if (n > 0 && request_reserve(r, (size_t)n) != 0)
-            return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 1);
+        if (budget_used(s->bodies) + n > budget_cap(s->bodies))
+            return send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 1);
+        r->expect = (size_t)n;
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
@@ -210,21 +238,27 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
 
 static enum MHD_Result classify_body(server *s, request *r, const char *data, size_t n)
 {
-    if (r->too_large) {
-        /* A chunked body past the limit: drop the rest unread, but only up
-         * to another max_body_bytes before giving up on the connection. */
+    if (r->too_large || r->over_budget) {
+        /* A body past the limit or the budget: drop the rest unread, but
+         * only up to another max_body_bytes before giving up on the
+         * connection. */
         r->discarded += n;
         return r->discarded > (size_t)s->max_body_bytes * 2 ? MHD_NO : MHD_YES;
     }
     if (r->len + n > (size_t)s->max_body_bytes) {
         r->too_large = 1;
         r->discarded = r->len + n;
-        free(r->body);
-        r->body = NULL;
-        r->len = r->cap = 0;
+        request_drop_body(r);
         return MHD_YES;
     }
-    if (request_append(r, (const uint8_t *)data, n) != 0) {
+    int rc = request_append(r, (const uint8_t *)data, n);
+    if (rc == -2) {
+        r->over_budget = 1;
+        r->discarded = r->len + n;
+        request_drop_body(r);
+        return MHD_YES;
+    }
+    if (rc != 0) {
         log_error("out of memory for a request body of %zu bytes", r->len + n);
         return MHD_NO;
     }
@@ -242,6 +276,11 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
         snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
         return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
     }
+    if (r->over_budget)   /* its body was dropped: checked before the empty body */
+        return send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 0);
+    if (r->len == 0)
+        return send_error(s, r, c, 400, "empty_body", "the request body is empty; send the JPEG bytes",
+                          0, NULL, 0);
     int n;
     if (r->body_kind == REQ_BODY_RAW) {
         r->parts[0].data = r->body;
@@ -263,10 +302,7 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
     }
     for (int i = 0; i < n; i++)
         if (r->parts[i].len == 0) {
-            if (r->body_kind == REQ_BODY_RAW)
-                snprintf(msg, sizeof msg, "the request body is empty; send the JPEG bytes");
-            else
-                snprintf(msg, sizeof msg, "image %d is empty", i);
+            snprintf(msg, sizeof msg, "image %d is empty", i);
             return send_error(s, r, c, 400, "empty_body", msg, 0, NULL, 0);
         }
     r->topk = malloc((size_t)n * (size_t)r->top_k * sizeof *r->topk);
@@ -277,9 +313,23 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
 
     r->nimages = n;
     r->accepted = 1;
-    r->state = REQ_QUEUED;
-    r->deadline_us = clock_now_us() + (uint64_t)s->request_timeout_ms * 1000u;
+    r->state = REQ_SUBMITTING;
+    r->deadline_us = r->start_us + (uint64_t)s->request_timeout_ms * 1000u;
     r->job.owner = r;
+    /* Suspended on the next call, not this one. libmicrohttpd 0.9.75 does
+     * not update a connection's poll interest when it suspends it: one
+     * suspended in this call, which ends the reading of the request, is
+     * polled for reading again when resumed, and a client that has shut
+     * down its sending side (it still waits for the answer) reads as
+     * closed, so the answer was never sent. Returning without a response
+     * lets libmicrohttpd finish this turn (the request is complete: no
+     * more reading) and call again at once. */
+    return MHD_YES;
+}
+
+static enum MHD_Result classify_suspend(server *s, request *r, struct MHD_Connection *c)
+{
+    r->state = REQ_QUEUED;
     atomic_fetch_add(&s->suspended, 1);
     /* Suspend before a decode thread can see the job, so the resume that
      * answers it always follows this suspend. A refused job (drain timeout)
@@ -298,12 +348,61 @@ static void decode_failed(server *s, request *r, int status, const char *code, c
     MHD_resume_connection(r->conn);
 }
 
-/* The decode pool's run: decodes every image of r into its slot and pushes
- * them to the batcher's queue, or answers the request. */
-static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx)
+/* The decode's stop hook: the drain timeout and the request's deadline on
+ * every call (a load and a clock read), its client at most every 10 ms (a
+ * poll). */
+typedef struct decode_watch {
+    server *s;
+    const request *r;
+    uint64_t next_client_check_us;
+    int status;             /* 503, 504 or 499 once it said stop */
+} decode_watch;
+
+static int decode_should_stop(void *cls)
 {
-    server *s = cls;
-    request *r = job->owner;
+    decode_watch *w = cls;
+    if (atomic_load(&w->s->decodes_cancelled)) {
+        w->status = 503;
+        return 1;
+    }
+    uint64_t now = clock_now_us();
+    if (now >= w->r->deadline_us) {
+        w->status = 504;
+        return 1;
+    }
+    if (now >= w->next_client_check_us) {
+        w->next_client_check_us = now + 10000;
+        if (batcher_client_gone(w->r->fd)) {
+            w->status = 499;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* With GPU decoding: can the device decode image i, whose header the CPU
+ * has read (info)? 1 when it goes to the queue compressed, 0 when the CPU
+ * decodes it (the reason is counted). */
+static int gpu_route(server *s, const preprocess_info *info, request *r, int i, queue_item *it)
+{
+    devjpeg_reason dr = devjpeg_check(s->dj, r->parts[i].data, r->parts[i].len, info);
+    if (dr != DEVJPEG_OK) {
+        metrics_add_decode_fallback(dr, 1);
+        return 0;
+    }
+    it->jpeg = r->parts[i].data;
+    it->jpeg_len = r->parts[i].len;
+    it->w = info->w;
+    it->h = info->h;
+    return 1;
+}
+
+/* Decodes every image of r into its slot (or, with GPU decoding, checks it
+ * and leaves it compressed for the batcher) and pushes them to the
+ * batcher's queue, or answers the request. A CPU decode stops when the
+ * request's deadline passes or its client leaves. */
+static void decode_images(server *s, request *r, preprocess_ctx *ctx)
+{
     char msg[384], why[256];
     if (batcher_client_gone(r->fd)) {
         decode_failed(s, r, 499, "client_gone", "the client closed the connection");
@@ -313,13 +412,62 @@ static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx)
         decode_failed(s, r, 504, "timeout", "the request waited for a decoder past request_timeout_ms");
         return;
     }
-    int n = r->nimages;
+    int n = r->nimages, compressed = 0;
+    queue_item items[REQUEST_MAX_IMAGES];
+    decode_watch watch = { .s = s, .r = r };
     for (int i = 0; i < n; i++) {
+        /* Past the drain timeout, a long multi-image decode stops here
+         * rather than holding the exit. */
+        if (atomic_load(&s->decodes_cancelled)) {
+            decode_failed(s, r, 503, "shutting_down", "the server stopped before this request was decoded");
+            return;
+        }
         uint64_t t0 = clock_now_us();
-        preprocess_status st = preprocess_jpeg(ctx, r->parts[i].data, r->parts[i].len,
-                                               queue_slot(s->q, r->slots[i]), why, sizeof why);
+        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
+        preprocess_info info;
+        preprocess_status st = preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why);
+        if (st == PREP_OK && s->dj && gpu_route(s, &info, r, i, &items[i])) {
+            r->decode_us += clock_now_us() - t0;
+            compressed++;
+            continue;
+        }
+        /* What the decode will hold counts against the memory budget, with
+         * the request bodies, while it runs: more than the whole budget can
+         * never fit (413), more than what is free now can later (503). */
+        if (st == PREP_OK && info.decode_bytes + r->cap > budget_cap(s->bodies)) {
+            snprintf(msg, sizeof msg, "image %d needs %zu bytes to decode, with its request's body more than "
+                     "body_memory_bytes (%zu)", i, info.decode_bytes, budget_cap(s->bodies));
+            decode_failed(s, r, 413, "too_large", msg);
+            return;
+        }
+        if (st == PREP_OK && budget_try_acquire(s->bodies, info.decode_bytes) != 0) {
+            snprintf(msg, sizeof msg, "image %d needs %zu bytes to decode and the memory budget is full; retry later",
+                     i, info.decode_bytes);
+            decode_failed(s, r, 503, "memory_full", msg);
+            return;
+        }
+        if (st == PREP_OK) {
+            preprocess_set_stop(ctx, decode_should_stop, &watch);
+            st = preprocess_jpeg(ctx, r->parts[i].data, r->parts[i].len, queue_slot(s->q, r->slots[i]), why,
+                                 sizeof why);
+            preprocess_set_stop(ctx, NULL, NULL);
+            budget_release(s->bodies, info.decode_bytes);
+        }
         uint64_t dt = clock_now_us() - t0;
         r->decode_us += dt;
+        if (st == PREP_ERR_STOPPED && watch.status == 499) {
+            decode_failed(s, r, 499, "client_gone", "the client closed the connection");
+            return;
+        }
+        if (st == PREP_ERR_STOPPED && watch.status == 503) {
+            decode_failed(s, r, 503, "shutting_down", "the server stopped while this request was decoded");
+            return;
+        }
+        if (st == PREP_ERR_STOPPED) {
+            snprintf(msg, sizeof msg, "request_timeout_ms passed while decoding image %d", i);
+            decode_failed(s, r, 504, "timeout", msg);
+            return;
+        }
         if (st != PREP_OK) {
             if (n > 1)
                 snprintf(msg, sizeof msg, "image %d: %s", i, why);
@@ -329,21 +477,29 @@ static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx)
             return;
         }
         metrics_observe_decode((double)dt / 1e6);
+        metrics_add_decoded(METRICS_DECODE_CPU, 1);
     }
-    /* The crops are in the slots: the body is no longer needed. */
-    free(r->body);
-    r->body = NULL;
-    r->len = r->cap = 0;
+    /* The crops are in the slots: the body is no longer needed, unless the
+     * GPU still has JPEGs in it to decode. */
+    if (compressed == 0)
+        request_drop_body(r);
 
-    queue_item items[REQUEST_MAX_IMAGES];
     uint64_t now = clock_now_us();
-    for (int i = 0; i < n; i++)
-        items[i] = (queue_item){
-            .req = r, .image = i, .slot = r->slots[i], .fd = r->fd,
-            .enqueued_us = now, .deadline_us = now + (uint64_t)s->request_timeout_ms * 1000u,
-        };
+    for (int i = 0; i < n; i++) {
+        items[i].enqueued_us = now;
+        items[i].deadline_us = r->deadline_us;
+    }
     atomic_store(&r->pending, n);
     queue_push(s->q, items, n);
+}
+
+/* The decode pool's run. */
+static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx)
+{
+    server *s = cls;
+    atomic_fetch_add(&s->decoding, 1);
+    decode_images(s, job->owner, ctx);
+    atomic_fetch_sub(&s->decoding, 1);
 }
 
 /* A job the pool will not run (drain timeout, or submitted after it). */
@@ -355,6 +511,7 @@ static void decode_cancel(void *cls, decode_job *job)
 static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connection *c)
 {
     atomic_fetch_sub(&s->suspended, 1);
+    r->state = REQ_ANSWERED;   /* out of the pipeline, even if queuing the answer fails */
     if (r->fail_status == 499) {
         /* The client left while queued: nothing to send; close. */
         r->state = REQ_ANSWERED;
@@ -405,6 +562,8 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
         return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
     case ROUTE_METRICS: {
         metrics_set_ready(is_ready(s, &why));
+        metrics_set_connections(conn_count(s->conns), conn_dropped_total(s->conns));
+        metrics_set_body_memory(budget_used(s->bodies), budget_cap(s->bodies));
         body = metrics_render(&len);
         return send_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);
     }
@@ -416,9 +575,81 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
 
 /* ---- libmicrohttpd callbacks -------------------------------------------- */
 
-static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, const char *url,
-                             const char *method)
+/* The connection's entry in the connection table (NULL if none). */
+static conn *conn_of(struct MHD_Connection *c)
 {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+typedef struct framing {
+    int content_lengths, transfer_encodings;
+    const char *content_length, *transfer_encoding;
+    int conflicting;        /* two Content-Length headers that differ */
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!value)
+        value = "";
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->content_lengths++ > 0 && strcmp(f->content_length, value) != 0)
+            f->conflicting = 1;
+        else
+            f->content_length = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encodings++;
+        f->transfer_encoding = value;
+    }
+    return MHD_YES;
+}
+
+/* How the body is delimited must be unambiguous: libmicrohttpd takes the
+ * first Content-Length of several (a proxy in front may take another: a
+ * request smuggled past it) and waits for the end of the connection on an
+ * unknown Transfer-Encoding. Answers the request and returns 1 when the
+ * framing is refused. */
+static int refuse_framing(server *s, request *r, struct MHD_Connection *c, const char *version,
+                          enum MHD_Result *rc)
+{
+    framing f = { 0 };
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+        *rc = send_error(s, r, c, 400, "bad_request", "an HTTP/1.1 request must have a Host header", 0, NULL, 1);
+    else if (f.conflicting)
+        *rc = send_error(s, r, c, 400, "bad_request", "conflicting Content-Length headers", 0, NULL, 1);
+    else if (f.transfer_encodings > 1 || (f.transfer_encodings && f.content_lengths))
+        *rc = send_error(s, r, c, 400, "bad_request",
+                         "ambiguous body framing: several Transfer-Encoding headers, or one with Content-Length",
+                         0, NULL, 1);
+    else if (f.transfer_encodings && strcasecmp(f.transfer_encoding, "chunked") != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "Transfer-Encoding '%.80s' is not supported; send the body chunked or with a "
+                 "Content-Length", f.transfer_encoding);
+        *rc = send_error(s, r, c, 501, "not_implemented", msg, 0, NULL, 1);
+    } else
+        return 0;
+    return 1;
+}
+
+/* Does the request announce a body? */
+static int has_body(struct MHD_Connection *c)
+{
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
+           (cl && strspn(cl, "0") != strlen(cl));
+}
+
+static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, const char *url,
+                             const char *method, const char *version)
+{
+    enum MHD_Result rc;
+    r->state = REQ_RECEIVING;
+    if (refuse_framing(s, r, c, version, &rc))
+        return rc;
     r->route = -1;
     for (int i = 0; i < NROUTES; i++)
         if (strcmp(url, routes[i].path) == 0)
@@ -426,7 +657,7 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
     if (r->route < 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "no such path: %.120s", url);
-        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, 0);
+        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(c));
     }
     int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
@@ -434,37 +665,73 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
         char msg[160];
         snprintf(msg, sizeof msg, "%.20s is not allowed on %s; use %s", method, routes[r->route].path,
                  routes[r->route].allow);
-        return send_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow, is_post);
+        return send_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow,
+                          is_post || has_body(c));
+    }
+    if (r->route != ROUTE_CLASSIFY && has_body(c)) {
+        /* Answered unread, so a GET never costs body memory. */
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s takes no request body", routes[r->route].path);
+        return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
     }
     /* GETs are answered on the next call, once the request is complete:
      * libmicrohttpd closes any connection answered from this first call. */
-    return r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c) : MHD_YES;
+    if (r->route != ROUTE_CLASSIFY)
+        return MHD_YES;
+    rc = classify_begin(s, r, c);
+    if (r->state == REQ_RECEIVING)
+        conn_set_phase(s->conns, conn_of(c), CONN_BODY);
+    return rc;
+}
+
+static request *new_request(server *s, struct MHD_Connection *c)
+{
+    request *r = request_create();
+    if (!r)
+        return NULL;
+    r->conn = c;
+    r->budget = s->bodies;
+    r->max_len = (size_t)s->max_body_bytes;
+    r->start_us = clock_now_us();
+    return r;
+}
+
+/* The request line has been read: the request exists from here on, so an
+ * error libmicrohttpd answers itself later is still counted. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)uri;
+    return new_request(cls, c);
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                  void **con_cls)
 {
-    (void)version;
     server *s = cls;
     request *r = *con_cls;
-    if (!r) {
-        r = request_create();
-        if (!r)
-            return MHD_NO;
-        r->conn = c;
-        r->start_us = clock_now_us();
-        *con_cls = r;
+    if (!r && !(r = *con_cls = new_request(s, c)))
+        return MHD_NO;
+    if (r->state == REQ_NEW) {
+        /* Headers complete: from here the drain waits for this request. A
+         * client still sending headers has nothing accepted to answer. */
         atomic_fetch_add(&s->active, 1);
-        return route(s, r, c, url, method);
+        conn_set_phase(s->conns, conn_of(c), CONN_SERVER);
+        return route(s, r, c, url, method, version);
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return r->state == REQ_RECEIVING ? classify_body(s, r, upload_data, n) : MHD_YES;
+        conn_add_body(s->conns, conn_of(c), n);
+        return r->state == REQ_RECEIVING && r->route == ROUTE_CLASSIFY ? classify_body(s, r, upload_data, n)
+                                                                        : MHD_YES;
     }
-    if (r->state == REQ_RECEIVING)
+    if (r->state == REQ_RECEIVING) {
+        conn_set_phase(s->conns, conn_of(c), CONN_SERVER);
         return r->route == ROUTE_CLASSIFY ? classify_submit(s, r, c) : answer_get(s, r, c);
+    }
+    if (r->state == REQ_SUBMITTING)
+        return classify_suspend(s, r, c);
     if (r->state == REQ_QUEUED)
         return classify_answer(s, r, c);
     return MHD_YES;
@@ -473,22 +740,66 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     server *s = cls;
     request *r = *con_cls;
     if (!r)
         return;
     *con_cls = NULL;
+    conn *cn = conn_of(c);
     int code = r->status;
-    /* Never answered, or an answer that could not be delivered: the
-     * client went away (499 already counted itself). */
-    if (code == 0 || (code == 200 && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)) {
+    if (code == 0) {
+        /* Not answered by us: libmicrohttpd answered it (a malformed
+         * header, bad chunked encoding...), the reaper dropped a slow
+         * client, or the client went away. */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        if (ci && ci->http_status >= 100) {
+            code = (int)ci->http_status;
+            metrics_reject(code == 413 ? METRICS_REJECT_TOO_LARGE : METRICS_REJECT_BAD_INPUT);
+        } else if (conn_dropped(s->conns, cn)) {
+            code = 408;
+            metrics_reject(METRICS_REJECT_SLOW_CLIENT);
+        } else {
+            code = 499;
+            metrics_reject(METRICS_REJECT_CLIENT_GONE);
+        }
+    } else if (code == 200 && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        /* An answer that could not be delivered: the client went away. */
         metrics_reject(METRICS_REJECT_CLIENT_GONE);
         code = 499;
     }
     metrics_observe_request(code, (double)(clock_now_us() - r->start_us) / 1e6);
+    if (r->state != REQ_NEW)
+        atomic_fetch_sub(&s->active, 1);
+    /* Gone between the submit and the suspend: its slots were reserved
+     * but never handed on. Gone after a resume, before the answer: it no
+     * longer waits in the pipeline. */
+    if (r->state == REQ_SUBMITTING)
+        queue_release(s->q, r->slots, r->nimages);
+    else if (r->state == REQ_QUEUED)
+        atomic_fetch_sub(&s->suspended, 1);
     request_free(r);
-    atomic_fetch_sub(&s->active, 1);
+    /* A kept-alive connection waits for its next request's headers. */
+    conn_set_phase(s->conns, cn, CONN_HEADERS);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode what)
+{
+    server *s = cls;
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? conn_open(s->conns, ci->connect_fd) : NULL;
+    } else {
+        conn_close(s->conns, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static size_t on_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return request_unescape(s);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -504,8 +815,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf,
-                     char *err, size_t errlen)
+server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, devjpeg *dj,
+                     budget *bodies, char *err, size_t errlen)
 {
     char host[256];
     int port;
@@ -535,20 +846,42 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->svc = svc;
     s->q = q;
     s->inf = inf;
+    s->dj = dj;
+    s->bodies = bodies;
     s->max_body_bytes = cfg->max_body_bytes;
     s->request_timeout_ms = cfg->request_timeout_ms;
     atomic_init(&s->warm, 0);
     atomic_init(&s->draining, 0);
     atomic_init(&s->active, 0);
     atomic_init(&s->suspended, 0);
+    atomic_init(&s->decoding, 0);
+    atomic_init(&s->decodes_cancelled, 0);
+    conn_limits limits = {
+        .header_timeout_us = (uint64_t)cfg->header_timeout_s * 1000000u,
+        .min_rate = (uint64_t)cfg->min_body_rate,
+    };
+    if (!(s->conns = conn_table_start(&limits, err, errlen))) {
+        free(s);
+        return NULL;
+    }
     decode_pool_ops ops = { .cls = s, .run = decode_run, .cancel = decode_cancel };
     s->decoders = decode_pool_start((int)cfg->decode_threads, (uint64_t)cfg->max_pixels, &ops, err, errlen);
     if (!s->decoders) {
+        conn_table_stop(s->conns);
         free(s);
         return NULL;
     }
 
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+    /* poll(), not epoll: in libmicrohttpd 0.9.75's edge-triggered epoll
+     * loop a client that sends part of a body and closes was often not
+     * seen until connection_timeout_s (its socket sat in CLOSE-WAIT,
+     * holding a connection slot); with poll every such socket is closed at
+     * once. poll's cost per wake-up grows with the connections each thread
+     * holds; at the connection_limit of a few thousand it is negligible
+     * next to a decode. No address reuse option: SO_REUSEPORT would let a
+     * second resnetd bind the same port and silently take half the
+     * traffic; libmicrohttpd still sets SO_REUSEADDR. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
@@ -559,12 +892,15 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)cfg->listen_backlog,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, NULL,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s (in use, or not a local address?)", cfg->listen);
         decode_pool_stop(s->decoders);
+        conn_table_stop(s->conns);
         free(s);
         return NULL;
     }
@@ -601,8 +937,14 @@ long server_suspended(server *s)
     return atomic_load(&s->suspended);
 }
 
+long server_decoding(server *s)
+{
+    return atomic_load(&s->decoding);
+}
+
 int server_cancel_decodes(server *s)
 {
+    atomic_store(&s->decodes_cancelled, 1);
     return decode_pool_abort(s->decoders);
 }
 
@@ -616,5 +958,6 @@ void server_stop(server *s)
     decode_pool_abort(s->decoders);
     MHD_stop_daemon(s->d);
     decode_pool_stop(s->decoders);
+    conn_table_stop(s->conns);
     free(s);
 }

@@ -2,7 +2,7 @@
  * that turns a POST /classify into queued images and, once the pipeline has
  * reported every image, into one answer.
  *
- * libmicrohttpd runs a few worker threads on epoll with suspend/resume; they
+ * libmicrohttpd runs a few worker threads on poll with suspend/resume; they
  * parse and answer, and hand complete bodies to the server's decode pool
  * (decode_threads threads, shared by every connection). A request waiting
  * for a decoder or for its batch is a suspended connection, holding no
@@ -12,6 +12,7 @@
 #define RESNETD_SERVER_H
 
 #include <stddef.h>
+#include "daemon/budget.h"
 #include "daemon/config.h"
 #include "daemon/infer.h"
 #include "daemon/pipeline.h"
@@ -22,10 +23,12 @@ typedef struct server server;
 
 extern const pipeline_sink server_sink;
 
-/* Starts the decode threads, binds cfg->listen and starts the HTTP
- * worker threads. */
-server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf,
-                     char *err, size_t errlen);
+/* Starts the decode threads and the slow-connection reaper, binds
+ * cfg->listen and starts the HTTP worker threads. dj: the device JPEG
+ * decoder, or NULL to decode every image on the CPU. Request bodies are
+ * charged to `bodies` (past its cap: 503). */
+server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, devjpeg *dj,
+                     budget *bodies, char *err, size_t errlen);
 
 /* The bound port (useful with port 0). */
 int server_port(const server *s);
@@ -37,16 +40,21 @@ void server_set_warm(server *s);
  * get 503, the listening socket is closed; accepted requests carry on. */
 void server_begin_drain(server *s);
 
-/* Requests begun and not yet completed (answered and sent, or dropped). */
+/* Requests whose headers have arrived, not yet completed (answered and
+ * sent, or dropped). */
 long server_active(server *s);
 
 /* Requests waiting for a decoder or the pipeline (their connections
  * suspended). */
 long server_suspended(server *s);
 
+/* Of those, requests a decode thread is decoding now. */
+long server_decoding(server *s);
+
 /* Drain timeout: requests still waiting for a decoder are answered 503, and
- * any request completing its body later too; decodes under way finish and
- * go to the queue. Returns how many were answered. */
+ * any request completing its body later too; decodes under way stop before
+ * their next image and are answered 503 (an image being decoded is
+ * finished first). Returns how many waiting requests were answered. */
 int server_cancel_decodes(server *s);
 
 /* Stops libmicrohttpd, closing any connection still open, then the decode

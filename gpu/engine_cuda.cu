@@ -19,6 +19,8 @@
 // that event. Slot B's input copy thus overlaps slot A's compute, and A's
 // output copy overlaps B's compute. A mutex keeps the "previous compute"
 // bookkeeping consistent when slots are driven from different threads.
+// When the GPU JPEG decoder has already written a slot's device input
+// (engine_cuda_input_staged), submit waits for its event instead of copying.
 //
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
@@ -31,6 +33,7 @@
 #include <string.h>
 #include <cuda_fp16.h>
 #include "gpu/cuda_check.cuh"
+#include "gpu/engine_cuda.cuh"
 #include "gpu/gpu.h"
 #include "gpu/kernels.cuh"
 
@@ -53,6 +56,7 @@ typedef struct cuda_slot {
     int *h_idx, *d_idx;          // [max_batch][GPU_TOPK]
     float *h_prob, *d_prob;      // [max_batch][GPU_TOPK]
     cudaGraphExec_t graph[MAX_BUCKETS];
+    cudaEvent_t staged;    // set by engine_cuda_input_staged: d_in is ready after it
 } cuda_slot;
 
 typedef struct cuda_engine {
@@ -478,12 +482,19 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
     cuda_engine *ce = (cuda_engine *)ctx;
     cuda_slot *sl = &ce->slot[s];
     int b = bucket_for(ce, n);
+    cudaEvent_t ready = sl->staged;   // consumed by this submit whatever happens, so never reused stale
+    sl->staged = NULL;
     if (pthread_mutex_lock(&ce->order) != 0) {
         snprintf(err, errlen, "cuda engine: cannot lock the submit order");
         return -1;
     }
     CUDA_TRY(cudaSetDevice(ce->pub.device_index));  // the calling thread may be new to this device
-    CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
+    if (ready) {
+        CUDA_TRY(cudaStreamWaitEvent(sl->stream, ready, 0));
+    } else {
+        CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice,
+                                 sl->stream));
+    }
     if (ce->last_slot >= 0 && ce->last_slot != s)
         CUDA_TRY(cudaStreamWaitEvent(sl->stream, ce->slot[ce->last_slot].computed, 0));
     CUDA_TRY(cudaGraphLaunch(sl->graph[b], sl->stream));
@@ -683,6 +694,21 @@ fail:
 static cuda_engine *as_cuda(engine *e)
 {
     return e && e->ops == &cuda_ops ? (cuda_engine *)e->ctx : NULL;
+}
+
+uint8_t *engine_cuda_device_input(engine *e, int slot)
+{
+    cuda_engine *ce = as_cuda(e);
+    return ce && slot >= 0 && slot < e->nslots ? ce->slot[slot].d_in : NULL;
+}
+
+int engine_cuda_input_staged(engine *e, int slot, cudaEvent_t ready)
+{
+    cuda_engine *ce = as_cuda(e);
+    if (!ce || slot < 0 || slot >= e->nslots)
+        return -1;
+    ce->slot[slot].staged = ready;
+    return 0;
 }
 
 extern "C" int engine_cuda_topk(engine *e, int slot, const int **idx, const float **prob)

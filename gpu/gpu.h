@@ -4,6 +4,7 @@
 #define RESNETD_GPU_H
 
 #include <stddef.h>
+#include "model/devjpeg.h"
 #include "model/engine.h"
 
 #ifdef __cplusplus
@@ -48,6 +49,12 @@ int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char
  * copy, compute (the graph), device-to-host copy of the logits. */
 int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms, char *err,
                             size_t errlen);
+
+/* The nvJPEG hardware decoder bound to CUDA engine e (gpu/nvjpeg_decode.cu,
+ * built only with nvJPEG); model/devjpeg.c calls it. exact: libjpeg-exact
+ * pixels (slower). NULL with err when the device has no hardware JPEG
+ * decoder. */
+devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <cuda_fp16.h>
 #include "gpu/cuda_check.cuh"
+#include "gpu/engine_cuda.cuh"
 #include "gpu/gpu_test.h"
 #include "gpu/kernels.cuh"
 
@@ -202,4 +203,65 @@ fail:
     cudaFree(di);
     cudaFree(dp);
     return rc;
+}
+
+extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rw, int rh, int left, int top, uint8_t *out,
+                                    char *err, size_t errlen)
+{
+    size_t plane = (size_t)w * h, crop = (size_t)224 * 224 * 3;
+    uint8_t *planar = (uint8_t *)malloc(3 * plane), *dsrc = NULL, *ddst = NULL;
+    resize_job *djob = NULL;
+    int rc = -1;
+    if (!planar) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    for (size_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++)
+            planar[c * plane + i] = rgb[3 * i + c];
+    CUDA_TRY(cudaMalloc((void **)&dsrc, 3 * plane));
+    CUDA_TRY(cudaMemcpy(dsrc, planar, 3 * plane, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&ddst, crop));
+    CUDA_TRY(cudaMemset(ddst, 0xff, crop));
+    {
+        resize_job j = {};
+        j.src = dsrc;
+        j.plane = (long)plane;
+        j.fmt = RESIZE_SRC_RGB;
+        j.w = w;
+        j.h = h;
+        j.pitch = w;
+        j.rw = rw;
+        j.rh = rh;
+        j.left = left;
+        j.top = top;
+        j.dst = ddst;
+        CUDA_TRY(cudaMalloc((void **)&djob, sizeof j));
+        CUDA_TRY(cudaMemcpy(djob, &j, sizeof j, cudaMemcpyHostToDevice));
+    }
+    CUDA_TRY(resize_crop_launch(djob, 1, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(out, ddst, crop, cudaMemcpyDeviceToHost));
+    rc = 0;
+fail:
+    free(planar);
+    cudaFree(dsrc);
+    cudaFree(ddst);
+    cudaFree(djob);
+    return rc;
+}
+
+extern "C" int gpu_test_engine_device_input(engine *e, int slot, int n, uint8_t *out, char *err, size_t errlen)
+{
+    uint8_t *d = engine_cuda_device_input(e, slot);
+    if (!d) {
+        snprintf(err, errlen, "not a CUDA engine, or no slot %d", slot);
+        return -1;
+    }
+    CUDA_TRY(cudaSetDevice(e->device_index));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(out, d, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyDeviceToHost));
+    return 0;
+fail:
+    return -1;
 }

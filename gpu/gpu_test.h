@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "model/engine.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,17 @@ int gpu_test_avgpool(int fp16, float *in, int n, int hw, int c, float *out, char
 /* logits_out = logits + bias per row; softmax; k best: idx[n][k], prob[n][k]. */
 int gpu_test_softmax_topk(const float *logits, const float *bias, int n, int classes, int k, float *logits_out,
                           int *idx, float *prob, char *err, size_t errlen);
+
+/* PIL-exact resize + crop (gpu/resize.cu) of one w x h RGB image, given
+ * interleaved on the host and handed to the kernel as planes, as nvJPEG
+ * writes them; rw, rh, left, top as preprocess_geometry gives them.
+ * out: 224x224x3 HWC. */
+int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rw, int rh, int left, int top, uint8_t *out,
+                         char *err, size_t errlen);
+
+/* Copies the first n images of a CUDA engine slot's device input (what the
+ * GPU JPEG decoder wrote there) to out, after the device is idle. */
+int gpu_test_engine_device_input(engine *e, int slot, int n, uint8_t *out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -73,4 +73,27 @@ cudaError_t avgpool_launch(int fp16, const void *in, void *out, int n, int hw, i
 cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
                                 float *prob, cudaStream_t st);
 
+// One image for resize_crop_launch (gpu/resize.cu): a decoded source in
+// device memory, its Resize(256) size and CenterCrop(224) corner (from
+// preprocess_geometry), and where its 224x224x3 HWC uint8 crop goes.
+// Sources: planar RGB (plane c at src + c * plane, rows `pitch` bytes
+// apart); or the JPEG's own planes as the decoder produced them, Y at src
+// (w x h) and, unless grey, Cb at u and Cr at v (cw x ch, rows `cpitch`
+// apart), which the kernel upsamples and converts to RGB exactly as
+// libjpeg-turbo does (fancy upsampling, JFIF YCbCr -> RGB in fixed point).
+#define RESIZE_MAX_TAPS 67   // Pillow's ksize for a scale of 32 (8192 -> 256)
+enum resize_src { RESIZE_SRC_RGB, RESIZE_SRC_GRAY, RESIZE_SRC_YUV444, RESIZE_SRC_YUV422, RESIZE_SRC_YUV420 };
+struct resize_job {
+    const uint8_t *src, *u, *v;
+    long plane;
+    int fmt;                 // resize_src
+    int w, h, pitch;
+    int cw, ch, cpitch;
+    int rw, rh, left, top;
+    uint8_t *dst;
+};
+// PIL-exact bilinear antialiased resize + crop of njobs images; d_jobs in
+// device memory. Every image's ksize (both axes) must be <= RESIZE_MAX_TAPS.
+cudaError_t resize_crop_launch(const resize_job *d_jobs, int njobs, cudaStream_t st);
+
 #endif

@@ -1,41 +1,22 @@
-/* Loads the class-name list: one name per line, index order, exact count. */
-#include <errno.h>
+/* Loads the class-name list: one UTF-8 name per line, index order, exact count. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "model/labels.h"
+#include "model/textfile.h"
+#include "model/utf8.h"
+
+/* 1000 class names take some 20 KB; anything near this is not a labels file. */
+#define LABELS_FILE_MAX ((size_t)1 << 20)
 
 int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    char *text;
+    size_t len;
+    if (textfile_read(path, LABELS_FILE_MAX, &text, &len, err, errlen) != 0)
         return -1;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap + 1);
-    if (!text)
-        goto nomem;
-    for (;;) {
-        size_t r = fread(text + len, 1, cap - len, f);
-        len += r;
-        if (len < cap)
-            break;
-        char *t = realloc(text, cap * 2 + 1);
-        if (!t)
-            goto nomem;
-        text = t;
-        cap *= 2;
-    }
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    fclose(f);
-    f = NULL;
-    text[len] = '\0';
     if (memchr(text, '\0', len)) {
         snprintf(err, errlen, "%s: contains a NUL byte", path);
         goto fail;
@@ -64,6 +45,13 @@ int labels_load(const char *path, int expect, labels *l, char *err, size_t errle
             snprintf(err, errlen, "%s:%d: empty class name", path, i + 1);
             goto fail;
         }
+        /* Labels are served in JSON, which must be UTF-8. */
+        size_t bad = utf8_invalid_at(p, n);
+        if (bad != n) {
+            snprintf(err, errlen, "%s:%d: not UTF-8 (byte 0x%02X at column %zu); save the file as UTF-8",
+                     path, i + 1, (unsigned char)p[bad], bad + 1);
+            goto fail;
+        }
         l->names[i] = p;
         p = nl ? nl + 1 : p + n;
     }
@@ -73,8 +61,6 @@ int labels_load(const char *path, int expect, labels *l, char *err, size_t errle
 nomem:
     snprintf(err, errlen, "%s: out of memory", path);
 fail:
-    if (f)
-        fclose(f);
     free(l->names);
     free(text);
     memset(l, 0, sizeof *l);

@@ -10,7 +10,7 @@ typedef struct labels {
     char *text;     /* backing storage */
 } labels;
 
-/* Loads path; exactly `expect` non-empty lines or it is an error. */
+/* Loads path; exactly `expect` non-empty UTF-8 lines or it is an error. */
 int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen);
 void labels_free(labels *l);
 

@@ -1,41 +1,84 @@
 /* JPEG bytes -> the 224x224 uint8 crop torchvision computes, bit for bit.
  *
- * Pipeline: SOI check, header (size limit before any allocation), TurboJPEG
- * decode to packed RGB (ISLOW DCT + fancy upsampling, PIL's defaults), then
- * Pillow 9.4's ImagingResample (BILINEAR, src/libImaging/Resample.c) for
- * torchvision's Resize(256), evaluated only at the CenterCrop(224) pixels.
- * Each output pixel depends only on its own coefficients, so computing just
- * the crop gives the same bytes as resizing everything and cropping.
+ * Pipeline: SOI check, header (size limit before any allocation), libjpeg
+ * decode to packed RGB (ISLOW DCT + fancy upsampling, PIL's defaults, and
+ * PIL's library), then Pillow 9.4's ImagingResample (BILINEAR,
+ * src/libImaging/Resample.c) for torchvision's Resize(256), evaluated only
+ * at the CenterCrop(224) pixels. Each output pixel depends only on its own
+ * coefficients, so computing just the crop gives the same bytes as resizing
+ * everything and cropping.
  *
- * Strictness: any libjpeg warning rejects the image (TJFLAG_STOPONWARNING).
- * PIL also refuses truncated files, but decodes through corrupt entropy data
- * or an inconsistent progression; we prefer a clear invalid_jpeg on the
- * request path to guessed pixels. TJFLAG_LIMITSCANS caps progressive files
- * at 500 scans, so a scan bomb costs milliseconds.
+ * Why libjpeg's API and not TurboJPEG's: TurboJPEG 2.1 refuses sampling
+ * factors it has no name for (4x2, 3x1, 1x4, 2x4: TJSAMP_UNKNOWN) that
+ * libjpeg and PIL decode, and it has no progress hook, so a decode could
+ * not be stopped once started. Both wrap the same decoder with the same
+ * settings, so the pixels are the same.
+ *
+ * Strictness: any libjpeg warning rejects the image (as TurboJPEG's
+ * TJFLAG_STOPONWARNING). PIL also refuses truncated files, but decodes
+ * through corrupt entropy data or an inconsistent progression; we prefer a
+ * clear invalid_jpeg on the request path to guessed pixels.
+ *
+ * Decode budget, enforced from libjpeg's progress monitor (called once per
+ * iMCU row of every scan, and per output row group):
+ *   - at most 500 scans (TurboJPEG's TJFLAG_LIMITSCANS figure);
+ *   - the DCT blocks of all scans together at most PREPROCESS_WORK_PASSES
+ *     full-colour passes over a max_pixels image: a progressive file's
+ *     cost is scans x blocks: an 8192x8192 4:4:4 file of 100 one-coefficient
+ *     scans costs 34 passes, libjpeg's default progression 2.7 (4:2:0) to
+ *     4.7 (4:4:4);
+ *   - the caller's stop hook (deadline, client gone), see
+ *     preprocess_set_stop().
  *
  * The ctx owns the decode buffer and the resize scratch; both grow to the
- * largest image seen and are reused. One thread at a time per ctx. */
+ * largest image seen and are reused, except that after an image whose
+ * buffers exceed retain_bytes they are freed, so one huge image does not
+ * pin its memory for the life of the thread. One thread at a time per ctx;
+ * preprocess_ctx_bytes() may be read from any thread. */
 #include <limits.h>
 #include <math.h>
-#include <stdio.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>   /* before jpeglib.h, which needs size_t and FILE */
 #include <stdlib.h>
 #include <string.h>
-#include <turbojpeg.h>
+#include <jpeglib.h>
+#include <jerror.h>
 #include "model/preprocess.h"
 
 #define PRECISION_BITS 22 /* Pillow's 32 - 8 - 2 */
+#define SCAN_LIMIT 500
 
 const float preprocess_mean[3] = {0.485f, 0.456f, 0.406f};
 const float preprocess_std[3] = {0.229f, 0.224f, 0.225f};
 
+/* libjpeg reports errors through err->error_exit, which must not return:
+ * we longjmp back into preprocess_jpeg with the status and message. */
+typedef struct jpeg_guard {
+    struct jpeg_error_mgr err;        /* first: libjpeg's cinfo->err points here */
+    struct jpeg_progress_mgr progress;
+    jmp_buf jump;
+    preprocess_status status;         /* why we jumped */
+    char msg[JMSG_LENGTH_MAX + 128];
+    int last_scan;                    /* input_scan_number already counted */
+    uint64_t work, work_limit;        /* DCT blocks of the scans so far, and the cap */
+    preprocess_ctx *p;
+} jpeg_guard;
+
 struct preprocess_ctx {
-    tjhandle tj;
+    struct jpeg_decompress_struct cinfo;
+    jpeg_guard g;
     uint64_t max_pixels;
+    size_t retain_bytes;
     int fast;
+    int (*stop)(void *cls);           /* optional: nonzero stops the decode */
+    void *stop_cls;
     uint8_t *pixels;   /* decoded image, [h][w][3] */
     size_t pixels_cap;
     uint8_t *scratch;  /* resize coefficients + intermediate, see crop_plan */
     size_t scratch_cap;
+    atomic_size_t held;   /* pixels_cap + scratch_cap + libjpeg's share during a decode */
 };
 
 /* --- resize geometry: torchvision Resize(256) + CenterCrop(224) ---------- */
@@ -260,18 +303,88 @@ void preprocess_normalize_chw(const uint8_t *hwc, float *chw)
 
 /* --- decode ---------------------------------------------------------------- */
 
+static void guard_jump(j_common_ptr c, preprocess_status s, const char *msg)
+{
+    jpeg_guard *g = (jpeg_guard *)c->err;
+    g->status = s;
+    snprintf(g->msg, sizeof g->msg, "%s", msg);
+    longjmp(g->jump, 1);
+}
+
+static void on_error_exit(j_common_ptr c)
+{
+    char buf[JMSG_LENGTH_MAX], msg[JMSG_LENGTH_MAX + 32];
+    (*c->err->format_message)(c, buf);
+    preprocess_status s = PREP_ERR_CORRUPT;
+    if (c->err->msg_code == JERR_OUT_OF_MEMORY)
+        s = PREP_ERR_NOMEM;
+    else if (c->err->msg_code == JERR_NO_BACKING_STORE)   /* over max_memory_to_use */
+        s = PREP_ERR_TOO_LARGE;
+    snprintf(msg, sizeof msg, "invalid JPEG data: %s", buf);
+    guard_jump(c, s, s == PREP_ERR_CORRUPT ? msg : buf);
+}
+
+/* Level -1 is a warning (corrupt data libjpeg would guess through): fatal
+ * here. Other levels are trace messages: ignored. */
+static void on_emit_message(j_common_ptr c, int level)
+{
+    if (level < 0)
+        on_error_exit(c);
+}
+
+static void on_progress(j_common_ptr c)
+{
+    jpeg_guard *g = (jpeg_guard *)c->err;
+    j_decompress_ptr d = (j_decompress_ptr)c;
+    char msg[192];
+    if (d->input_scan_number > g->last_scan) {
+        g->last_scan = d->input_scan_number;
+        if (g->last_scan > SCAN_LIMIT) {
+            snprintf(msg, sizeof msg, "invalid JPEG data: progressive JPEG with more than %d scans", SCAN_LIMIT);
+            guard_jump(c, PREP_ERR_CORRUPT, msg);
+        }
+        for (int i = 0; i < d->comps_in_scan && i < MAX_COMPS_IN_SCAN; i++)
+            if (d->cur_comp_info[i])
+                g->work += (uint64_t)d->cur_comp_info[i]->width_in_blocks * d->cur_comp_info[i]->height_in_blocks;
+        if (g->work > g->work_limit) {
+            snprintf(msg, sizeof msg, "decoding this JPEG (%ux%u, %d scans so far) needs more work than %d "
+                     "full passes over a max_pixels image", d->image_width, d->image_height, g->last_scan,
+                     PREPROCESS_WORK_PASSES);
+            guard_jump(c, PREP_ERR_TOO_LARGE, msg);
+        }
+    }
+    if (g->p->stop && g->p->stop(g->p->stop_cls))
+        guard_jump(c, PREP_ERR_STOPPED, "decoding stopped");
+}
+
+/* jpeg_create_decompress reports running out of memory through error_exit. */
+static int create_decompress(preprocess_ctx *p)
+{
+    if (setjmp(p->g.jump))
+        return -1;
+    jpeg_create_decompress(&p->cinfo);
+    return 0;
+}
+
 preprocess_ctx *preprocess_create(const preprocess_options *opt)
 {
     preprocess_ctx *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->tj = tjInitDecompress();
-    if (!p->tj) {
+    p->cinfo.err = jpeg_std_error(&p->g.err);
+    p->g.err.error_exit = on_error_exit;
+    p->g.err.emit_message = on_emit_message;
+    p->g.progress.progress_monitor = on_progress;
+    p->g.p = p;
+    if (create_decompress(p) != 0) {
         free(p);
         return NULL;
     }
+    p->cinfo.progress = &p->g.progress;
     p->max_pixels = opt && opt->max_pixels ? opt->max_pixels : PREPROCESS_DEFAULT_MAX_PIXELS;
+    p->retain_bytes = opt && opt->retain_bytes ? opt->retain_bytes : PREPROCESS_DEFAULT_RETAIN_BYTES;
     p->fast = opt ? opt->fast : 0;
+    atomic_init(&p->held, 0);
     return p;
 }
 
@@ -279,22 +392,21 @@ void preprocess_destroy(preprocess_ctx *p)
 {
     if (!p)
         return;
-    if (p->tj)
-        tjDestroy(p->tj);
+    jpeg_destroy_decompress(&p->cinfo);
     free(p->pixels);
     free(p->scratch);
     free(p);
 }
 
-/* TurboJPEG 2.1.5 leaves a handle half-way through a header after a fatal
- * error in tjDecompressHeader3(): the next call on it reports a tables-only
- * stream or "contains no image" for a valid file. A fresh handle after every
- * failure keeps one bad request from failing the next good one. */
-static preprocess_status tj_fail(preprocess_ctx *p, preprocess_status s)
+void preprocess_set_stop(preprocess_ctx *p, int (*stop)(void *cls), void *cls)
 {
-    tjDestroy(p->tj);
-    p->tj = tjInitDecompress();
-    return s;
+    p->stop = stop;
+    p->stop_cls = cls;
+}
+
+size_t preprocess_ctx_bytes(const preprocess_ctx *p)
+{
+    return atomic_load(&((preprocess_ctx *)p)->held);
 }
 
 /* Grows *buf to at least n bytes; old contents are not kept. */
@@ -308,25 +420,56 @@ static int grow(uint8_t **buf, size_t *cap, size_t n)
     return *buf ? 0 : -1;
 }
 
-/* Fast mode: the largest DCT-domain reduction 1/2, 1/4 or 1/8 that keeps the
- * shorter side at or above 256 (so the image is at least 2x too large). */
-static tjscalingfactor fast_scale(int w, int h)
+/* After every image: buffers over the retained size are given back. */
+static void release_oversized(preprocess_ctx *p)
 {
-    tjscalingfactor one = {1, 1};
-    int nsf = 0, s = w < h ? w : h;
-    tjscalingfactor *sf = tjGetScalingFactors(&nsf);
-    for (int d = 8; d >= 2 && sf; d /= 2) {
-        if (s < PREPROCESS_RESIZE * d)
-            continue;
-        for (int i = 0; i < nsf; i++)
-            if (sf[i].num == 1 && sf[i].denom == d)
-                return sf[i];
+    if (p->pixels_cap + p->scratch_cap > p->retain_bytes) {
+        free(p->pixels);
+        free(p->scratch);
+        p->pixels = p->scratch = NULL;
+        p->pixels_cap = p->scratch_cap = 0;
     }
-    return one;
+    atomic_store(&p->held, p->pixels_cap + p->scratch_cap);
 }
 
-preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len,
-                                  uint8_t *out, char *err, size_t errlen)
+/* libjpeg's large allocation: a multi-scan file keeps every DCT
+ * coefficient (2 bytes each, blocks padded to the MCU) until the last scan. */
+static size_t coefficient_bytes(j_decompress_ptr d)
+{
+    if (!jpeg_has_multiple_scans(d))
+        return 0;
+    size_t n = 0;
+    for (int i = 0; i < d->num_components; i++) {
+        const jpeg_component_info *c = &d->comp_info[i];
+        size_t bw = ((size_t)c->width_in_blocks + (size_t)c->h_samp_factor - 1) / (size_t)c->h_samp_factor;
+        size_t bh = ((size_t)c->height_in_blocks + (size_t)c->v_samp_factor - 1) / (size_t)c->v_samp_factor;
+        n += bw * (size_t)c->h_samp_factor * bh * (size_t)c->v_samp_factor * sizeof(JBLOCK);
+    }
+    return n;
+}
+
+/* Fast mode: the largest DCT-domain reduction 1/2, 1/4 or 1/8 that keeps the
+ * shorter side at or above 256 (so the image is at least 2x too large). */
+static unsigned fast_denom(unsigned w, unsigned h)
+{
+    unsigned s = w < h ? w : h;
+    for (unsigned d = 8; d >= 2; d /= 2)
+        if (s >= (unsigned)PREPROCESS_RESIZE * d)
+            return d;
+    return 1;
+}
+
+static preprocess_status decode_fail(preprocess_ctx *p, preprocess_status s, char *err, size_t errlen,
+                                     const char *msg)
+{
+    jpeg_abort_decompress(&p->cinfo);
+    release_oversized(p);
+    snprintf(err, errlen, "%s", msg);
+    return s;
+}
+
+/* The checks before any decoder call, and a fresh guard for this image. */
+static preprocess_status begin(preprocess_ctx *p, const uint8_t *jpeg, size_t len, char *err, size_t errlen)
 {
     if (len == 0 || !jpeg) {
         snprintf(err, errlen, "empty body");
@@ -336,50 +479,131 @@ preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t
         snprintf(err, errlen, "not a JPEG (no SOI marker)");
         return PREP_ERR_NOT_JPEG;
     }
-    if (!p->tj && !(p->tj = tjInitDecompress())) {
-        snprintf(err, errlen, "cannot create a TurboJPEG decompressor");
-        return PREP_ERR_NOMEM;
-    }
     if (len > ULONG_MAX) {
         snprintf(err, errlen, "JPEG too large (%zu bytes)", len);
         return PREP_ERR_TOO_LARGE;
     }
-    /* A tables-only stream returns success and leaves these untouched. */
-    int w = 0, h = 0, subsamp = -1, cs = -1;
-    if (tjDecompressHeader3(p->tj, jpeg, (unsigned long)len, &w, &h, &subsamp, &cs) != 0) {
-        snprintf(err, errlen, "invalid JPEG header: %s", tjGetErrorStr2(p->tj));
-        return tj_fail(p, PREP_ERR_CORRUPT);
-    }
-    if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
-        snprintf(err, errlen, "unsupported JPEG colour space %s", cs == TJCS_CMYK ? "CMYK" : "YCCK");
+    jpeg_guard *g = &p->g;
+    g->status = PREP_OK;
+    g->msg[0] = '\0';
+    g->last_scan = 0;
+    g->work = 0;
+    /* Blocks of one full-colour pass over a max_pixels image, times the passes. */
+    g->work_limit = PREPROCESS_WORK_PASSES * 3 * ((p->max_pixels + 63) / 64);
+    return PREP_OK;
+}
+
+/* After jpeg_read_header: a colour space we convert, and a size within
+ * the pixel limit, before anything is allocated. */
+static preprocess_status check_header(j_decompress_ptr d, uint64_t max_pixels, char *msg, size_t msglen)
+{
+    if (d->jpeg_color_space == JCS_CMYK || d->jpeg_color_space == JCS_YCCK) {
+        snprintf(msg, msglen, "unsupported JPEG colour space %s", d->jpeg_color_space == JCS_CMYK ? "CMYK" : "YCCK");
         return PREP_ERR_UNSUPPORTED;
     }
-    if (w <= 0 || h <= 0) {
-        snprintf(err, errlen, "invalid JPEG size %dx%d", w, h);
-        return tj_fail(p, PREP_ERR_CORRUPT);
+    if (!((d->jpeg_color_space == JCS_GRAYSCALE && d->num_components == 1) ||
+          ((d->jpeg_color_space == JCS_YCbCr || d->jpeg_color_space == JCS_RGB) && d->num_components == 3))) {
+        snprintf(msg, msglen, "unsupported JPEG with %d components in no known colour space", d->num_components);
+        return PREP_ERR_UNSUPPORTED;
     }
-    if ((uint64_t)w * (uint64_t)h > p->max_pixels) {
-        snprintf(err, errlen, "image %dx%d exceeds the %llu pixel limit", w, h,
-                 (unsigned long long)p->max_pixels);
+    unsigned w = d->image_width, h = d->image_height;
+    if (w == 0 || h == 0) {
+        snprintf(msg, msglen, "invalid JPEG size %ux%u", w, h);
+        return PREP_ERR_CORRUPT;
+    }
+    if ((uint64_t)w * h > max_pixels) {
+        snprintf(msg, msglen, "image %ux%u exceeds the %llu pixel limit", w, h, (unsigned long long)max_pixels);
         return PREP_ERR_TOO_LARGE;
     }
-    tjscalingfactor sf = {1, 1};
-    if (p->fast)
-        sf = fast_scale(w, h);
-    int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-    size_t scratch = preprocess_scratch_bytes(sw, sh);
-    if (grow(&p->pixels, &p->pixels_cap, (size_t)sw * sh * 3) != 0 ||
-        grow(&p->scratch, &p->scratch_cap, scratch) != 0) {
-        snprintf(err, errlen, "out of memory for a %dx%d image", sw, sh);
-        return PREP_ERR_NOMEM;
-    }
-    if (tjDecompress2(p->tj, jpeg, (unsigned long)len, p->pixels, sw, 0, sh, TJPF_RGB,
-                      TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
-        snprintf(err, errlen, "invalid JPEG data: %s", tjGetErrorStr2(p->tj));
-        return tj_fail(p, PREP_ERR_CORRUPT);
-    }
-    preprocess_resize_crop(p->pixels, sw, sh, out, p->scratch);
     return PREP_OK;
+}
+
+/* After a good header: the output format and scale. */
+static void setup_output(preprocess_ctx *p, j_decompress_ptr d)
+{
+    d->out_color_space = JCS_RGB;
+    d->dct_method = JDCT_ISLOW;
+    d->do_fancy_upsampling = TRUE;
+    d->scale_num = 1;
+    d->scale_denom = p->fast ? fast_denom(d->image_width, d->image_height) : 1;
+    jpeg_calc_output_dimensions(d);
+}
+
+/* The bytes a decode of d's image holds: the output image, the resize
+ * scratch and libjpeg's coefficients. */
+static size_t decode_bytes(j_decompress_ptr d)
+{
+    unsigned sw = d->output_width, sh = d->output_height;
+    return (size_t)sw * sh * 3 + preprocess_scratch_bytes((int)sw, (int)sh) + coefficient_bytes(d);
+}
+
+/* One pass over a JPEG, with the one setjmp that libjpeg's errors and the
+ * budget return to: the header and its checks, then either what
+ * preprocess_header reports (info) or the decode and crop (out). */
+static preprocess_status jpeg_pass(preprocess_ctx *p, const uint8_t *jpeg, size_t len, preprocess_info *info,
+                                   uint8_t *out, char *err, size_t errlen)
+{
+    preprocess_status s = begin(p, jpeg, len, err, errlen);
+    if (s != PREP_OK)
+        return s;
+    j_decompress_ptr d = &p->cinfo;
+    char msg[256];
+    if (setjmp(p->g.jump))
+        return decode_fail(p, p->g.status, err, errlen, p->g.msg);
+    jpeg_mem_src(d, jpeg, (unsigned long)len);
+    (void)jpeg_read_header(d, TRUE);   /* a tables-only stream is an error (JERR_NO_IMAGE) */
+    if ((s = check_header(d, p->max_pixels, msg, sizeof msg)) != PREP_OK)
+        return decode_fail(p, s, err, errlen, msg);
+    setup_output(p, d);
+    if (info) {
+        info->w = (int)d->image_width;
+        info->h = (int)d->image_height;
+        info->ycc = d->jpeg_color_space == JCS_YCbCr || d->jpeg_color_space == JCS_GRAYSCALE;
+        info->decode_bytes = decode_bytes(d);
+        jpeg_abort_decompress(d);
+        return PREP_OK;
+    }
+    unsigned sw = d->output_width, sh = d->output_height;
+    /* A backstop: libjpeg refuses ("backing store") coefficient buffers past
+     * what a max_pixels image with padded 4:4:4 components needs. */
+    d->mem->max_memory_to_use = (long)(p->max_pixels * 8 + (16u << 20) < LONG_MAX ?
+                                       p->max_pixels * 8 + (16u << 20) : LONG_MAX);
+    if (grow(&p->pixels, &p->pixels_cap, (size_t)sw * sh * 3) != 0 ||
+        grow(&p->scratch, &p->scratch_cap, preprocess_scratch_bytes((int)sw, (int)sh)) != 0) {
+        snprintf(msg, sizeof msg, "out of memory for a %ux%u image", sw, sh);
+        return decode_fail(p, PREP_ERR_NOMEM, err, errlen, msg);
+    }
+    /* What is held: the buffers as grown (maybe larger than this image
+     * needs) plus libjpeg's coefficients for this one. */
+    atomic_store(&p->held, p->pixels_cap + p->scratch_cap + coefficient_bytes(d));
+
+    (void)jpeg_start_decompress(d);    /* a progressive file's scans are all read here */
+    while (d->output_scanline < sh) {
+        JSAMPROW rows[16];
+        unsigned n = sh - d->output_scanline;
+        if (n > 16)
+            n = 16;
+        for (unsigned i = 0; i < n; i++)
+            rows[i] = p->pixels + (size_t)(d->output_scanline + i) * sw * 3;
+        if (jpeg_read_scanlines(d, rows, n) == 0)
+            return decode_fail(p, PREP_ERR_CORRUPT, err, errlen, "invalid JPEG data: no scanlines decoded");
+    }
+    (void)jpeg_finish_decompress(d);
+    preprocess_resize_crop(p->pixels, (int)sw, (int)sh, out, p->scratch);
+    release_oversized(p);
+    return PREP_OK;
+}
+
+preprocess_status preprocess_header(preprocess_ctx *p, const uint8_t *jpeg, size_t len, preprocess_info *info,
+                                    char *err, size_t errlen)
+{
+    return jpeg_pass(p, jpeg, len, info, NULL, err, errlen);
+}
+
+preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len,
+                                  uint8_t *out, char *err, size_t errlen)
+{
+    return jpeg_pass(p, jpeg, len, NULL, out, err, errlen);
 }
 
 const char *preprocess_status_code(preprocess_status s)
@@ -392,6 +616,16 @@ const char *preprocess_status_code(preprocess_status s)
     case PREP_ERR_TOO_LARGE: return "too_large";
     case PREP_ERR_UNSUPPORTED: return "unsupported_jpeg";
     case PREP_ERR_NOMEM: return "internal";
+    case PREP_ERR_STOPPED: return "stopped";
     }
     return "internal";
+}
+
+/* --- geometry for other implementations (the GPU's) ----------------------- */
+
+void preprocess_geometry(int w, int h, preprocess_geom *g)
+{
+    resize_geometry(w, h, &g->rw, &g->rh, &g->left, &g->top);
+    g->ksize_x = axis_make(w, g->rw).ksize;
+    g->ksize_y = axis_make(h, g->rh).ksize;
 }

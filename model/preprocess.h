@@ -6,32 +6,46 @@
  * vertical with uint8 rounding between, evaluated only for the cropped
  * pixels. Output is uint8 HWC; normalisation is preprocess_normalize().
  *
- * A preprocess context holds a TurboJPEG handle and scratch buffers and is
- * used by one thread at a time. Scratch grows to the largest image seen and
- * is then reused, so steady state allocates nothing. */
+ * A preprocess context holds a libjpeg decompressor and scratch buffers and
+ * is used by one thread at a time. Scratch grows to the largest image seen
+ * (up to retain_bytes, beyond which it is freed after the image) and is
+ * then reused, so steady state allocates nothing.
+ *
+ * Decode budget per image: at most 500 scans, and at most
+ * PREPROCESS_WORK_PASSES full-colour passes' worth of DCT blocks over all
+ * scans (relative to a max_pixels image); an optional stop hook is polled
+ * during the decode (deadline, client gone). */
 #ifndef RESNETD_PREPROCESS_H
 #define RESNETD_PREPROCESS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {   /* also included by the CUDA sources */
+#endif
+
 #define PREPROCESS_RESIZE 256
 #define PREPROCESS_CROP 224
 #define PREPROCESS_DEFAULT_MAX_PIXELS (64u * 1024u * 1024u)
+#define PREPROCESS_DEFAULT_RETAIN_BYTES (32u * 1024u * 1024u)
+#define PREPROCESS_WORK_PASSES 16
 
 typedef enum {
     PREP_OK = 0,
     PREP_ERR_EMPTY,        /* zero bytes */
     PREP_ERR_NOT_JPEG,     /* no SOI marker: PNG, text, ... */
     PREP_ERR_CORRUPT,      /* bad or truncated JPEG data */
-    PREP_ERR_TOO_LARGE,    /* width x height over the pixel limit */
+    PREP_ERR_TOO_LARGE,    /* width x height over the pixel limit, or over the work budget */
     PREP_ERR_UNSUPPORTED,  /* CMYK/YCCK, or a colourspace we do not convert */
     PREP_ERR_NOMEM,
+    PREP_ERR_STOPPED,      /* the stop hook asked to stop (deadline, client gone) */
 } preprocess_status;
 
 typedef struct preprocess_options {
     uint64_t max_pixels;   /* 0: PREPROCESS_DEFAULT_MAX_PIXELS */
     int fast;              /* DCT-domain downscale when >= 2x larger than needed */
+    size_t retain_bytes;   /* buffers kept between images; 0: PREPROCESS_DEFAULT_RETAIN_BYTES */
 } preprocess_options;
 
 typedef struct preprocess_ctx preprocess_ctx;
@@ -43,6 +57,37 @@ void preprocess_destroy(preprocess_ctx *p);
  * writes a one-line reason to err. Never crashes on any input bytes. */
 preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len,
                                   uint8_t *out, char *err, size_t errlen);
+
+/* A hook polled during every decode on p (per iMCU row and output row
+ * group: every few milliseconds at most): nonzero stops the decode with
+ * PREP_ERR_STOPPED. NULL removes it. Called on the decoding thread. */
+void preprocess_set_stop(preprocess_ctx *p, int (*stop)(void *cls), void *cls);
+
+/* Bytes p holds now: its retained buffers, plus, while a decode runs, that
+ * decode's buffers and libjpeg's coefficient store. Any thread may read it. */
+size_t preprocess_ctx_bytes(const preprocess_ctx *p);
+
+/* What preprocess_header reads. */
+typedef struct preprocess_info {
+    int w, h;
+    int ycc;   /* YCbCr or greyscale, which libjpeg converts to RGB as JFIF says (not Adobe RGB) */
+    size_t decode_bytes;   /* what preprocess_jpeg would hold for it: image, scratch, coefficients */
+} preprocess_info;
+
+/* The checks preprocess_jpeg makes before decoding (SOI, header, colour
+ * space, pixel limit) without decoding, for a path that decodes elsewhere:
+ * the same statuses and messages; fills *info on PREP_OK. */
+preprocess_status preprocess_header(preprocess_ctx *p, const uint8_t *jpeg, size_t len, preprocess_info *info,
+                                    char *err, size_t errlen);
+
+/* Where the resample of a w x h image goes: the resized size, the crop's
+ * top-left corner in it, and Pillow's taps per output pixel on each axis
+ * (ksize), which bounds another implementation's coefficient storage. */
+typedef struct preprocess_geom {
+    int rw, rh, left, top;
+    int ksize_x, ksize_y;
+} preprocess_geom;
+void preprocess_geometry(int w, int h, preprocess_geom *g);
 
 /* Stable short name for a status ("invalid_jpeg", "too_large", ...). */
 const char *preprocess_status_code(preprocess_status s);
@@ -58,5 +103,9 @@ void preprocess_normalize_chw(const uint8_t *hwc, float *chw);
 void preprocess_normalize_lut(float lut[3][256]);
 extern const float preprocess_mean[3];
 extern const float preprocess_std[3];
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,7 +9,9 @@ Writes into --out:
   jpegs.txt                  names of the generated test JPEGs, one a line
   jpeg/NAME.jpg              test JPEGs: sizes 1x1..4000x3000, odd sizes,
                              4:4:4/4:2:2/4:2:0, progressive, grayscale,
-                             restart markers, and real photos Debian ships
+                             restart markers, and real photos Debian ships;
+                             also sample{4x2,3x1,1x4,2x4}_333x501 (luma
+                             sampling factors), not listed in jpegs.txt
   crop/NAME.npy              uint8 [224,224,3]: PIL Resize(256) + CenterCrop(224)
   input/NAME.npy             float32 [3,224,224]: what torchvision feeds the model
   logits.npy                 float32 [N,1000]: FP32 logits of input/*, jpegs.txt order
@@ -141,7 +143,13 @@ def make_jpegs(out):
               ("restart1_501x333", 501, 333, "restart1"), ("restart_rows_640x480", 640, 480, "restart_rows"),
               ("restart_progressive_400x300", 400, 300, "restart_progressive"),
               ("q50_420_2000x1500", 2000, 1500, "q50_420")]
-    names = []
+    # Sampling factors TurboJPEG 2 has no name for; libjpeg and PIL decode
+    # them. Kept out of jpegs.txt (their crops are written, nothing else), so
+    # the tests that walk every reference JPEG with TurboJPEG or the GPU
+    # decoder do not meet them; test_preprocess names them.
+    for hv in ("4x2", "3x1", "1x4", "2x4"):
+        cases.append((f"sample{hv}_333x501", 333, 501, "sample" + hv))
+    names, extra = [], []
     for name, w, h, how in cases:
         dst = os.path.join(out, "jpeg", name + ".jpg")
         img = photo_like(w, h, rng, gray=how.startswith("gray"))
@@ -160,7 +168,9 @@ def make_jpegs(out):
             cjpeg(img, dst, ["-quality", "90", "-restart", "2"])
         elif how == "restart_progressive":
             cjpeg(img, dst, ["-quality", "90", "-progressive", "-restart", "3B"])
-        names.append(name)
+        elif how.startswith("sample"):
+            cjpeg(img, dst, ["-quality", "90", "-sample", how[len("sample"):] + ",1x1,1x1"])
+        (extra if how.startswith("sample") else names).append(name)
     for p in REAL_PHOTOS:
         if os.path.exists(p):
             name = "photo_" + os.path.splitext(os.path.basename(p))[0]
@@ -172,7 +182,7 @@ def make_jpegs(out):
     os.makedirs(bad, exist_ok=True)
     photo_like(64, 48, rng).save(os.path.join(bad, "not_jpeg.png"))
     Image.new("CMYK", (64, 48), (10, 200, 30, 5)).save(os.path.join(bad, "cmyk.jpg"), quality=90)
-    return names
+    return names, extra
 
 
 def preprocess(path):
@@ -202,9 +212,11 @@ def generate(out):
                          ("BF16", "weights-bf16.safetensors")]:
         write_safetensors(os.path.join(out, fname), sd, dtype)
 
-    names = make_jpegs(out)
+    names, extra = make_jpegs(out)
     for d in ("crop", "input"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
+    for n in extra:
+        np.save(os.path.join(out, "crop", n + ".npy"), preprocess(os.path.join(out, "jpeg", n + ".jpg"))[0])
     inputs = []
     for n in names:
         crop, tensor = preprocess(os.path.join(out, "jpeg", n + ".jpg"))

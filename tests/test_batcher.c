@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <turbojpeg.h>
 #include "daemon/batcher.h"
 #include "daemon/infer.h"
 #include "daemon/metrics.h"
@@ -376,11 +377,11 @@ START_TEST(pipeline_keeps_two_batches_in_flight_and_reports_each_image_once)
     engine *e = fake_engine_create(&f, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, &test_sink, err, sizeof err);
     ck_assert_ptr_nonnull(q);
     ck_assert_ptr_nonnull(inf);
     batcher_policy p = policy(4, 1000);
-    batcher *b = batcher_start(q, inf, &p, &test_sink, err, sizeof err);
+    batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
     push_images(q, 0, NIMAGES);
     wait_reported(NIMAGES);
@@ -412,9 +413,9 @@ START_TEST(engine_failure_fails_its_batch_with_500_until_a_batch_succeeds)
     engine *e = fake_engine_create(&f, 1, 4);
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
-    infer *inf = infer_create(e, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 0);
-    batcher *b = batcher_start(q, inf, &p, &test_sink, err, sizeof err);
+    batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
     atomic_store(&f.fail_next, 1);
     push_images(q, 0, 1);
@@ -442,9 +443,9 @@ START_TEST(stop_drains_queued_images_before_the_batcher_exits)
     engine *e = fake_engine_create(&f, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
-    batcher *b = batcher_start(q, inf, &p, &test_sink, err, sizeof err);
+    batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     push_images(q, 0, 3);
     uint64_t t0 = clock_now_us();
     queue_stop(q);
@@ -453,6 +454,192 @@ START_TEST(stop_drains_queued_images_before_the_batcher_exits)
     ck_assert_uint_lt(clock_now_us() - t0, 2000000);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(atomic_load(&done_count[i]), 1);
+    infer_destroy(inf);
+    queue_destroy(q);
+    fake_engine_free(e);
+}
+END_TEST
+
+/* ---- with a device decoder ------------------------------------------------ */
+
+/* A stand-in for the GPU decoder: "decodes" a 1-byte JPEG {v} into a crop of
+ * value v at its position in the engine's (host) input, fails on anything
+ * longer (a real JPEG) so that the batcher's CPU fallback runs, and can be
+ * told to fail the whole stage. */
+typedef struct fake_dj {
+    engine *e;
+    atomic_int fail_next, stages, max_nhost, host_out_of_order;
+} fake_dj;
+
+static devjpeg_reason fake_dj_check(void *ctx, const uint8_t *jpeg, size_t len, const preprocess_info *info)
+{
+    (void)ctx; (void)jpeg; (void)len; (void)info;
+    return DEVJPEG_OK;
+}
+
+static int fake_dj_stage(void *ctx, int slot, int nhost, const uint8_t *const *jpeg, const size_t *len,
+                         const int *w, const int *h, int n, devjpeg_fallback_fn fallback, void *cls, int *nfallback,
+                         char *err, size_t errlen)
+{
+    (void)w; (void)h;
+    fake_dj *d = ctx;
+    atomic_fetch_add(&d->stages, 1);
+    if (atomic_exchange(&d->fail_next, 0)) {
+        snprintf(err, errlen, "fake device error");
+        return -1;
+    }
+    uint8_t *in = d->e->input[slot];
+    for (int i = 0; i < nhost; i++)   /* the CPU crops come first: ids below 10 or above 21 here */
+        if (in[(size_t)i * RESNET18_INPUT_BYTES] >= 10 && in[(size_t)i * RESNET18_INPUT_BYTES] <= 21)
+            atomic_fetch_add(&d->host_out_of_order, 1);
+    int m = atomic_load(&d->max_nhost);
+    while (nhost > m && !atomic_compare_exchange_weak(&d->max_nhost, &m, nhost))
+        ;
+    for (int i = 0; i < n; i++) {
+        uint8_t *out = in + (size_t)(nhost + i) * RESNET18_INPUT_BYTES;
+        if (len[i] == 1) {
+            memset(out, jpeg[i][0], RESNET18_INPUT_BYTES);
+        } else {
+            ++*nfallback;
+            fallback(cls, i, out);
+        }
+    }
+    return 0;
+}
+
+static double fake_dj_stage_ms(void *ctx, int slot)
+{
+    (void)ctx; (void)slot;
+    return 1.5;
+}
+
+static void fake_dj_destroy(void *ctx) { (void)ctx; }
+
+static const devjpeg_ops fake_dj_ops = { .name = "fake", .check = fake_dj_check, .stage = fake_dj_stage,
+                                         .stage_ms = fake_dj_stage_ms, .destroy = fake_dj_destroy };
+
+static atomic_int gpu_timed;
+
+static void sink_done_gpu(void *req, int image, const float *logits, const pipeline_timing *t)
+{
+    if (t->gpu_decode_us == 1500)
+        atomic_fetch_add(&gpu_timed, 1);
+    sink_done(req, image, logits, t);
+}
+
+static const pipeline_sink gpu_sink = { .done = sink_done_gpu, .fail = sink_fail };
+
+/* A grey w x h JPEG of value v: decodes to exactly v. */
+static uint8_t *grey_jpeg(int v, size_t *len)
+{
+    enum { W = 64, H = 48 };
+    static uint8_t px[W * H];
+    memset(px, v, sizeof px);
+    tjhandle tj = tjInitCompress();
+    unsigned char *out = NULL;
+    unsigned long n = 0;
+    ck_assert(tjCompress2(tj, px, W, 0, H, TJPF_GRAY, &out, &n, TJSAMP_GRAY, 95, 0) == 0);
+    uint8_t *copy = malloc(n);
+    memcpy(copy, out, n);
+    *len = n;
+    tjFree(out);
+    tjDestroy(tj);
+    return copy;
+}
+
+static void push_compressed(queue *q, int id, const uint8_t *jpeg, size_t len)
+{
+    int slot;
+    ck_assert_int_eq(queue_reserve(q, 1, &slot), 0);
+    uint64_t now = clock_now_us();
+    queue_item it = { .req = (void *)(intptr_t)(id + 1), .image = 0, .slot = slot, .fd = -1, .jpeg = jpeg,
+                      .jpeg_len = len, .w = 64, .h = 48, .enqueued_us = now, .deadline_us = now + 60000000u };
+    queue_push(q, &it, 1);
+}
+
+START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_image)
+{
+    reset_counts();
+    atomic_store(&gpu_timed, 0);
+    fake_engine f = { 0 };
+    engine *e = fake_engine_create(&f, 2, 8);
+    fake_dj fd = { .e = e };
+    devjpeg dj = { .ops = &fake_dj_ops, .ctx = &fd };
+    char err[256];
+    queue *q = queue_create(64, err, sizeof err);
+    infer *inf = infer_create(e, &dj, &gpu_sink, err, sizeof err);
+    batcher_policy p = policy(8, 10000000);   /* full batches only: 24 images make 3 */
+    batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
+    ck_assert_ptr_nonnull(b);
+
+    /* Interleaved: ids 0-9 decoded on the CPU (crops in queue slots), ids
+     * 10-19 compressed; id 20 a real JPEG the device "fails" and the CPU
+     * decodes; id 21 a broken one the CPU refuses too; ids 22-23 on the CPU. */
+    static uint8_t one[22];
+    size_t real_len, bad_len = 32;
+    uint8_t *real = grey_jpeg(20, &real_len);
+    uint8_t bad[32] = { 0xFF, 0xD8, 0xFF, 0xDB, 0x00 };
+    for (int id = 0; id < 10; id++) {
+        push_images(q, id, 1);
+        one[10 + id] = (uint8_t)(10 + id);
+        push_compressed(q, 10 + id, &one[10 + id], 1);
+    }
+    push_compressed(q, 20, real, real_len);
+    push_compressed(q, 21, bad, bad_len);
+    push_images(q, 22, 2);
+    wait_reported(24);
+    queue_stop(q);
+    batcher_join(b);
+    infer_stop(inf);
+    for (int i = 0; i < 24; i++) {
+        if (i == 21)
+            continue;
+        ck_assert_msg(atomic_load(&done_count[i]) == 1, "image %d: %d answers", i, atomic_load(&done_count[i]));
+        ck_assert_int_eq(atomic_load(&fail_count[i]), 0);
+    }
+    ck_assert_int_eq(atomic_load(&done_count[21]), 0);
+    ck_assert_int_eq(atomic_load(&fail_count[21]), 1);
+    ck_assert_int_eq(atomic_load(&fail_status), 400);
+    ck_assert_int_eq(atomic_load(&wrong_pixels), 0);   /* every image at the position its logits came from */
+    ck_assert_int_eq(atomic_load(&fd.host_out_of_order), 0);
+    ck_assert_int_gt(atomic_load(&fd.max_nhost), 0);
+    ck_assert_int_eq(atomic_load(&gpu_timed), 11);    /* the compressed ones carry the stage time */
+    infer_destroy(inf);
+    queue_destroy(q);
+    fake_engine_free(e);
+    free(real);
+}
+END_TEST
+
+START_TEST(device_decoder_error_fails_its_batch_with_500)
+{
+    reset_counts();
+    fake_engine f = { 0 };
+    engine *e = fake_engine_create(&f, 1, 4);
+    fake_dj fd = { .e = e };
+    devjpeg dj = { .ops = &fake_dj_ops, .ctx = &fd };
+    char err[256];
+    queue *q = queue_create(16, err, sizeof err);
+    infer *inf = infer_create(e, &dj, &gpu_sink, err, sizeof err);
+    batcher_policy p = policy(4, 10000000);   /* full batches only */
+    batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
+    atomic_store(&fd.fail_next, 1);
+    static uint8_t one[4] = { 1, 2, 3, 4 };
+    push_images(q, 0, 2);
+    push_compressed(q, 2, &one[2], 1);
+    push_compressed(q, 3, &one[3], 1);
+    wait_reported(4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(atomic_load(&fail_count[i]), 1);
+    ck_assert_int_eq(atomic_load(&fail_status), 500);
+    /* The next batch goes through. */
+    push_compressed(q, 4, &one[0], 1);
+    push_images(q, 5, 3);
+    wait_reported(8);
+    ck_assert_int_eq(atomic_load(&done_count[4]), 1);
+    queue_stop(q);
+    batcher_join(b);
+    infer_stop(inf);
     infer_destroy(inf);
     queue_destroy(q);
     fake_engine_free(e);
@@ -482,6 +669,8 @@ static Suite *suite(void)
     tcase_add_test(tp, pipeline_keeps_two_batches_in_flight_and_reports_each_image_once);
     tcase_add_test(tp, engine_failure_fails_its_batch_with_500_until_a_batch_succeeds);
     tcase_add_test(tp, stop_drains_queued_images_before_the_batcher_exits);
+    tcase_add_test(tp, device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_image);
+    tcase_add_test(tp, device_decoder_error_fails_its_batch_with_500);
     suite_add_tcase(s, tp);
     return s;
 }

@@ -2,6 +2,7 @@
  * command-line parsers and --help, and etc/resnetd.conf documents every
  * option with its real default. */
 #include <check.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,48 @@ START_TEST(file_errors_name_file_line_and_reason)
 
     ck_assert_int_eq(config_load_file(&c, "/nonexistent/resnetd.conf", err, sizeof err), -1);
     ck_assert_msg(strstr(err, "/nonexistent/resnetd.conf: "), "%s", err);
+}
+END_TEST
+
+/* L5: what is not a small regular text file is refused at once, naming it:
+ * /dev/zero used to spin forever on NUL-filled lines. */
+START_TEST(non_regular_huge_or_binary_config_files_are_refused)
+{
+    config c;
+    char err[512], path[512];
+    config_defaults(&c);
+    ck_assert_int_eq(config_load_file(&c, "/dev/zero", err, sizeof err), -1);
+    ck_assert_str_eq(err, "/dev/zero: not a regular file");
+    ck_assert_int_eq(config_load_file(&c, tmpdir, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+    snprintf(path, sizeof path, "%s/fifo.conf", tmpdir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_eq(config_load_file(&c, path, err, sizeof err), -1);   /* no writer: must not block */
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+
+    snprintf(path, sizeof path, "%s/binary.conf", tmpdir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite("device = cpu\n\0\1\2", 1, 16, f), 16);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(config_load_file(&c, path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "NUL byte at offset 13"), "%s", err);
+
+    snprintf(path, sizeof path, "%s/huge.conf", tmpdir);
+    f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (long i = 0; i <= CONFIG_FILE_MAX / 10; i++)
+        ck_assert_int_eq(fputs("# padding\n", f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(config_load_file(&c, path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "larger than"), "%s", err);
+
+    /* The text parser alone: no terminating NUL or final newline needed. */
+    const char text[] = "device = cpu\nmax_batch_size = 3";
+    ck_assert_int_eq(config_parse_text(&c, "mem", text, sizeof text - 1, err, sizeof err), 0);
+    ck_assert_int_eq(c.max_batch_size, 3);
+    ck_assert_int_eq(config_parse_text(&c, "mem", text, 5, err, sizeof err), -1);
+    ck_assert_str_eq(err, "mem:1: expected 'key = value'");
 }
 END_TEST
 
@@ -269,6 +312,7 @@ static Suite *suite(void)
     tcase_add_test(tc, every_option_has_a_valid_default_and_doc);
     tcase_add_test(tc, sample_config_documents_every_option_with_its_default);
     tcase_add_test(tc, file_errors_name_file_line_and_reason);
+    tcase_add_test(tc, non_regular_huge_or_binary_config_files_are_refused);
     tcase_add_test(tc, values_parse_with_units_auto_and_comments);
     tcase_add_test(tc, flags_override_the_file);
     tcase_add_test(tc, bad_flags_are_named);

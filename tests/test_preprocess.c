@@ -3,7 +3,8 @@
  * JPEG, our normalisation equals ToTensor + Normalize, fast mode's deviation
  * is printed, and every malformed input gets its status without a crash or
  * a hang (truncations, PNG, text, a 65500x65500 header, CMYK/YCCK, scan
- * bombs, random mutations) while the same ctx keeps decoding good images. */
+ * bombs, random mutations) while the same ctx keeps decoding good images;
+ * the work budget, the stop hook and the retained buffer size hold. */
 #include "model/npy.h"
 #include "model/preprocess.h"
 #include "tests/testutil.h"
@@ -133,22 +134,29 @@ END_TEST
 /* torchvision returns a copy when the short side is already 256 and skips
  * the resample along an unchanged axis; we always resample, which must be
  * an exact identity there. */
-START_TEST(test_short_side_exactly_256_is_an_exact_copy_path)
+/* Each named reference JPEG decodes to exactly torchvision's crop. */
+static void expect_exact_crops(const char *const *names, size_t n)
 {
-    static const char *names[] = {"s256x256", "s256x300", "s300x256"};
     preprocess_ctx *p = preprocess_create(NULL);
+    ck_assert_ptr_nonnull(p);
     uint8_t out[CROP_BYTES];
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    for (size_t i = 0; i < n; i++) {
         size_t len, nd;
         uint8_t *jpeg = read_jpeg(names[i], &len);
         npy_array ref;
         read_crop(names[i], &ref);
         ck_assert_int_eq(run(p, jpeg, len, out), PREP_OK);
-        ck_assert_int_eq(max_diff(out, ref.data, CROP_BYTES, &nd, NULL), 0);
+        ck_assert_msg(max_diff(out, ref.data, CROP_BYTES, &nd, NULL) == 0, "%s: %zu values differ", names[i], nd);
         npy_free(&ref);
         free(jpeg);
     }
     preprocess_destroy(p);
+}
+
+START_TEST(test_short_side_exactly_256_is_an_exact_copy_path)
+{
+    static const char *const names[] = {"s256x256", "s256x300", "s300x256"};
+    expect_exact_crops(names, sizeof names / sizeof *names);
 }
 END_TEST
 
@@ -293,6 +301,7 @@ START_TEST(test_status_codes_are_stable)
     ck_assert_str_eq(preprocess_status_code(PREP_ERR_TOO_LARGE), "too_large");
     ck_assert_str_eq(preprocess_status_code(PREP_ERR_UNSUPPORTED), "unsupported_jpeg");
     ck_assert_str_eq(preprocess_status_code(PREP_ERR_NOMEM), "internal");
+    ck_assert_str_eq(preprocess_status_code(PREP_ERR_STOPPED), "stopped");
 }
 END_TEST
 
@@ -486,16 +495,18 @@ START_TEST(test_repeated_last_scan_is_rejected_quickly)
 }
 END_TEST
 
-/* An 8x8 greyscale progressive JPEG built by hand with `nscans` identical
- * DC-first scans (Ah = Al = 0). Repeating such a scan is a consistent
- * progression, so no libjpeg warning fires and only TJFLAG_LIMITSCANS (more
- * than 500 scans) can stop it. Returns the length written into buf. */
-static size_t dc_scan_jpeg(uint8_t *buf, int nscans)
+/* A w x h (multiples of 8) greyscale progressive JPEG built by hand with
+ * `nscans` identical DC-first scans (Ah = Al = 0), every DC difference 0.
+ * Repeating such a scan is a consistent progression, so no libjpeg warning
+ * fires and only the scan limit or the work budget can stop it. Returns
+ * the length written into buf. */
+static size_t dc_scans_jpeg(uint8_t *buf, int w, int h, int nscans)
 {
     size_t n = 0;
-    static const uint8_t head[] = {
+    const uint8_t head[] = {
         0xFF, 0xD8,                                      /* SOI */
-        0xFF, 0xC2, 0x00, 0x0B, 8, 0, 8, 0, 8, 1, 1, 0x11, 0, /* SOF2 8x8, 1 comp */
+        0xFF, 0xC2, 0x00, 0x0B, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w,
+        1, 1, 0x11, 0,                                   /* SOF2, 1 comp */
         0xFF, 0xC4, 0x00, 0x14, 0x00,                    /* DHT DC0: one 1-bit code */
         1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00,
     };
@@ -508,14 +519,22 @@ static size_t dc_scan_jpeg(uint8_t *buf, int nscans)
     buf[n++] = 0x00;
     memset(buf + n, 1, 64);
     n += 64;
-    static const uint8_t scan[] = {0xFF, 0xDA, 0x00, 0x08, 1, 1, 0x00, 0, 0, 0x00, 0x00};
+    static const uint8_t scan[] = {0xFF, 0xDA, 0x00, 0x08, 1, 1, 0x00, 0, 0, 0x00};
+    size_t data = ((size_t)(w / 8) * (size_t)(h / 8) + 7) / 8;   /* one 0 bit per block */
     for (int i = 0; i < nscans; i++) {
         memcpy(buf + n, scan, sizeof scan);
         n += sizeof scan;
+        memset(buf + n, 0, data);
+        n += data;
     }
     buf[n++] = 0xFF;
     buf[n++] = 0xD9;
     return n;
+}
+
+static size_t dc_scan_jpeg(uint8_t *buf, int nscans)
+{
+    return dc_scans_jpeg(buf, 8, 8, nscans);
 }
 
 START_TEST(test_limitscans_allows_500_scans_and_rejects_501)
@@ -534,6 +553,157 @@ START_TEST(test_limitscans_allows_500_scans_and_rejects_501)
     expect(p, buf, dc_scan_jpeg(buf, 1000), PREP_ERR_CORRUPT, "1000 consistent DC scans");
     preprocess_destroy(p);
     free(buf);
+}
+END_TEST
+
+/* The work budget: DCT blocks over all scans at most PREPROCESS_WORK_PASSES
+ * full-colour passes over a max_pixels image. A 64x64 image has 64 blocks
+ * a scan; with max_pixels 64x64 the budget is 16 * 3 * 64 blocks, so 48
+ * DC scans fit and the 49th is refused as too_large; with the default
+ * max_pixels the same file decodes. */
+START_TEST(test_work_budget_refuses_more_scan_passes_than_allowed)
+{
+    int fit = PREPROCESS_WORK_PASSES * 3;
+    uint8_t *buf = malloc(256 + (size_t)(fit + 1) * 20);
+    ck_assert_ptr_nonnull(buf);
+    preprocess_options opt = {.max_pixels = 64 * 64};
+    preprocess_ctx *small = preprocess_create(&opt), *dflt = preprocess_create(NULL);
+    uint8_t out[CROP_BYTES];
+    char err[256];
+    ck_assert_int_eq(run(small, buf, dc_scans_jpeg(buf, 64, 64, fit), out), PREP_OK);
+    ck_assert_int_eq(out[0], 128);
+    size_t len = dc_scans_jpeg(buf, 64, 64, fit + 1);
+    ck_assert_int_eq(preprocess_jpeg(small, buf, len, out, err, sizeof err), PREP_ERR_TOO_LARGE);
+    ck_assert_msg(strstr(err, "full passes") != NULL, "not the work budget: %s", err);
+    ck_assert_int_eq(run(dflt, buf, len, out), PREP_OK);
+    ck_assert_int_eq(run(small, buf, dc_scans_jpeg(buf, 64, 64, 1), out), PREP_OK);
+    preprocess_destroy(small);
+    preprocess_destroy(dflt);
+    free(buf);
+}
+END_TEST
+
+/* The stop hook is polled while a large image decodes, sees the decode's
+ * buffers in preprocess_ctx_bytes(), stops it when asked, and the ctx then
+ * decodes the next image exactly. */
+typedef struct stop_probe {
+    preprocess_ctx *p;
+    int calls, stop_at;
+    size_t max_bytes;
+} stop_probe;
+
+static int stop_after(void *cls)
+{
+    stop_probe *s = cls;
+    size_t b = preprocess_ctx_bytes(s->p);
+    s->max_bytes = b > s->max_bytes ? b : s->max_bytes;
+    return ++s->calls == s->stop_at;   /* once: the next decode runs on */
+}
+
+START_TEST(test_stop_hook_stops_a_decode_and_the_ctx_recovers)
+{
+    preprocess_ctx *p = preprocess_create(NULL);
+    good_image g;
+    g.jpeg = read_jpeg("s640x480", &g.len);
+    read_crop("s640x480", &g.crop);
+    size_t len;
+    uint8_t *big = read_jpeg("s4000x3000", &len);
+    stop_probe probe = {.p = p, .stop_at = 1 << 30};
+    preprocess_set_stop(p, stop_after, &probe);
+    uint8_t out[CROP_BYTES];
+    ck_assert_int_eq(run(p, big, len, out), PREP_OK);
+    printf("stop hook: %d calls over a 4000x3000 decode, up to %zu bytes held\n", probe.calls, probe.max_bytes);
+    ck_assert_int_gt(probe.calls, 100);
+    ck_assert_uint_ge(probe.max_bytes, (size_t)4000 * 3000 * 3);
+    probe = (stop_probe){.p = p, .stop_at = 10};
+    expect_then_recover(p, big, len, PREP_ERR_STOPPED, "stop hook says stop", &g);
+    ck_assert_int_ge(probe.calls, 10);
+    preprocess_set_stop(p, NULL, NULL);
+    ck_assert_int_eq(run(p, big, len, out), PREP_OK);
+    npy_free(&g.crop);
+    free(g.jpeg);
+    free(big);
+    preprocess_destroy(p);
+}
+END_TEST
+
+/* M4: a huge image's buffers are given back after it; ordinary ones stay
+ * and are reused. */
+START_TEST(test_buffers_over_the_retained_size_are_freed)
+{
+    size_t blen, slen;
+    uint8_t *big = read_jpeg("s4000x3000", &blen), *small = read_jpeg("s640x480", &slen);
+    uint8_t out[CROP_BYTES];
+    preprocess_ctx *p = preprocess_create(NULL);
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);
+    ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
+    size_t kept = preprocess_ctx_bytes(p);
+    ck_assert_uint_ge(kept, (size_t)640 * 480 * 3);
+    ck_assert_uint_le(kept, PREPROCESS_DEFAULT_RETAIN_BYTES);
+    ck_assert_int_eq(run(p, big, blen, out), PREP_OK);   /* 36 MB of pixels */
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);
+    ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), kept);
+    ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), kept);
+    preprocess_destroy(p);
+    preprocess_options opt = {.retain_bytes = 1u << 20};
+    p = preprocess_create(&opt);
+    ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);
+    expect(p, small, 2, PREP_ERR_CORRUPT, "SOI only, small retain");
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);
+    preprocess_destroy(p);
+    free(big);
+    free(small);
+}
+END_TEST
+
+/* L4: luma sampling factors TurboJPEG 2 calls TJSAMP_UNKNOWN decode to
+ * exactly PIL's pixels. */
+START_TEST(test_unusual_sampling_factors_equal_torchvision)
+{
+    static const char *const names[] = {"sample4x2_333x501", "sample3x1_333x501", "sample1x4_333x501",
+                                        "sample2x4_333x501"};
+    expect_exact_crops(names, sizeof names / sizeof *names);
+}
+END_TEST
+
+/* preprocess_header (the GPU route's check) gives the sizes and statuses
+ * preprocess_jpeg would, 4x2 sampling included, without decoding; the
+ * ctx then decodes normally. */
+START_TEST(test_header_matches_what_the_decode_checks)
+{
+    preprocess_ctx *p = preprocess_create(NULL);
+    preprocess_info info;
+    char err[256] = "";
+    size_t len, clen;
+    uint8_t *jpeg = read_jpeg("sample4x2_333x501", &len), *cmyk = read_ref("bad/cmyk.jpg", &clen);
+    ck_assert_int_eq(preprocess_header(p, jpeg, len, &info, err, sizeof err), PREP_OK);
+    ck_assert_int_eq(info.w, 333);
+    ck_assert_int_eq(info.h, 501);
+    ck_assert_int_eq(info.ycc, 1);
+    ck_assert_uint_eq(info.decode_bytes, (size_t)333 * 501 * 3 + preprocess_scratch_bytes(333, 501));
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);   /* nothing decoded, nothing held */
+    ck_assert_int_eq(preprocess_header(p, cmyk, clen, &info, err, sizeof err), PREP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(preprocess_header(p, jpeg, 2, &info, err, sizeof err), PREP_ERR_CORRUPT);
+    ck_assert_int_eq(preprocess_header(p, jpeg, 1, &info, err, sizeof err), PREP_ERR_NOT_JPEG);
+    preprocess_options small = {.max_pixels = 333 * 501 - 1};
+    preprocess_ctx *q = preprocess_create(&small);
+    ck_assert_int_eq(preprocess_header(q, jpeg, len, &info, err, sizeof err), PREP_ERR_TOO_LARGE);
+    preprocess_destroy(q);
+    uint8_t out[CROP_BYTES];
+    ck_assert_int_eq(run(p, jpeg, len, out), PREP_OK);
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), info.decode_bytes);   /* baseline: no coefficient store */
+    /* A progressive file also needs libjpeg's coefficient store. */
+    size_t plen;
+    uint8_t *prog = read_jpeg("progressive_801x601", &plen);
+    ck_assert_int_eq(preprocess_header(p, prog, plen, &info, err, sizeof err), PREP_OK);
+    ck_assert_uint_gt(info.decode_bytes, (size_t)801 * 601 * 3 + preprocess_scratch_bytes(801, 601));
+    free(prog);
+    preprocess_destroy(p);
+    free(jpeg);
+    free(cmyk);
 }
 END_TEST
 
@@ -594,10 +764,15 @@ static Suite *preprocess_suite(void)
     tcase_add_test(ref, test_huge_header_on_tiny_file_is_too_large);
     tcase_add_test(ref, test_configured_pixel_limit_applies);
     tcase_add_test(ref, test_repeated_last_scan_is_rejected_quickly);
+    tcase_add_test(ref, test_stop_hook_stops_a_decode_and_the_ctx_recovers);
+    tcase_add_test(ref, test_buffers_over_the_retained_size_are_freed);
+    tcase_add_test(ref, test_unusual_sampling_factors_equal_torchvision);
+    tcase_add_test(ref, test_header_matches_what_the_decode_checks);
     suite_add_tcase(s, ref);
     TCase *self = tcase_create("self-contained");
     tcase_add_test(self, test_status_codes_are_stable);
     tcase_add_test(self, test_limitscans_allows_500_scans_and_rejects_501);
+    tcase_add_test(self, test_work_budget_refuses_more_scan_passes_than_allowed);
     tcase_add_test(self, test_ycck_is_unsupported);
     tcase_add_test(self, test_resize_of_constant_image_is_constant);
     suite_add_tcase(s, self);

@@ -2,6 +2,7 @@
  * ?top_k=, and the multipart/form-data splitter (including hostile and
  * truncated bodies, which must fail cleanly rather than read past the end). */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/request.h"
@@ -33,6 +34,40 @@ START_TEST(content_types_map_to_body_kinds)
 }
 END_TEST
 
+/* L7: parameters are walked in order, so a quoted value of another
+ * parameter cannot smuggle a boundary in, and a quoted boundary is
+ * unquoted (escapes resolved). */
+START_TEST(content_type_parameters_honour_quoting)
+{
+    request_body_kind k;
+    char b[72];
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data; foo=\"x; boundary=evil\"; boundary=B",
+                                                &k, b, sizeof b), 0);
+    ck_assert_str_eq(b, "B");
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data; foo=\"a\\\"; boundary=evil\"; boundary=B",
+                                                &k, b, sizeof b), 0);
+    ck_assert_str_eq(b, "B");
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data; boundary=\"a b;c\"", &k, b, sizeof b), 0);
+    ck_assert_str_eq(b, "a b;c");
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data; boundary=\"q\\\"x\"", &k, b, sizeof b), 0);
+    ck_assert_str_eq(b, "q\"x");
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data;boundary=B ; charset=utf-8", &k, b, sizeof b), 0);
+    ck_assert_str_eq(b, "B");
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data; xboundary=A; boundary=B", &k, b, sizeof b), 0);
+    ck_assert_str_eq(b, "B");
+    const char *bad[] = {
+        "multipart/form-data; foo=\"x; boundary=evil\"",      /* only inside a quoted value */
+        "multipart/form-data; boundary=\"\"",                 /* empty */
+        "multipart/form-data; boundary=a\"b",                  /* stray quote */
+        "multipart/form-data; boundary=\"a\"b",               /* text after the quoted value */
+        "multipart/form-data; =x; boundary=B",                 /* no parameter name */
+        "multipart/form-data; boundary",                       /* no '=' */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(request_parse_content_type(bad[i], &k, b, sizeof b) == -2, "'%s' accepted", bad[i]);
+}
+END_TEST
+
 START_TEST(top_k_accepts_only_1_to_1000)
 {
     int k = 5;
@@ -40,7 +75,9 @@ START_TEST(top_k_accepts_only_1_to_1000)
     ck_assert_int_eq(k, 1);
     ck_assert_int_eq(request_parse_top_k("1000", &k), 0);
     ck_assert_int_eq(k, 1000);
-    const char *bad[] = { "", "0", "1001", "-1", "5x", " 5", "99999", "1e2" };
+    /* L8: one rule for leading zeros, whatever their number: refused. */
+    const char *bad[] = { "", "0", "1001", "-1", "5x", " 5", "99999", "1e2", "05", "0005", "00005",
+                          "000000000005", "+5", "5%005" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(request_parse_top_k(bad[i], &k) == -1, "'%s' accepted", bad[i]);
     ck_assert_int_eq(k, 1000);
@@ -149,6 +186,38 @@ START_TEST(malformed_multipart_bodies_fail_cleanly)
 }
 END_TEST
 
+/* M5: an empty body is refused without handing a NULL pointer to memmem
+ * (UBSan's nonnull check in the sanitizer build). */
+START_TEST(empty_multipart_body_is_refused)
+{
+    request_part parts[1];
+    char err[256] = "";
+    ck_assert_int_eq(request_parse_multipart(NULL, 0, "b", "image", parts, 1, err, sizeof err), -1);
+    ck_assert_str_eq(err, "multipart body is empty");
+}
+END_TEST
+
+/* L3: %00 is never decoded, so no NUL can cut a path or a value short. */
+START_TEST(unescape_decodes_everything_but_nul)
+{
+    static const struct { const char *in, *out; } cases[] = {
+        { "/healthz%00", "/healthz%00" }, { "5%005", "5%005" }, { "%41%62c", "Abc" },
+        { "%2f%2F", "//" }, { "%zz%4", "%zz%4" }, { "100%", "100%" }, { "%ff", "\xff" }, { "", "" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s", cases[i].in);
+        size_t n = request_unescape(buf);
+        ck_assert_str_eq(buf, cases[i].out);
+        ck_assert_uint_eq(n, strlen(cases[i].out));
+    }
+    int k = 0;
+    char q[] = "5%005";
+    request_unescape(q);
+    ck_assert_int_eq(request_parse_top_k(q, &k), -1);
+}
+END_TEST
+
 START_TEST(every_prefix_of_a_valid_body_is_handled)
 {
     const char *body = "--bnd\r\nContent-Disposition: form-data; name=\"image\"; filename=\"x\"\r\n"
@@ -172,15 +241,14 @@ START_TEST(request_body_grows_and_failures_keep_the_first)
 {
     request *r = request_create();
     ck_assert_ptr_nonnull(r);
-    ck_assert_int_eq(request_reserve(r, 200000), 0);
-    const uint8_t *reserved = r->body;
+    r->expect = 200000;
     uint8_t chunk[1000];
     memset(chunk, 7, sizeof chunk);
     for (int i = 0; i < 200; i++)
         ck_assert_int_eq(request_append(r, chunk, sizeof chunk), 0);
     ck_assert_uint_eq(r->len, 200000);
     ck_assert_int_eq(r->body[199999], 7);
-    ck_assert_ptr_eq(r->body, reserved);   /* an announced length: one allocation */
+    ck_assert_uint_eq(r->cap, 200000);   /* an announced length: no buffer past it */
     ck_assert_int_eq(request_append(r, chunk, 1), 0);   /* and it still grows past it */
     ck_assert_uint_eq(r->len, 200001);
     request_fail(r, 504, "timeout", "first");
@@ -191,12 +259,49 @@ START_TEST(request_body_grows_and_failures_keep_the_first)
 }
 END_TEST
 
+START_TEST(request_body_is_charged_to_the_budget)
+{
+    budget b;
+    budget_init(&b, 300 * 1024);
+    request *r = request_create();
+    ck_assert_ptr_nonnull(r);
+    r->budget = &b;
+    /* A huge announced length reserves nothing: memory follows the bytes. */
+    r->expect = 16u << 20;
+    uint8_t chunk[1000];
+    memset(chunk, 7, sizeof chunk);
+    ck_assert_int_eq(request_append(r, chunk, sizeof chunk), 0);
+    ck_assert_uint_eq(budget_used(&b), r->cap);
+    ck_assert_uint_le(r->cap, 64 * 1024);
+    int rc = 0, appended = 1;
+    while ((rc = request_append(r, chunk, sizeof chunk)) == 0)
+        appended++;
+    ck_assert_int_eq(rc, -2);   /* the budget, not the allocator, said no */
+    ck_assert_uint_eq(r->len, (size_t)appended * sizeof chunk);
+    ck_assert_uint_eq(budget_used(&b), r->cap);
+    ck_assert_uint_le(budget_used(&b), 300 * 1024);
+    /* A second request gets what the first gives back. */
+    request *r2 = request_create();
+    ck_assert_ptr_nonnull(r2);
+    r2->budget = &b;
+    request_drop_body(r);
+    ck_assert_uint_eq(budget_used(&b), 0);
+    ck_assert_int_eq(request_append(r2, chunk, sizeof chunk), 0);
+    request_free(r2);
+    request_free(r);
+    ck_assert_uint_eq(budget_used(&b), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("request");
     TCase *tc = tcase_create("parse");
     tcase_add_test(tc, content_types_map_to_body_kinds);
+    tcase_add_test(tc, content_type_parameters_honour_quoting);
     tcase_add_test(tc, top_k_accepts_only_1_to_1000);
+    tcase_add_test(tc, empty_multipart_body_is_refused);
+    tcase_add_test(tc, unescape_decodes_everything_but_nul);
     tcase_add_test(tc, multipart_finds_image_fields_in_order);
     tcase_add_test(tc, multipart_body_may_start_with_the_delimiter);
     tcase_add_test(tc, multipart_binary_content_with_crlf_and_nul);
@@ -205,6 +310,7 @@ static Suite *suite(void)
     tcase_add_test(tc, malformed_multipart_bodies_fail_cleanly);
     tcase_add_test(tc, every_prefix_of_a_valid_body_is_handled);
     tcase_add_test(tc, request_body_grows_and_failures_keep_the_first);
+    tcase_add_test(tc, request_body_is_charged_to_the_budget);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,6 +5,11 @@
 # against decode-only img/s on the same corpus, the same cores and the same
 # number of decode threads (resnetd-bench --decode-only): for CPU-decoded
 # JPEGs decoding is the ceiling, so this ratio says how close the daemon gets.
+# On CUDA it also measures, in the same run, the GPU decode-only ceiling
+# (resnetd-bench --decode gpu: nvJPEG hardware decode + resize/crop into the
+# engine slot) and PyTorch's anchor (tools/torchvision_decode_anchor.py:
+# torchvision.io.decode_jpeg on the GPU, with and without resize + crop),
+# and sets the e2e figure against the GPU ceiling.
 #
 # Pinning: with 4 or more CPUs the daemon and the decode-only bench share
 # CPUs 0..N-2 and resnetd-load gets CPU N-1, so the comparison is on the same
@@ -34,6 +39,8 @@ usage: tools/e2e-bench.sh [options]
   --out DIR             results: table, JSON per point, PNG (default e2e-out)
   --no-pin              do not pin the daemon and the client to separate CPUs
   --daemon-arg ARG      extra resnetd option (repeatable), e.g. --daemon-arg --max-batch-size=64
+  --decode MODE         the daemon's JPEG decoding: auto, gpu, gpu-exact, cpu (default auto)
+  --no-anchor           CUDA: skip the torchvision GPU decode anchor
   --replot DIR          only draw DIR/e2e.png again from an earlier run's DIR/results.tsv
 EOF
 }
@@ -68,7 +75,7 @@ EOF
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 device=cpu weights=synthetic corpus='' images=200 conc='' k=1 duration=10 warmup=2 threads=''
-client_threads=1 builddir=$here out=e2e-out pin=1 daemon_args=''
+client_threads=1 builddir=$here out=e2e-out pin=1 daemon_args='' decode=auto anchor=1
 while [ $# -gt 0 ]; do
   case $1 in
     --device) device=$2; shift ;;
@@ -85,6 +92,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --no-pin) pin=0 ;;
     --daemon-arg) daemon_args="$daemon_args $2"; shift ;;
+    --decode) decode=$2; shift ;;
+    --no-anchor) anchor=0 ;;
     --replot) out=$(cd "$2" && pwd); plot; exit 0 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "e2e-bench: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -146,11 +155,33 @@ decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/decode-only.js
 [ -n "$decode_ips" ] || { echo "e2e-bench: no img_per_s in $out/decode-only.json" >&2; exit 1; }
 echo "decode-only: $decode_ips img/s"
 
+# --- GPU decode-only ceiling and PyTorch's anchor (CUDA) -----------------------
+gpu_decode_ips=''
+tv_decode='' tv_resize=''
+if [ "$device" != cpu ] && [ "$decode" != cpu ]; then
+  bench_decode=gpu
+  [ "$decode" = gpu-exact ] && bench_decode=gpu-exact
+  if "$builddir/resnetd-bench" --device "$device" --decode-only --decode "$bench_decode" --decode-dir "$corpus" --json \
+      >"$out/gpu-decode-only.json" 2>"$out/gpu-decode-only.err"; then
+    gpu_decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/gpu-decode-only.json")
+    gpu_refused=$(sed -n 's/.*"refused":\([0-9]*\).*/\1/p' "$out/gpu-decode-only.json")
+    echo "GPU decode-only: $gpu_decode_ips img/s ($gpu_refused of $ncorpus files refused by the hardware)"
+  else
+    echo "GPU decode-only: not available: $(tail -n 1 "$out/gpu-decode-only.err")"
+  fi
+  if [ "$anchor" = 1 ] && command -v python3 >/dev/null; then
+    python3 "$here/tools/torchvision_decode_anchor.py" "$corpus" >"$out/torchvision-decode.json" 2>&1 || true
+    tv_decode=$(sed -n 's/.*"decode_img_per_s": \([0-9.e+-]*\).*/\1/p' "$out/torchvision-decode.json")
+    tv_resize=$(sed -n 's/.*"decode_resize_crop_img_per_s": \([0-9.e+-]*\).*/\1/p' "$out/torchvision-decode.json")
+    echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s"
+  fi
+fi
+
 # --- daemon ------------------------------------------------------------------
 log=$out/resnetd.log
 # shellcheck disable=SC2086  # daemon_pin and daemon_args are word lists
 $daemon_pin "$builddir/resnetd" --weights "$weights" --device "$device" --listen 127.0.0.1:0 \
-  --labels "$here/etc/imagenet-classes.txt" --decode-threads "$threads" $daemon_args 2>"$log" &
+  --labels "$here/etc/imagenet-classes.txt" --decode-threads "$threads" --decode "$decode" $daemon_args 2>"$log" &
 daemon=$!
 trap 'kill $daemon 2>/dev/null || true' EXIT INT TERM
 port=
@@ -203,6 +234,7 @@ for c in $conc; do
     $1, $2, $3, $4, $5, $6, $7, $8, $10, $11, $12, $13, $14, $15, $16 }'
 done
 
+curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics-final.txt" 2>/dev/null || true
 kill -TERM $daemon
 wait $daemon || true
 trap - EXIT INT TERM
@@ -218,8 +250,19 @@ client_where="any CPU"
   echo "device $device, weights $weights, corpus $corpus ($ncorpus images, $corpus_mb MB), $k image(s)/request"
   echo "daemon CPUs $daemon_cpus ($daemon_ncpu), $threads decode threads; client on $client_where"
   echo "decode-only: $decode_ips img/s ($threads threads, same CPUs)"
+  [ -n "$gpu_decode_ips" ] && echo "GPU decode-only: $gpu_decode_ips img/s (nvJPEG hardware + resize/crop, $bench_decode)"
+  [ -n "$tv_resize" ] && echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s"
+  echo "daemon: $(grep -m1 'listening' "$log" | sed 's/.*JPEG decoding on the /JPEG decoding on the /')"
   echo "best e2e:    $best_ips img/s at $best_c connections"
   echo "e2e / decode-only = $ratio"
+  if [ -n "$gpu_decode_ips" ]; then
+    awk -v a="$best_ips" -v b="$gpu_decode_ips" 'BEGIN { printf "e2e / GPU decode-only = %.3f\n", a / b }'
+  fi
+  if [ -n "$tv_resize" ]; then
+    awk -v a="$best_ips" -v b="$tv_resize" 'BEGIN { printf "e2e / torchvision GPU decode + resize + crop = %.2f\n", a / b }'
+  fi
+  sed -n 's/^resnetd_decoded_images_total{backend="\([a-z]*\)"} \([0-9]*\)/decoded by \1: \2/p; s/^resnetd_decode_fallbacks_total{reason="\([a-z_]*\)"} \([1-9][0-9]*\)/CPU fallbacks, \1: \2/p' \
+    "$out/metrics-final.txt" 2>/dev/null || true
   awk -F'\t' -v c="$best_c" -v n="$daemon_ncpu" -v t="$threads" -v d="$decode_ips" 'NR > 1 && $1 == c {
     printf "where the time went at %s connections: the daemon used %.2f of %d CPUs (%.2f idle);\n", c, $15, n, n - $15
     printf "  %.2f ms CPU per image, of which decode %.2f ms (decode-only: %.2f ms per image per thread);\n",

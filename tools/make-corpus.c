@@ -6,7 +6,9 @@
  * soft-edged shapes with their own shading (objects), multi-octave value
  * noise (texture) and per-pixel grain (sensor noise). Sizes are 0.2-1 MP in
  * common aspect ratios, quality 85-95, mostly 4:2:0 as cameras write them.
- * Deterministic for a given --seed. Needs only TurboJPEG. */
+ * --progressive F writes that share of them progressive (as many web images
+ * are), which GPU hardware decoders refuse. Deterministic for a given
+ * --seed. Needs only TurboJPEG. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -161,9 +163,10 @@ static int render(rng *r, int w, int h, uint8_t *rgb)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: make-corpus --out DIR [--count N] [--seed S] [--min-mp A] [--max-mp B]\n"
+    fprintf(f, "usage: make-corpus --out DIR [--count N] [--seed S] [--min-mp A] [--max-mp B] [--progressive F]\n"
                "Writes N (default 200) synthetic photo-like JPEGs of A..B megapixels\n"
-               "(default 0.2..1.0), quality 85-95, into DIR as photo_NNNN.jpg.\n");
+               "(default 0.2..1.0), quality 85-95, into DIR as photo_NNNN.jpg; a share F\n"
+               "(default 0) of them progressive.\n");
 }
 
 int main(int argc, char **argv)
@@ -171,12 +174,13 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"out", required_argument, NULL, 'o'},    {"count", required_argument, NULL, 'n'},
         {"seed", required_argument, NULL, 's'},   {"min-mp", required_argument, NULL, 'a'},
-        {"max-mp", required_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'},
+        {"max-mp", required_argument, NULL, 'b'}, {"progressive", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *out = NULL;
     long count = 200;
     unsigned long seed = 1;
-    double min_mp = 0.2, max_mp = 1.0;
+    double min_mp = 0.2, max_mp = 1.0, progressive = 0;
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -187,6 +191,7 @@ int main(int argc, char **argv)
         case 's': seed = strtoul(optarg, &end, 10); break;
         case 'a': min_mp = strtod(optarg, &end); break;
         case 'b': max_mp = strtod(optarg, &end); break;
+        case 'p': progressive = strtod(optarg, &end); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -196,7 +201,7 @@ int main(int argc, char **argv)
         }
     }
     if (!out || optind != argc || count < 1 || count > 100000 || !(min_mp > 0.001) || !(max_mp >= min_mp) ||
-        max_mp > 100) {
+        max_mp > 100 || !(progressive >= 0 && progressive <= 1)) {
         usage(stderr);
         return 2;
     }
@@ -211,7 +216,7 @@ int main(int argc, char **argv)
     }
     static const double aspects[] = {4.0 / 3, 3.0 / 2, 16.0 / 9, 1.0, 3.0 / 4, 2.0 / 3};
     double total_px = 0, total_bytes = 0;
-    int rc = 0;
+    int rc = 0, nprog = 0;
     for (long i = 0; i < count && rc == 0; i++) {
         rng r = {.s = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i + 1) * 0xBF58476D1CE4E5B9ull};
         if (r.s == 0)
@@ -222,13 +227,18 @@ int main(int argc, char **argv)
         int quality = 85 + (int)(rnd(&r) * 11);
         double u = rnd(&r);
         int samp = u < 0.8 ? TJSAMP_420 : u < 0.9 ? TJSAMP_422 : TJSAMP_444;
+        /* A low-discrepancy pick, apart from the image's own random stream,
+         * so the pixels do not depend on --progressive. */
+        int prog = fmod((double)i * 0.6180339887498949, 1.0) < progressive;
+        nprog += prog;
         uint8_t *rgb = malloc((size_t)w * (size_t)h * 3);
         unsigned char *jpeg = NULL;
         unsigned long len = 0;
         if (!rgb || render(&r, w, h, rgb) != 0) {
             fprintf(stderr, "make-corpus: out of memory\n");
             rc = 1;
-        } else if (tjCompress2(tj, rgb, w, 0, h, TJPF_RGB, &jpeg, &len, samp, quality, TJFLAG_ACCURATEDCT) != 0) {
+        } else if (tjCompress2(tj, rgb, w, 0, h, TJPF_RGB, &jpeg, &len, samp, quality,
+                               TJFLAG_ACCURATEDCT | (prog ? TJFLAG_PROGRESSIVE : 0)) != 0) {
             fprintf(stderr, "make-corpus: tjCompress2: %s\n", tjGetErrorStr2(tj));
             rc = 1;
         } else {
@@ -250,7 +260,7 @@ int main(int argc, char **argv)
     }
     tjDestroy(tj);
     if (rc == 0)
-        printf("make-corpus: %ld images in %s, mean %.2f MP, %.0f KB, %.2f bits/pixel\n", count, out,
-               total_px / count / 1e6, total_bytes / count / 1e3, 8 * total_bytes / total_px);
+        printf("make-corpus: %ld images (%d progressive) in %s, mean %.2f MP, %.0f KB, %.2f bits/pixel\n", count,
+               nprog, out, total_px / count / 1e6, total_bytes / count / 1e3, 8 * total_bytes / total_px);
     return rc;
 }

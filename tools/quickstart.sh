@@ -10,12 +10,13 @@ mode=${1:-}
 case "$mode" in run|test) ;; *) echo "usage: $0 run|test" >&2; exit 2 ;; esac
 
 build_pkgs="build-essential autoconf automake pkg-config libmicrohttpd-dev libjansson-dev
-  libturbojpeg0-dev check libsubunit-dev libopenblas-dev"
+  libturbojpeg0-dev libjpeg62-turbo-dev check libsubunit-dev libopenblas-dev"
 run_pkgs="curl python-matplotlib-data"
 # Reference tests: torchvision on Debian's python3, cjpeg for restart-marker
-# JPEGs, promtool and systemd-analyze for the ops checks.
+# JPEGs and decode bombs, promtool and systemd-analyze for the ops checks,
+# clang and its runtime (libFuzzer) for tests/fuzz.
 test_pkgs="python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
-  python-matplotlib-data prometheus systemd gnuplot-nox"
+  python-matplotlib-data prometheus systemd gnuplot-nox clang libclang-rt-dev"
 
 install_missing() {
   missing=
@@ -36,6 +37,24 @@ if [ "$mode" = test ]; then install_missing $build_pkgs $test_pkgs; else install
 
 conf_flags=
 [ "${CI:-}" = true ] && conf_flags="--enable-werror"
+# GPU JPEG decoding needs nvJPEG, which Debian's CUDA toolkit lacks: take
+# its header and library from NVIDIA's wheel so the code is built (CI must
+# compile it; it runs only where there is a GPU).
+nvcc=$(command -v nvcc || true)
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+if [ -n "$nvcc" ]; then
+  cuda_home=$(dirname "$(dirname "$nvcc")")
+  if [ -f "$cuda_home/include/nvjpeg.h" ]; then
+    :
+  elif sh tools/fetch-nvjpeg.sh "$top/.nvjpeg" "$nvcc"; then
+    conf_flags="$conf_flags --with-nvjpeg=$top/.nvjpeg"
+  elif [ "${CI:-}" = true ]; then
+    echo "quickstart: cannot fetch nvJPEG; CI must build the GPU JPEG decoder" >&2
+    exit 1
+  else
+    echo "quickstart: no nvJPEG; building without GPU JPEG decoding" >&2
+  fi
+fi
 if [ ! -f configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
   autoreconf -fi
 fi

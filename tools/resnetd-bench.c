@@ -5,7 +5,11 @@
  * random bytes), so it times exactly what the daemon runs. Per batch size:
  * warm-up, then --iters timed batches; ms/batch is their median. The decode
  * part runs preprocess_jpeg over every JPEG of a directory with N threads,
- * one preprocess context per thread; img/s is the median over passes.
+ * one preprocess context per thread; img/s is the median over passes. With
+ * --decode gpu it times the GPU decode path instead: the device decoder
+ * (nvJPEG hardware decode + resize + crop into a CUDA engine slot, stage
+ * after stage as the batcher does) over the files the hardware accepts,
+ * whose headers are checked first, as the daemon's decode threads do.
  *
  * Each measurement is one row in a results list, printed as a table or as one
  * JSON object (--json); a new measurement (another precision, per-layer
@@ -22,6 +26,7 @@
 #include <unistd.h>
 #include "config.h"
 #include "model/clock.h"
+#include "model/devjpeg.h"
 #include "model/engine.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
@@ -42,6 +47,9 @@ typedef struct bench_opts {
     const char *decode_dir;
     int decode_only;
     int decode_threads;
+    int decode_gpu;             /* --decode gpu or gpu-exact */
+    int decode_exact;           /* --decode gpu-exact */
+    int decode_batch;           /* --decode gpu: images per stage */
     int json;
     int layers;                 /* CUDA: per-layer times at each batch size */
     int pipeline_batch;         /* >0: time the two-slot pipeline at this batch */
@@ -89,6 +97,9 @@ typedef struct engine_extras {
 typedef struct decode_result {
     int files;
     int failed;                 /* files skipped because they do not decode */
+    int refused;                /* gpu: files the hardware refuses (decoded on the CPU by the daemon) */
+    int refused_by[DEVJPEG_NREASONS];
+    int images;                 /* gpu: images per timed pass */
     int threads;
     double img_per_s;           /* median over passes */
 } decode_result;
@@ -107,6 +118,10 @@ static void usage(FILE *f)
             "  --decode-dir DIR     also time preprocessing of every *.jpg/*.jpeg in DIR\n"
             "  --decode-threads N   preprocessing threads (default: all cores)\n"
             "  --decode-only        time only the preprocessing\n"
+            "  --decode MODE        preprocessing on the cpu (libjpeg-turbo, default) or the gpu\n"
+            "                       (nvJPEG hardware decoder + resize/crop into the CUDA engine);\n"
+            "                       gpu-exact: the GPU path with libjpeg-exact pixels\n"
+            "  --decode-batch N     --decode gpu: images per batch (default 128)\n"
             "  --json               print one JSON object\n"
             "  --layers             CUDA: per-layer GPU times at each batch size\n"
             "  --pipeline B         time the two-slot pipeline at batch B: overlap on vs off\n"
@@ -145,7 +160,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
            OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
-           OPT_PIPELINE };
+           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
@@ -156,6 +171,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"decode-dir", required_argument, NULL, OPT_DECODE_DIR},
         {"decode-threads", required_argument, NULL, OPT_DECODE_THREADS},
         {"decode-only", no_argument, NULL, OPT_DECODE_ONLY},
+        {"decode", required_argument, NULL, OPT_DECODE},
+        {"decode-batch", required_argument, NULL, OPT_DECODE_BATCH},
         {"json", no_argument, NULL, OPT_JSON},
         {"layers", no_argument, NULL, OPT_LAYERS},
         {"pipeline", required_argument, NULL, OPT_PIPELINE},
@@ -166,6 +183,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->ecfg.device = ENGINE_DEVICE_AUTO;
     o->weights = "synthetic";
     o->iters = 10;
+    o->decode_batch = 128;
     parse_batches("1,8,32", o);
     int c;
     long v;
@@ -214,6 +232,21 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->decode_threads = (int)v;
             break;
         case OPT_DECODE_ONLY: o->decode_only = 1; break;
+        case OPT_DECODE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "gpu") != 0 && strcmp(optarg, "gpu-exact") != 0) {
+                fprintf(stderr, "resnetd-bench: --decode must be cpu, gpu or gpu-exact, got '%s'\n", optarg);
+                return -1;
+            }
+            o->decode_gpu = strcmp(optarg, "cpu") != 0;
+            o->decode_exact = strcmp(optarg, "gpu-exact") == 0;
+            break;
+        case OPT_DECODE_BATCH:
+            if (parse_int(optarg, 1, BENCH_MAX_BATCH, &v) != 0) {
+                fprintf(stderr, "resnetd-bench: --decode-batch must be 1..%d, got '%s'\n", BENCH_MAX_BATCH, optarg);
+                return -1;
+            }
+            o->decode_batch = (int)v;
+            break;
         case OPT_JSON: o->json = 1; break;
         case OPT_LAYERS: o->layers = 1; break;
         case OPT_PIPELINE:
@@ -526,12 +559,125 @@ fail:
     return -1;
 }
 
+/* The GPU decode path, stage after stage on alternating slots of a CUDA
+ * engine (synthetic weights; the engine itself does not run): img/s of the
+ * device decoder, the GPU decode-only ceiling of the daemon. */
+static int no_fallback(void *cls, int index, uint8_t *out)
+{
+    (void)cls;
+    (void)index;
+    (void)out;
+    return -1;
+}
+
+static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, decode_result *r, char *err,
+                            size_t errlen)
+{
+    enum { MIN_IMAGES_PER_PASS = 2048 };
+    const int B = o->decode_batch, passes = o->iters < 3 ? 3 : o->iters;
+    resnet18_weights w;
+    engine *e = NULL;
+    devjpeg *dj = NULL;
+    preprocess_ctx *ctx = preprocess_create(NULL);
+    const uint8_t **ptrs = calloc((size_t)nfiles, sizeof *ptrs);
+    size_t *lens = calloc((size_t)nfiles, sizeof *lens);
+    int *ws = calloc((size_t)nfiles, sizeof *ws), *hs = calloc((size_t)nfiles, sizeof *hs);
+    double *ips = calloc((size_t)passes, sizeof *ips);
+    int rc = -1, nok = 0, have_w = 0;
+    if (!ctx || !ptrs || !lens || !ws || !hs || !ips) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if (weights_synthetic(1, &w, err, errlen) != 0)
+        goto out;
+    have_w = 1;
+    engine_config ec = o->ecfg;
+    ec.device = ENGINE_DEVICE_CUDA;
+    ec.max_batch = B;
+    ec.nslots = 2;
+    if (!(e = engine_create(&w, &ec, err, errlen)) || !(dj = devjpeg_create(e, 512u << 20, 1, o->decode_exact, err, errlen)))
+        goto out;
+    for (int i = 0; i < nfiles; i++) {
+        char why[256];
+        preprocess_info info;
+        if (preprocess_header(ctx, files[i].data, files[i].len, &info, why, sizeof why) != PREP_OK)
+            continue;
+        devjpeg_reason dr = devjpeg_check(dj, files[i].data, files[i].len, &info);
+        if (dr != DEVJPEG_OK) {
+            r->refused++;
+            r->refused_by[dr]++;
+            continue;
+        }
+        ws[nok] = info.w;
+        hs[nok] = info.h;
+        ptrs[nok] = files[i].data;
+        lens[nok++] = files[i].len;
+    }
+    if (nok == 0) {
+        snprintf(err, errlen, "the hardware decoder refuses every file");
+        goto out;
+    }
+    int per_pass = nok;
+    while (per_pass < MIN_IMAGES_PER_PASS)
+        per_pass += nok;
+    for (int p = 0, stage = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
+        uint64_t t0 = clock_now_ns();
+        for (int done = 0; done < per_pass;) {
+            int i0 = done % nok, m = B;
+            if (m > nok - i0)
+                m = nok - i0;
+            if (m > per_pass - done)
+                m = per_pass - done;
+            int nfb = 0;
+            if (devjpeg_stage(dj, stage++ % 2, 0, ptrs + i0, lens + i0, ws + i0, hs + i0, m, no_fallback, NULL, &nfb,
+                              err, errlen) != 0)
+                goto out;
+            if (nfb > 0) {
+                snprintf(err, errlen, "the device failed on %d images", nfb);
+                goto out;
+            }
+            done += m;
+        }
+        if (devjpeg_sync(dj, err, errlen) != 0)
+            goto out;
+        if (p > 0)
+            ips[p - 1] = per_pass / ((double)(clock_now_ns() - t0) / 1e9);
+    }
+    r->images = per_pass;
+    r->img_per_s = median(ips, passes);
+    rc = 0;
+out:
+    devjpeg_destroy(dj);
+    if (e)
+        engine_destroy(e);
+    if (have_w)
+        weights_free(&w);
+    if (ctx)
+        preprocess_destroy(ctx);
+    free(ptrs);
+    free(lens);
+    free(ws);
+    free(hs);
+    free(ips);
+    return rc;
+}
+
 static int bench_decode(const bench_opts *o, decode_result *r, char *err, size_t errlen)
 {
     jpeg_file *files;
     int nfiles, failed;
     if (load_jpegs(o->decode_dir, &files, &nfiles, &failed, err, errlen) != 0)
         return -1;
+    if (o->decode_gpu) {
+        r->files = nfiles;
+        r->failed = failed;
+        r->threads = 0;
+        int grc = bench_decode_gpu(o, files, nfiles, r, err, errlen);
+        for (int i = 0; i < nfiles; i++)
+            free(files[i].data);
+        free(files);
+        return grc;
+    }
     const int nt = o->decode_threads;
     const int passes = o->iters < 3 ? 3 : o->iters;
     decode_worker *workers = calloc((size_t)nt, sizeof *workers);
@@ -642,9 +788,19 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
         }
 #endif
     }
-    if (o->decode_dir)
+    if (o->decode_dir && !o->decode_gpu)
         printf("decode: %d files from %s, %d threads: %.1f img/s (median of %d passes)\n",
                dec->files, o->decode_dir, dec->threads, dec->img_per_s, o->iters < 3 ? 3 : o->iters);
+    if (o->decode_dir && o->decode_gpu) {
+        printf("decode (%s: nvJPEG hardware + resize/crop into the engine slot): %d files from %s, %d refused by "
+               "the hardware",
+               o->decode_exact ? "gpu-exact" : "gpu", dec->files, o->decode_dir, dec->refused);
+        for (int k = DEVJPEG_OK + 1; k < DEVJPEG_NREASONS; k++)
+            if (dec->refused_by[k])
+                printf(" (%s %d)", devjpeg_reason_name((devjpeg_reason)k), dec->refused_by[k]);
+        printf("; batch %d, %d images per pass: %.1f img/s (median of %d passes)\n", o->decode_batch, dec->images,
+               dec->img_per_s, o->iters < 3 ? 3 : o->iters);
+    }
 }
 
 static int print_json(const bench_opts *o, const engine *info, const engine_result *res,
@@ -703,11 +859,14 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
 #endif
     }
     if (o->decode_dir)
-        json_object_set_new(root, "decode", json_pack("{s:s, s:i, s:i, s:i, s:f}",
+        json_object_set_new(root, "decode", json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}",
                                                       "dir", o->decode_dir,
+                                                      "backend", o->decode_exact ? "gpu-exact" : o->decode_gpu ? "gpu" : "cpu",
                                                       "files", dec->files,
                                                       "skipped", dec->failed,
+                                                      "refused", dec->refused,
                                                       "threads", dec->threads,
+                                                      "batch", o->decode_gpu ? o->decode_batch : 0,
                                                       "img_per_s", dec->img_per_s));
     char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(root);

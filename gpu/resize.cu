@@ -1,0 +1,166 @@
+// PIL-exact Resize(256) + CenterCrop(224) on the GPU: decoded planar RGB in
+// device memory -> the engine's uint8 HWC 224x224x3 input, bit for bit what
+// model/preprocess.c computes on the CPU.
+//
+// Pillow resamples horizontally into a uint8 image, then vertically, each
+// pass in 22-bit fixed point with coefficients computed in double. Here one
+// thread makes one output pixel: it computes its column's coefficients, and
+// for each source row its vertical taps touch it recomputes the horizontal
+// pass's uint8 value for that row (the same integer sums, so the same byte
+// PIL stores), then accumulates them with the row's vertical weights. That
+// repeats some horizontal work (taps_y times) but needs no intermediate
+// image and no second kernel; at 0.6 MP sources it is ~25 taps per pixel.
+//
+// A YCbCr source is turned into the RGB pixels libjpeg-turbo would have
+// produced from the same planes, where the kernel reads them: chroma by
+// libjpeg's "fancy" (triangle) upsampling, h2v1 for 4:2:2 and h2v2 for
+// 4:2:0 (jdsample.c), with its edge rules and rounding biases, then
+// jdcolor.c's fixed-point YCbCr -> RGB. Images narrower or shorter than 3
+// pixels never come here (libjpeg reads padding there).
+//
+// The coefficient arithmetic follows Pillow's expression order with
+// explicitly rounded double operations (__dadd_rn etc.), so no FMA
+// contraction can change a weight's last bit and flip a rounding.
+#include "gpu/kernels.cuh"
+
+#define PRECISION_BITS 22
+#define CROP 224
+
+__device__ static double bilinear_filter(double x)
+{
+    if (x < 0.0)
+        x = -x;
+    return x < 1.0 ? __dsub_rn(1.0, x) : 0.0;
+}
+
+// Pillow's precompute_coeffs for output index xx of an axis in_size ->
+// out_size: first source index, tap count and fixed-point weights.
+__device__ static int axis_coeffs(int in_size, int out_size, int xx, int *xmin, int32_t *k)
+{
+    double scale = __ddiv_rn((double)in_size, (double)out_size);
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = filterscale;
+    double ss = __ddiv_rn(1.0, filterscale);
+    double center = __dmul_rn(__dadd_rn((double)xx, 0.5), scale);
+    int lo = (int)__dadd_rn(__dsub_rn(center, support), 0.5);
+    int hi = (int)__dadd_rn(__dadd_rn(center, support), 0.5);
+    if (lo < 0)
+        lo = 0;
+    if (hi > in_size)
+        hi = in_size;
+    int n = hi - lo;
+    if (n > RESIZE_MAX_TAPS)
+        n = RESIZE_MAX_TAPS;  // the host refuses such images; never reached
+    double ww = 0.0;
+    for (int x = 0; x < n; x++)
+        ww = __dadd_rn(ww, bilinear_filter(__dmul_rn(__dadd_rn(__dsub_rn((double)(x + lo), center), 0.5), ss)));
+    for (int x = 0; x < n; x++) {
+        double w = bilinear_filter(__dmul_rn(__dadd_rn(__dsub_rn((double)(x + lo), center), 0.5), ss));
+        if (ww != 0.0)
+            w = __ddiv_rn(w, ww);
+        k[x] = w < 0 ? (int32_t)__dadd_rn(-0.5, __dmul_rn(w, (double)(1 << PRECISION_BITS)))
+                     : (int32_t)__dadd_rn(0.5, __dmul_rn(w, (double)(1 << PRECISION_BITS)));
+    }
+    *xmin = lo;
+    return n > 0 ? n : 0;
+}
+
+__device__ static int clip8(int32_t v)
+{
+    if (v >= (int32_t)(255u << PRECISION_BITS))
+        return 255;
+    if (v <= 0)
+        return 0;
+    return v >> PRECISION_BITS;
+}
+
+// Chroma sample at full-resolution pixel (x, y) after fancy upsampling.
+__device__ static int chroma_at(const resize_job &j, const uint8_t *c, int x, int y)
+{
+    if (j.fmt == RESIZE_SRC_YUV444)
+        return c[(size_t)y * j.cpitch + x];
+    int k = x >> 1;
+    if (j.fmt == RESIZE_SRC_YUV422) {   // h2v1_fancy_upsample
+        const uint8_t *row = c + (size_t)y * j.cpitch;
+        if (x & 1)
+            return k == j.cw - 1 ? row[k] : (row[k] * 3 + row[k + 1] + 2) >> 2;
+        return k == 0 ? row[0] : (row[k] * 3 + row[k - 1] + 1) >> 2;
+    }
+    // h2v2_fancy_upsample: the nearer chroma row weighs 3, the farther 1
+    // (the edge rows stand in for the missing neighbours), then the same
+    // 3:1 horizontally, biases 8 and 7 alternating.
+    int r = y >> 1, rf = y & 1 ? (r + 1 < j.ch ? r + 1 : r) : (r > 0 ? r - 1 : 0);
+    const uint8_t *near = c + (size_t)r * j.cpitch, *far = c + (size_t)rf * j.cpitch;
+    int sum = near[k] * 3 + far[k];
+    if (x & 1)
+        return k == j.cw - 1 ? (sum * 4 + 7) >> 4 : (sum * 3 + near[k + 1] * 3 + far[k + 1] + 7) >> 4;
+    return k == 0 ? (sum * 4 + 8) >> 4 : (sum * 3 + near[k - 1] * 3 + far[k - 1] + 8) >> 4;
+}
+
+__device__ static int range_limit(int v)
+{
+    return v < 0 ? 0 : v > 255 ? 255 : v;
+}
+
+// Source pixel (x, y) as RGB.
+__device__ static void src_rgb(const resize_job &j, int x, int y, int32_t px[3])
+{
+    size_t o = (size_t)y * j.pitch + x;
+    if (j.fmt == RESIZE_SRC_RGB) {
+        px[0] = j.src[o];
+        px[1] = j.src[j.plane + o];
+        px[2] = j.src[2 * j.plane + o];
+        return;
+    }
+    int luma = j.src[o];
+    if (j.fmt == RESIZE_SRC_GRAY) {
+        px[0] = px[1] = px[2] = luma;
+        return;
+    }
+    // jdcolor.c: FIX(1.40200), FIX(1.77200), FIX(0.71414), FIX(0.34414) at
+    // 16 fractional bits, ONE_HALF rounding, arithmetic right shifts.
+    int cb = chroma_at(j, j.u, x, y) - 128, cr = chroma_at(j, j.v, x, y) - 128;
+    px[0] = range_limit(luma + ((91881 * cr + 32768) >> 16));
+    px[1] = range_limit(luma + ((-22554 * cb + 32768 - 46802 * cr) >> 16));
+    px[2] = range_limit(luma + ((116130 * cb + 32768) >> 16));
+}
+
+// grid (CROP output rows, jobs), block CROP threads: one output pixel each.
+__global__ void resize_crop_u8_kernel(const resize_job *jobs)
+{
+    const resize_job j = jobs[blockIdx.y];
+    const int yy = blockIdx.x, xx = threadIdx.x;
+    __shared__ int32_t ky[RESIZE_MAX_TAPS];
+    __shared__ int ymin_s, ny_s;
+    if (xx == 0)
+        ny_s = axis_coeffs(j.h, j.rh, j.top + yy, &ymin_s, ky);
+    int32_t kx[RESIZE_MAX_TAPS];
+    int xmin;
+    int nx = axis_coeffs(j.w, j.rw, j.left + xx, &xmin, kx);
+    __syncthreads();
+
+    int32_t acc[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+    for (int y = 0; y < ny_s; y++) {
+        int32_t sum[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+        for (int x = 0; x < nx; x++) {
+            int32_t px[3];
+            src_rgb(j, xmin + x, ymin_s + y, px);
+            for (int c = 0; c < 3; c++)
+                sum[c] += px[c] * kx[x];
+        }
+        for (int c = 0; c < 3; c++)
+            acc[c] += clip8(sum[c]) * ky[y];
+    }
+    uint8_t *out = j.dst + ((size_t)yy * CROP + xx) * 3;
+    out[0] = (uint8_t)clip8(acc[0]);
+    out[1] = (uint8_t)clip8(acc[1]);
+    out[2] = (uint8_t)clip8(acc[2]);
+}
+
+cudaError_t resize_crop_launch(const resize_job *d_jobs, int njobs, cudaStream_t st)
+{
+    if (njobs <= 0)
+        return cudaSuccess;
+    resize_crop_u8_kernel<<<dim3(CROP, njobs), CROP, 0, st>>>(d_jobs);
+    return cudaGetLastError();
+}

@@ -1,0 +1,33 @@
+/* libFuzzer target: what the query string goes through: our unescape
+ * callback, then ?top_k=, and the UTF-8 sanitiser error messages use.
+ * Properties: unescaping never lengthens and never yields a NUL; top_k is
+ * 1..1000 when accepted; sanitised text is valid UTF-8. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/request.h"
+#include "model/utf8.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *s = malloc(size + 1);
+    if (!s)
+        return 0;
+    memcpy(s, data, size);
+    s[size] = '\0';
+    size_t before = strlen(s);
+    size_t n = request_unescape(s);
+    if (n > before || n != strlen(s))
+        abort();
+    int k = -7;
+    if (request_parse_top_k(s, &k) == 0 && (k < 1 || k > REQUEST_MAX_TOP_K))
+        abort();
+    char clean[256];
+    utf8_sanitize(clean, sizeof clean, s);
+    if (utf8_invalid_at(clean, strlen(clean)) != strlen(clean))
+        abort();
+    free(s);
+    return 0;
+}

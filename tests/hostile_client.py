@@ -1,0 +1,512 @@
+#!/usr/bin/python3
+"""Hostile-client tests for resnetd's connection layer: a real daemon on a
+loopback port, driven the way an attacker or a broken client would.
+Standard library only; counts and times are bounded, and timing checks use
+generous limits (a loaded 2-core CI machine must pass them).
+
+Each check names the issue item it covers (H1, H2, M1, M2, M6, M7, L1, L2,
+L9, L10, budget). Usage:
+  hostile_client.py --resnetd BIN --ref DIR --labels FILE [--only NAME ...]
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_client  # noqa: E402
+from daemon_client import Daemon, error_of, metric, multipart, read_file, reset_close, status_of  # noqa: E402
+
+JPG = {"Content-Type": "image/jpeg"}
+HELP = {}
+
+
+def supports(opts, flag):
+    """Does this resnetd know --flag? Checks of a feature pass its option
+    only where it exists, so the same test also runs against an older build
+    (and fails there on behaviour, not on a command-line error)."""
+    if "text" not in HELP:
+        HELP["text"] = subprocess.run([opts.resnetd, "--help"], capture_output=True, text=True).stdout
+    return ("--%s=" % flag) in HELP["text"]
+
+
+def opt(opts, flag, value):
+    return ["--" + flag, str(value)] if supports(opts, flag) else []
+
+
+def jpeg(opts, name="s224x224"):
+    return read_file(os.path.join(opts.ref, "jpeg", name + ".jpg"))
+
+
+def recv_all(s, limit_s):
+    """Everything until the server closes, a complete response with a
+    Content-Length arrives, or limit_s passes (then None if nothing came)."""
+    s.settimeout(0.2)
+    data = b""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            break
+        if not b:
+            break
+        data += b
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        m = re.search(rb"(?i)content-length: *(\d+)", head)
+        if sep and m and len(rest) >= int(m.group(1)):
+            break
+    return data
+
+
+def raw(port, payload, limit_s=5):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(payload)
+        return recv_all(s, limit_s)
+    finally:
+        s.close()
+
+
+def json_error(data):
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert re.search(rb"(?i)\r\ncontent-type: application/json", head), head[:300]
+    return error_of(body)
+
+
+def close_wait_sockets(port):
+    """Server-side sockets on 127.0.0.1:port in CLOSE-WAIT (state 08)."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == "0100007F:%04X" % port and fields[3] == "08":
+                n += 1
+    return n
+
+
+def classify_ok(d, opts, limit_s=30):
+    c = d.conn()
+    c.timeout = limit_s
+    try:
+        c.request("POST", "/classify", jpeg(opts), JPG)
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200, (r.status, body[:200])
+    finally:
+        c.close()
+
+
+def wait_metric(d, name, labels, at_least, limit_s):
+    deadline = time.time() + limit_s
+    v = None
+    while time.time() < deadline:
+        v = metric(d.metrics(), name, labels)
+        if v is not None and v >= at_least:
+            return v
+        time.sleep(0.1)
+    return v
+
+
+# ---- checks ----------------------------------------------------------------
+
+def check_h1_aborted_uploads_free_their_slots(opts):
+    # Headers and 1 KB of a 50 KB body, then close: 300 of them at about
+    # 100/s against a 64-connection limit. Each must be closed at once,
+    # not left in CLOSE-WAIT until connection_timeout_s (60 s here).
+    d = Daemon(opts, "--connection-limit", "64", "--connection-timeout-s", "60", "--threads", "2")
+    try:
+        head = (b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                b"Content-Length: 50000\r\n\r\n")
+        for i in range(300):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            try:
+                s.sendall(head + b"\xff" * 1024)
+            except OSError:
+                pass
+            s.close()
+            time.sleep(0.01)
+        deadline = time.time() + 5
+        while time.time() < deadline and close_wait_sockets(d.port) > 2:
+            time.sleep(0.1)
+        left = close_wait_sockets(d.port)
+        assert left <= 2, "%d sockets still in CLOSE-WAIT" % left
+        classify_ok(d, opts, limit_s=10)
+        open_conns = metric(d.metrics(), "resnetd_connections")
+        assert open_conns is not None and open_conns <= 2, open_conns
+    finally:
+        assert d.stop() == 0
+    return "300 aborted uploads: %d in CLOSE-WAIT after, %d connections open, 200 after" % (left, open_conns)
+
+
+def check_h2_slow_clients_are_dropped(opts):
+    # 40 clients trickling headers (a byte every 0.5 s, which resets an
+    # idle timeout) and 5 trickling a body at 100 B/s, against a limit of
+    # 48: each must be dropped within header_timeout_s (2 s) plus slack.
+    d = Daemon(opts, "--connection-limit", "48", "--connection-timeout-s", "2",
+               *(opt(opts, "header-timeout-s", 2) + opt(opts, "min-body-rate", "1K")))
+    socks = []
+    try:
+        for i in range(40):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            socks.append(("headers", s))
+        for i in range(5):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                      b"Content-Length: 100000\r\n\r\n")
+            socks.append(("body", s))
+        t0 = time.time()
+        alive = list(socks)
+        while alive and time.time() - t0 < 12:
+            still = []
+            for kind, s in alive:
+                try:
+                    s.sendall(b"a" if kind == "headers" else b"\xff" * 50)
+                    still.append((kind, s))
+                except OSError:
+                    continue
+            alive = still
+            time.sleep(0.5)
+        took = time.time() - t0
+        assert not alive, "%d slow clients still connected after %.1f s" % (len(alive), took)
+        classify_ok(d, opts, limit_s=10)
+        text = d.metrics()
+        dropped = metric(text, "resnetd_slow_connections_dropped_total")
+        assert dropped is not None and dropped >= 45, dropped
+        assert metric(text, "resnetd_rejected_total", {"reason": "slow_client"}) >= 5, text
+        assert metric(text, "resnetd_requests_total", {"code": "408"}) >= 5, text
+    finally:
+        for _, s in socks:
+            s.close()
+        assert d.stop() == 0
+    return "45 slow clients dropped within %.1f s; 408 counted for the slow bodies" % took
+
+
+def check_m1_half_closed_client_gets_its_answer(opts):
+    # The request, then shutdown(SHUT_WR): the client still reads. A reset
+    # instead means gone: counted as client_gone and its image not run.
+    d = Daemon(opts, "--max-queue-delay-us", "300000")
+    try:
+        body = jpeg(opts)
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.shutdown(socket.SHUT_WR)
+        data = recv_all(s, 20)
+        s.close()
+        assert status_of(data) == 200, data[:300]
+        assert json.loads(data.partition(b"\r\n\r\n")[2])["results"], data[:300]
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.1)
+        reset_close(s)
+        gone = wait_metric(d, "resnetd_rejected_total", {"reason": "client_gone"}, 1, 10)
+        assert gone == 1, gone
+        assert metric(d.metrics(), "resnetd_images_total") == 1, "the reset client's image was run"
+    finally:
+        assert d.stop() == 0
+    return "SHUT_WR: 200; reset: client_gone, not run"
+
+
+def check_m2_second_daemon_on_the_same_port_fails(opts):
+    d = Daemon(opts)
+    try:
+        args = [opts.resnetd, "--weights", "synthetic", "--labels", opts.labels, "--device", "cpu",
+                "--listen", "127.0.0.1:%d" % d.port]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        text = out.decode(errors="replace")
+        if p.returncode == -signal.SIGKILL:
+            raise AssertionError("a second resnetd started on port %d:\n%s" % (d.port, text[-500:]))
+        assert p.returncode != 0 and "cannot listen" in text, (p.returncode, text[-500:])
+        classify_ok(d, opts)
+    finally:
+        assert d.stop() == 0
+    return "exit %d: %s" % (p.returncode, text.strip().splitlines()[-1][:100])
+
+
+def check_m6_sighup_and_sigusr1_are_survived(opts):
+    d = Daemon(opts, "--max-queue-delay-us", "1000000")
+    try:
+        result = []
+        t = threading.Thread(target=lambda: result.append(
+            d.request("POST", "/classify", jpeg(opts), JPG)))
+        t.start()
+        time.sleep(0.3)
+        d.proc.send_signal(signal.SIGHUP)
+        d.proc.send_signal(signal.SIGUSR1)
+        t.join(60)
+        assert d.proc.poll() is None, "resnetd died of SIGHUP/SIGUSR1: exit %s" % d.proc.returncode
+        assert result and result[0][0] == 200, result
+        status, _, _ = d.request("GET", "/healthz")
+        assert status == 200
+        log = d.text()
+        assert "Hangup: ignored" in log and "User defined signal 1: ignored" in log, log[-800:]
+    finally:
+        rc = d.stop()
+    assert rc == 0, rc
+    return "in-flight request answered 200; both logged as ignored; SIGTERM exit 0"
+
+
+def check_m7_sigterm_during_long_decodes(opts):
+    # One decode thread busy with a request of forty 64-megapixel images
+    # (several seconds of decoding; 1 MB files, flat colour) and another
+    # request waiting for it; SIGTERM with a 500 ms drain timeout: both
+    # answered 503, exit 0, soon. Before, the daemon waited 5 s more and
+    # exited 1 with both unanswered, logging they were "in the engine".
+    import io
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (8000, 8000), (120, 80, 40)).save(buf, "JPEG", quality=90)
+    body, headers = multipart([buf.getvalue()] * 40)
+    d = Daemon(opts, "--decode-threads", "1", "--drain-timeout-ms", "500", "--max-body-bytes", "256M",
+               *opt(opts, "body-memory-bytes", "512M"))
+    out = []
+
+    def post(b, h):
+        try:
+            out.append(d.request("POST", "/classify", b, h))
+        except Exception as e:  # recorded and checked below
+            out.append(e)
+    ta = threading.Thread(target=post, args=(body, headers))
+    ta.start()
+    deadline = time.time() + 30
+    while time.time() < deadline and not metric(d.metrics(), "resnetd_decode_duration_seconds_count"):
+        time.sleep(0.05)
+    tb = threading.Thread(target=post, args=(jpeg(opts), JPG))
+    tb.start()
+    time.sleep(0.3)
+    t0 = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    try:
+        rc = d.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    took = time.time() - t0
+    ta.join(30)
+    tb.join(30)
+    log = d.text()
+    d.stop(signal.SIGKILL)
+    assert rc == 0, (rc, log[-1500:])
+    statuses = sorted(o[0] if isinstance(o, tuple) else repr(o) for o in out)
+    assert statuses == [503, 503], (statuses, log[-1500:])
+    for o in out:
+        assert error_of(o[2])["code"] == "shutting_down", o[2][:200]
+    assert took < 5.5, took
+    assert "in the engine" not in log, log[-1500:]
+    return "exit 0 %.2f s after SIGTERM; decoding and waiting requests answered 503" % took
+
+
+def check_sigterm_is_not_held_by_clients_sending_headers(opts):
+    # Clients still trickling their headers have nothing accepted to
+    # answer: the drain does not wait for them (nor for header_timeout_s).
+    d = Daemon(opts, "--drain-timeout-ms", "30000", *opt(opts, "header-timeout-s", 20))
+    socks = []
+    try:
+        for i in range(20):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+            socks.append(s)
+        time.sleep(0.3)
+        t0 = time.time()
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(30)
+        took = time.time() - t0
+    finally:
+        for s in socks:
+            s.close()
+        d.stop()
+    assert rc == 0 and took < 3, (rc, took)
+    return "20 clients mid-headers: exit 0 %.2f s after SIGTERM" % took
+
+
+def check_l1_http_layer_errors_are_counted(opts):
+    # libmicrohttpd answers some requests itself; each is still counted
+    # with its status (bad chunked encoding was counted 499).
+    d = Daemon(opts)
+    try:
+        before = d.metrics()
+        huge = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 100000 + b"\r\n\r\n"
+        got = raw(d.port, huge)
+        assert status_of(got) == 431, got[:200]
+        bad_chunk = (b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
+        got = raw(d.port, bad_chunk)
+        assert status_of(got) == 400, got[:200]
+        no_host = raw(d.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+        assert status_of(no_host) == 400, no_host[:200]
+        assert json_error(no_host)["code"] == "bad_request"
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            text = d.metrics()
+            n400 = metric(text, "resnetd_requests_total", {"code": "400"}) - \
+                metric(before, "resnetd_requests_total", {"code": "400"})
+            n431 = metric(text, "resnetd_requests_total", {"code": "431"}) or 0
+            if n400 >= 2 and n431 >= 1:
+                break
+            time.sleep(0.1)
+        assert n431 == 1, text
+        assert n400 == 2, text
+        assert (metric(text, "resnetd_requests_total", {"code": "499"}) or 0) == 0, text
+    finally:
+        assert d.stop() == 0
+    return "431 and bad chunked (400) counted with their status; missing Host: JSON 400"
+
+
+def check_l2_body_framing_is_unambiguous(opts):
+    d = Daemon(opts)
+    try:
+        cases = [
+            ("two Content-Lengths", b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+             b"Content-Length: 5\r\nContent-Length: 10\r\n\r\nhello", 400, "bad_request"),
+            ("Content-Length and chunked", b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400, "bad_request"),
+            ("no Host", b"POST /classify HTTP/1.1\r\nContent-Type: image/jpeg\r\nContent-Length: 5\r\n\r\nhello",
+             400, "bad_request"),
+            ("Transfer-Encoding gzip", b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+             b"Transfer-Encoding: gzip\r\n\r\nhello", 501, "not_implemented"),
+        ]
+        for name, payload, want, code in cases:
+            t0 = time.time()
+            got = raw(d.port, payload, limit_s=5)
+            assert status_of(got) == want, (name, got[:300])
+            e = json_error(got)
+            assert e["status"] == want and e["code"] == code, (name, e)
+            assert time.time() - t0 < 4, (name, time.time() - t0)
+        text = d.metrics()
+        assert metric(text, "resnetd_requests_total", {"code": "501"}) == 1, text
+        classify_ok(d, opts)
+    finally:
+        assert d.stop() == 0
+    return "%d ambiguous framings refused with JSON, counted" % len(cases)
+
+
+def check_l9_get_bodies_are_not_read(opts):
+    # A GET announcing a body is answered from its headers; nothing is read
+    # or buffered.
+    d = Daemon(opts)
+    try:
+        t0 = time.time()
+        got = raw(d.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", limit_s=5)
+        assert status_of(got) == 413, got[:300]
+        assert json_error(got)["code"] == "too_large"
+        took = time.time() - t0
+        got = raw(d.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", limit_s=5)
+        assert status_of(got) == 413, got[:300]
+        status, _, _ = d.request("GET", "/healthz")
+        assert status == 200
+    finally:
+        assert d.stop() == 0
+    return "GET with a 10 MB Content-Length: 413 in %.2f s, unread" % took
+
+
+def vm_size_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"VmSize:\s+(\d+)", f.read()).group(1))
+
+
+def check_l10_announced_lengths_reserve_nothing(opts):
+    # 60 connections announce 16 MB bodies and send one byte: memory
+    # follows the bytes received, so virtual memory barely moves (it grew
+    # by 60 x 16 MB when the announced length was reserved).
+    d = Daemon(opts, "--connection-limit", "128")
+    socks = []
+    try:
+        classify_ok(d, opts)
+        vm0 = vm_size_kb(d.proc.pid)
+        for i in range(60):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                      b"Content-Length: 16777216\r\n\r\n\xff")
+            socks.append(s)
+        time.sleep(1)
+        grown = (vm_size_kb(d.proc.pid) - vm0) / 1024
+        assert grown < 200, "virtual memory grew by %.0f MB" % grown
+    finally:
+        for s in socks:
+            s.close()
+        assert d.stop() == 0
+    return "60 x 16 MB announced: VmSize +%.0f MB" % grown
+
+
+def check_body_memory_budget_gives_503(opts):
+    # A 1 MB budget: two bodies of 500 KB in progress hold it; a third is
+    # refused from its headers with 503 + Retry-After; once they go, a
+    # request is served again and the gauge is back at 0.
+    d = Daemon(opts, "--max-body-bytes", "600K", *opt(opts, "body-memory-bytes", "1M"))
+    holders = []
+    try:
+        for i in range(2):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                      b"Content-Length: 512000\r\n\r\n" + b"\xff" * 300000)
+            holders.append(s)
+        time.sleep(0.5)
+        got = raw(d.port, b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                          b"Content-Length: 512000\r\n\r\n", limit_s=5)
+        assert status_of(got) == 503, got[:300]
+        assert json_error(got)["code"] == "memory_full", got[:300]
+        assert re.search(rb"(?i)\r\nretry-after: *[1-9]", got), got[:300]
+        # A chunked body that outgrows what is left: 503 at its end.
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        for _ in range(5):
+            s.sendall(b"%x\r\n" % 100000 + b"\xff" * 100000 + b"\r\n")
+        s.sendall(b"0\r\n\r\n")
+        got = recv_all(s, 10)
+        s.close()
+        assert status_of(got) == 503 and json_error(got)["code"] == "memory_full", got[:300]
+        text = d.metrics()
+        assert metric(text, "resnetd_rejected_total", {"reason": "memory_full"}) == 2, text
+        assert metric(text, "resnetd_body_memory_bytes") <= 1 << 20, text
+        for s in holders:
+            reset_close(s)
+        holders = []
+        # The holders' bodies are released once the server has seen the
+        # resets; until then the budget is still full, for decodes too.
+        deadline = time.time() + 5
+        while time.time() < deadline and metric(d.metrics(), "resnetd_body_memory_bytes") != 0:
+            time.sleep(0.1)
+        assert metric(d.metrics(), "resnetd_body_memory_bytes") == 0
+        classify_ok(d, opts)
+        assert metric(d.metrics(), "resnetd_body_memory_bytes") == 0
+    finally:
+        for s in holders:
+            s.close()
+        assert d.stop() == 0
+    return "announced and chunked bodies past 1 MB: 503 memory_full + Retry-After; released after"
+
+
+CHECKS = [
+    ("h1_aborted_uploads_free_their_slots", check_h1_aborted_uploads_free_their_slots, False),
+    ("h2_slow_clients_are_dropped", check_h2_slow_clients_are_dropped, False),
+    ("m1_half_closed_client_gets_its_answer", check_m1_half_closed_client_gets_its_answer, False),
+    ("m2_second_daemon_on_the_same_port_fails", check_m2_second_daemon_on_the_same_port_fails, False),
+    ("m6_sighup_and_sigusr1_are_survived", check_m6_sighup_and_sigusr1_are_survived, False),
+    ("m7_sigterm_during_long_decodes", check_m7_sigterm_during_long_decodes, False),
+    ("sigterm_is_not_held_by_clients_sending_headers", check_sigterm_is_not_held_by_clients_sending_headers, False),
+    ("l1_http_layer_errors_are_counted", check_l1_http_layer_errors_are_counted, False),
+    ("l2_body_framing_is_unambiguous", check_l2_body_framing_is_unambiguous, False),
+    ("l9_get_bodies_are_not_read", check_l9_get_bodies_are_not_read, False),
+    ("l10_announced_lengths_reserve_nothing", check_l10_announced_lengths_reserve_nothing, False),
+    ("body_memory_budget_gives_503", check_body_memory_budget_gives_503, False),
+]
+
+
+if __name__ == "__main__":
+    sys.exit(daemon_client.main(CHECKS))
