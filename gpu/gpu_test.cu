@@ -205,8 +205,8 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rw, int rh, int left, int top, uint8_t *out,
-                                    char *err, size_t errlen)
+extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rebuild_vs, int rw, int rh, int left,
+                                    int top, uint8_t *out, char *err, size_t errlen)
 {
     size_t plane = (size_t)w * h, crop = (size_t)224 * 224 * 3;
     uint8_t *planar = (uint8_t *)malloc(3 * plane), *dsrc = NULL, *ddst = NULL;
@@ -225,12 +225,7 @@ extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rw, in
     CUDA_TRY(cudaMemset(ddst, 0xff, crop));
     {
         resize_job j = {};
-        j.src = dsrc;
-        j.plane = (long)plane;
-        j.fmt = RESIZE_SRC_RGB;
-        j.w = w;
-        j.h = h;
-        j.pitch = w;
+        resize_job_rebuilt(&j, dsrc, w, h, rebuild_vs);
         j.rw = rw;
         j.rh = rh;
         j.left = left;
@@ -239,6 +234,7 @@ extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rw, in
         CUDA_TRY(cudaMalloc((void **)&djob, sizeof j));
         CUDA_TRY(cudaMemcpy(djob, &j, sizeof j, cudaMemcpyHostToDevice));
     }
+    CUDA_TRY(chroma_rebuild_launch(djob, 1, 0));
     CUDA_TRY(resize_crop_launch(djob, 1, 0));
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(out, ddst, crop, cudaMemcpyDeviceToHost));

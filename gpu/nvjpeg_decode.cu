@@ -6,9 +6,11 @@
 // Two modes, measured on an H100 with the 0.58 MP corpus:
 // - fast (decode = gpu): the hardware's planar RGB (NVJPEG_OUTPUT_RGB),
 //   13.7k img/s. Its chroma upsampling replicates samples where libjpeg's
-//   "fancy" upsampling interpolates, so 4:2:0 and 4:2:2 pixels differ from
-//   the CPU path's by up to ~30 levels at colour edges (mean 0.01 level on
-//   smooth photo-like images, 1-4.5 on the sharp-edged test JPEGs).
+//   "fancy" upsampling interpolates (4:2:0 and 4:2:2 pixels then differed
+//   from the CPU path's by up to ~30 levels at colour edges), so a kernel
+//   first rebuilds Y, Cb, Cr from the RGB (gpu/chroma_rebuild.h) and the
+//   resize upsamples them as libjpeg does: the same pixels but in a few
+//   clamped ones.
 // - exact (decode = gpu-exact): the raw Y, Cb, Cr planes
 //   (NVJPEG_OUTPUT_YUV), upsampled and converted on the GPU as libjpeg-turbo
 //   does: bit-exact with the CPU path on every test JPEG, but nvJPEG's
@@ -175,21 +177,32 @@ static devjpeg_reason nvj_check(void *ctx, const uint8_t *jpeg, size_t len, cons
 /* ---- stage: on the batcher thread ---------------------------------------- */
 
 // Lays image (w x h) out at base as the hardware writes it: fast mode,
-// three w x h RGB planes; exact mode (NVJPEG_OUTPUT_YUV), Y, then Cb and Cr
-// at their subsampled size (grey gets unused chroma planes too). Fills its
-// output descriptor and the plane half of its job; returns the bytes used,
-// at most decoded_bytes(w, h). Check accepted only 4:4:4, 4:2:2, 4:2:0 and
-// grey; anything else is laid out as 4:4:4 and its crop is whatever the
-// decode gives, as with any image the device got wrong.
+// three w x h RGB planes, which for 4:2:0 and 4:2:2 JPEGs the rebuild
+// kernel turns back into Y, Cb, Cr before the resize; exact mode
+// (NVJPEG_OUTPUT_YUV), Y, then Cb and Cr at their subsampled size (grey
+// gets unused chroma planes too). Fills its output descriptor and the plane
+// half of its job; returns the bytes used, at most decoded_bytes(w, h).
+// Check accepted only 4:4:4, 4:2:2, 4:2:0 and grey; anything else is laid
+// out as 4:4:4 and its crop is whatever the decode gives, as with any image
+// the device got wrong.
 static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int h, uint8_t *base,
                      nvjpegImage_t *out, resize_job *j)
 {
     int nc = 0, ws[NVJPEG_MAX_COMPONENT] = {0}, hs[NVJPEG_MAX_COMPONENT] = {0};
     nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
-    if (!d->exact || nvjpegGetImageInfo(d->handle, jpeg, len, &nc, &css, ws, hs) != NVJPEG_STATUS_SUCCESS)
+    if (nvjpegGetImageInfo(d->handle, jpeg, len, &nc, &css, ws, hs) != NVJPEG_STATUS_SUCCESS)
         css = NVJPEG_CSS_UNKNOWN;
+    size_t luma = (size_t)w * h;
+    if (!d->exact) {
+        resize_job_rebuilt(j, base, w, h, css == NVJPEG_CSS_420 ? 2 : css == NVJPEG_CSS_422 ? 1 : 0);
+        for (int c = 0; c < 3; c++) {
+            out->channel[c] = base + c * luma;
+            out->pitch[c] = (size_t)w;
+        }
+        return (3 * luma + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    }
     int cw = w, ch = h;
-    j->fmt = d->exact ? RESIZE_SRC_YUV444 : RESIZE_SRC_RGB;   // fast: three w x h RGB planes
+    j->fmt = RESIZE_SRC_YUV444;
     if (css == NVJPEG_CSS_GRAY) {
         j->fmt = RESIZE_SRC_GRAY;
     } else if (css == NVJPEG_CSS_422 || css == NVJPEG_CSS_420) {
@@ -197,7 +210,7 @@ static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int
         cw = (w + 1) / 2;
         ch = css == NVJPEG_CSS_420 ? (h + 1) / 2 : h;
     }
-    size_t luma = (size_t)w * h, chroma = (size_t)cw * ch;
+    size_t chroma = (size_t)cw * ch;
     out->channel[0] = base;
     out->pitch[0] = (size_t)w;
     out->channel[1] = base + luma;
@@ -214,6 +227,8 @@ static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int
     j->cw = cw;
     j->ch = ch;
     j->cpitch = cw;
+    j->cstep = 1;
+    j->rebuild = NULL;
     return ((luma + 2 * chroma) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
@@ -289,6 +304,7 @@ static int nvj_stage(void *ctx, int s, int nhost, const uint8_t *const *jpeg, co
             goto fail;
         CUDA_TRY(cudaMemcpyAsync(sl->d_jobs + i0, sl->h_jobs + i0, (size_t)m * sizeof(resize_job),
                                  cudaMemcpyHostToDevice, d->stream));
+        CUDA_TRY(chroma_rebuild_launch(sl->d_jobs + i0, m, d->stream));
         CUDA_TRY(resize_crop_launch(sl->d_jobs + i0, m, d->stream));
         i0 += m;
         if (i0 < n)

@@ -11,6 +11,10 @@
 // repeats some horizontal work (taps_y times) but needs no intermediate
 // image and no second kernel; at 0.6 MP sources it is ~25 taps per pixel.
 //
+// The hardware decoder's RGB, whose chroma it replicated, is first turned
+// back into Y, Cb, Cr planes (chroma_rebuild_kernel, gpu/chroma_rebuild.h)
+// and then read as a YCbCr source.
+//
 // A YCbCr source is turned into the RGB pixels libjpeg-turbo would have
 // produced from the same planes, where the kernel reads them: chroma by
 // libjpeg's "fancy" (triangle) upsampling, h2v1 for 4:2:2 and h2v2 for
@@ -21,6 +25,7 @@
 // The coefficient arithmetic follows Pillow's expression order with
 // explicitly rounded double operations (__dadd_rn etc.), so no FMA
 // contraction can change a weight's last bit and flip a rounding.
+#include "gpu/chroma_rebuild.h"
 #include "gpu/kernels.cuh"
 
 #define PRECISION_BITS 22
@@ -79,22 +84,23 @@ __device__ static int chroma_at(const resize_job &j, const uint8_t *c, int x, in
 {
     if (j.fmt == RESIZE_SRC_YUV444)
         return c[(size_t)y * j.cpitch + x];
-    int k = x >> 1;
+    const int k = x >> 1, s = j.cstep;   // sample k of a row is at row[k * s]
     if (j.fmt == RESIZE_SRC_YUV422) {   // h2v1_fancy_upsample
         const uint8_t *row = c + (size_t)y * j.cpitch;
         if (x & 1)
-            return k == j.cw - 1 ? row[k] : (row[k] * 3 + row[k + 1] + 2) >> 2;
-        return k == 0 ? row[0] : (row[k] * 3 + row[k - 1] + 1) >> 2;
+            return k == j.cw - 1 ? row[k * s] : (row[k * s] * 3 + row[(k + 1) * s] + 2) >> 2;
+        return k == 0 ? row[0] : (row[k * s] * 3 + row[(k - 1) * s] + 1) >> 2;
     }
     // h2v2_fancy_upsample: the nearer chroma row weighs 3, the farther 1
     // (the edge rows stand in for the missing neighbours), then the same
     // 3:1 horizontally, biases 8 and 7 alternating.
     int r = y >> 1, rf = y & 1 ? (r + 1 < j.ch ? r + 1 : r) : (r > 0 ? r - 1 : 0);
     const uint8_t *near = c + (size_t)r * j.cpitch, *far = c + (size_t)rf * j.cpitch;
-    int sum = near[k] * 3 + far[k];
+    int sum = near[k * s] * 3 + far[k * s];
     if (x & 1)
-        return k == j.cw - 1 ? (sum * 4 + 7) >> 4 : (sum * 3 + near[k + 1] * 3 + far[k + 1] + 7) >> 4;
-    return k == 0 ? (sum * 4 + 8) >> 4 : (sum * 3 + near[k - 1] * 3 + far[k - 1] + 8) >> 4;
+        return k == j.cw - 1 ? (sum * 4 + 7) >> 4
+                             : (sum * 3 + near[(k + 1) * s] * 3 + far[(k + 1) * s] + 7) >> 4;
+    return k == 0 ? (sum * 4 + 8) >> 4 : (sum * 3 + near[(k - 1) * s] * 3 + far[(k - 1) * s] + 8) >> 4;
 }
 
 __device__ static int range_limit(int v)
@@ -155,6 +161,75 @@ __global__ void resize_crop_u8_kernel(const resize_job *jobs)
     out[0] = (uint8_t)clip8(acc[0]);
     out[1] = (uint8_t)clip8(acc[1]);
     out[2] = (uint8_t)clip8(acc[2]);
+}
+
+// grid (any, jobs), one thread per chroma block and pass: the block's 2 or
+// 4 replicated RGB pixels -> their Y in plane 0, Cb and Cr at the block's
+// first pixel in planes 1 and 2. Each thread reads and writes only its own
+// block's bytes, so the planes are rebuilt in place.
+__global__ void chroma_rebuild_kernel(const resize_job *jobs)
+{
+    const resize_job j = jobs[blockIdx.y];
+    if (!j.rebuild)
+        return;
+    const int vs = j.fmt == RESIZE_SRC_YUV420 ? 2 : 1;
+    uint8_t *r = j.rebuild, *g = r + j.plane, *b = g + j.plane;
+    for (int blk = blockIdx.x * blockDim.x + threadIdx.x; blk < j.cw * j.ch; blk += gridDim.x * blockDim.x) {
+        const int bx = blk % j.cw, by = blk / j.cw;
+        uint8_t px[CHROMA_REBUILD_MAX_PIXELS][3], ys[CHROMA_REBUILD_MAX_PIXELS], cb, cr;
+        size_t at[CHROMA_REBUILD_MAX_PIXELS];
+        int n = 0;
+        for (int dy = 0; dy < vs; dy++)
+            for (int dx = 0; dx < 2; dx++) {
+                int x = 2 * bx + dx, y = by * vs + dy;
+                if (x >= j.w || y >= j.h)
+                    continue;
+                at[n] = (size_t)y * j.pitch + x;
+                px[n][0] = r[at[n]];
+                px[n][1] = g[at[n]];
+                px[n][2] = b[at[n]];
+                n++;
+            }
+        chroma_rebuild_block(px, n, &cb, &cr, ys);
+        for (int i = 0; i < n; i++)
+            r[at[i]] = ys[i];
+        g[at[0]] = cb;
+        b[at[0]] = cr;
+    }
+}
+
+void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int vs)
+{
+    long plane = (long)w * h;
+    j->src = base;
+    j->u = base + plane;
+    j->v = base + 2 * plane;
+    j->plane = plane;
+    j->w = w;
+    j->h = h;
+    j->pitch = w;
+    j->cstep = 1;
+    j->rebuild = NULL;
+    j->fmt = RESIZE_SRC_RGB;
+    if (w < 3 || h < 3 || (vs != 1 && vs != 2))
+        return;
+    j->fmt = vs == 2 ? RESIZE_SRC_YUV420 : RESIZE_SRC_YUV422;
+    j->cw = (w + 1) / 2;
+    j->ch = (h + vs - 1) / vs;
+    j->cpitch = w * vs;
+    j->cstep = 2;
+    j->rebuild = base;
+}
+
+#define REBUILD_THREADS 256
+#define REBUILD_CTAS_PER_IMAGE 64   // ~0.6 MP: ~9 blocks per thread
+
+cudaError_t chroma_rebuild_launch(const resize_job *d_jobs, int njobs, cudaStream_t st)
+{
+    if (njobs <= 0)
+        return cudaSuccess;
+    chroma_rebuild_kernel<<<dim3(REBUILD_CTAS_PER_IMAGE, njobs), REBUILD_THREADS, 0, st>>>(d_jobs);
+    return cudaGetLastError();
 }
 
 cudaError_t resize_crop_launch(const resize_job *d_jobs, int njobs, cudaStream_t st)

@@ -5,15 +5,18 @@
  *   decoded equals preprocess_resize_crop byte for byte, for every reference
  *   JPEG and for random images of awkward sizes (upscaling, 1-pixel sides,
  *   long strips, 8192 x 8192 at the kernel's tap limit).
+ * - rebuild_restores_fancy_upsampling: the reference JPEGs decoded with
+ *   replicated chroma (as the hardware does), rebuilt and resized on the
+ *   GPU, against the CPU path's crops.
  * - fidelity, in both GPU modes: every reference JPEG the hardware takes, a
  *   generated photo-like set (4:2:0, 4:2:2, 4:4:4, grey; q75-95; 0.1-1.9
  *   MP) and, if RESNETD_FIDELITY_DIR names one, a directory (the e2e
  *   corpus), through the whole GPU decode path and through the CPU path,
  *   into the same FP16 engine: prints the max and mean pixel difference of
  *   the crops, the logits' rel L2 and the top-1 agreement. gpu-exact must
- *   give the CPU's crops byte for byte; gpu (the hardware's own chroma
- *   upsampling) must stay within 0.25 level on average and 2e-2 logits rel
- *   L2 on the photo-like sets (its reference-set figures are printed).
+ *   give the CPU's crops byte for byte; gpu (the hardware's RGB with its
+ *   chroma rebuilt) within 0.02 level on average, 2e-3 logits rel L2 and
+ *   99% top-1 agreement on every set.
  * - routing: progressive -> unsupported, truncated -> no_eoi, over the arena
  *   -> too_large; corrupt scan data neither crashes nor hangs: it decodes,
  *   or goes to the fallback.
@@ -161,7 +164,7 @@ static void check_resize(const uint8_t *rgb, int w, int h, const char *what)
     free(scratch);
     preprocess_geom g;
     preprocess_geometry(w, h, &g);
-    ck_assert_msg(gpu_test_resize_crop(rgb, w, h, g.rw, g.rh, g.left, g.top, gpu, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gpu_test_resize_crop(rgb, w, h, 0, g.rw, g.rh, g.left, g.top, gpu, err, sizeof err) == 0, "%s", err);
     int diffs = 0, first = -1;
     for (int i = 0; i < CROP_BYTES; i++)
         if (cpu[i] != gpu[i] && diffs++ == 0)
@@ -202,6 +205,76 @@ START_TEST(resize_bit_exact)
         free(rgb);
     }
     printf("resize: GPU crops bit-exact with the CPU's on %d reference JPEGs and random images\n", nref);
+}
+END_TEST
+
+/* ---- chroma rebuild: replicated chroma back to the CPU's pixels ------- */
+
+/* TurboJPEG's fast upsampling replicates chroma exactly as the hardware
+ * decoder does (the fast mode's crops matched it to the last level before
+ * the rebuild existed); the rebuild kernel must bring those pixels back to
+ * the CPU path's crop. On the CPU (tests/test_chroma_rebuild.c) the same
+ * code gives 100% of these crops' values exact but for a few clamped
+ * pixels of the photo (99.8%, max 5 levels). */
+START_TEST(rebuild_restores_fancy_upsampling)
+{
+    char err[256];
+    jpeg_file ref[64];
+    int nref = load_reference(ref, 64), tested = 0;
+    tjhandle tj = tjInitDecompress();
+    ck_assert(tj != NULL);
+    long total = 0, exact = 0;
+    int worst = 0;
+    for (int i = 0; i < nref; i++) {
+        int w, h, ss, cs;
+        ck_assert(tjDecompressHeader3(tj, ref[i].data, ref[i].len, &w, &h, &ss, &cs) == 0);
+        int vs = ss == TJSAMP_420 ? 2 : ss == TJSAMP_422 ? 1 : 0;
+        if (!vs || cs != TJCS_YCbCr || w < 3 || h < 3) {
+            free(ref[i].data);
+            continue;
+        }
+        uint8_t *fast = malloc((size_t)w * h * 3), *fancy = malloc((size_t)w * h * 3);
+        uint8_t *scratch = malloc(preprocess_scratch_bytes(w, h));
+        ck_assert(fast && fancy && scratch);
+        if (tjDecompress2(tj, ref[i].data, ref[i].len, fast, w, 0, h, TJPF_RGB,
+                          TJFLAG_ACCURATEDCT | TJFLAG_FASTUPSAMPLE) != 0 ||
+            tjDecompress2(tj, ref[i].data, ref[i].len, fancy, w, 0, h, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+            /* progressive: the hardware never sees these */
+            free(fast);
+            free(fancy);
+            free(scratch);
+            free(ref[i].data);
+            continue;
+        }
+        uint8_t cpu[CROP_BYTES], gpu[CROP_BYTES];
+        preprocess_resize_crop(fancy, w, h, cpu, scratch);
+        preprocess_geom g;
+        preprocess_geometry(w, h, &g);
+        ck_assert_msg(gpu_test_resize_crop(fast, w, h, vs, g.rw, g.rh, g.left, g.top, gpu, err, sizeof err) == 0,
+                      "%s", err);
+        int md = 0, ex = 0;
+        for (int k = 0; k < CROP_BYTES; k++) {
+            int d = abs(cpu[k] - gpu[k]);
+            ex += d == 0;
+            md = d > md ? d : md;
+        }
+        printf("  %-28s %4dx%-4d h2v%d: %7.3f%% of crop values exact, max |diff| %d\n", ref[i].name, w, h, vs,
+               100.0 * ex / CROP_BYTES, md);
+        ck_assert_msg(ex * 100 >= CROP_BYTES * 99 && md <= 10, "%s: %d values off, max %d", ref[i].name,
+                      CROP_BYTES - ex, md);
+        total += CROP_BYTES;
+        exact += ex;
+        worst = md > worst ? md : worst;
+        tested++;
+        free(fast);
+        free(fancy);
+        free(scratch);
+        free(ref[i].data);
+    }
+    tjDestroy(tj);
+    printf("rebuild: %d reference JPEGs with replicated chroma, %.4f%% of crop values exact, max |diff| %d\n",
+           tested, 100.0 * exact / total, worst);
+    ck_assert_int_ge(tested, 15);
 }
 END_TEST
 
@@ -370,15 +443,15 @@ static void fidelity_run(int exact)
         if (exact)
             ck_assert_msg(f.max_diff == 0, "%s: crops differ from the CPU path's by up to %d levels", label,
                           f.max_diff);
-        else if (k > 0) {
-            /* Measured on an H100: mean 0.01 (generated) and 0.10 level
-             * (make-corpus), logits rel L2 2e-3 and 9e-3, top-1 97-99%
-             * with the random test weights (whose top-1 flips at ~1%
-             * logit change). */
-            ck_assert_msg(f.sum_diff / ((double)f.images * CROP_BYTES) < 0.25, "%s: mean difference over 0.25 level",
+        else {
+            /* The rebuilt chroma leaves only a few clamped pixels off
+             * (tests/test_chroma_rebuild.c); the random test weights' top-1
+             * flips at ~1% logit change, and agreed on 91.7-99% before the
+             * rebuild. */
+            ck_assert_msg(f.sum_diff / ((double)f.images * CROP_BYTES) < 0.02, "%s: mean difference over 0.02 level",
                           label);
-            ck_assert_msg(f.sum_rel_l2 / f.images < 2e-2, "%s: mean logits rel L2 over 2e-2", label);
-            ck_assert_msg(f.top1_agree * 100 >= f.images * 90, "%s: top-1 agreement below 90%%", label);
+            ck_assert_msg(f.sum_rel_l2 / f.images < 2e-3, "%s: mean logits rel L2 over 2e-3", label);
+            ck_assert_msg(f.top1_agree * 100 >= f.images * 99, "%s: top-1 agreement below 99%%", label);
         }
         for (int i = 0; i < sets[k].n; i++)
             free(sets[k].files[i].data);
@@ -544,6 +617,7 @@ int main(void)
     tcase_set_timeout(fid, 600);
     tcase_set_timeout(path, 600);
     tcase_add_test(resize, resize_bit_exact);
+    tcase_add_test(resize, rebuild_restores_fancy_upsampling);
     tcase_add_test(fid, fidelity_exact_is_bit_exact);
     tcase_add_test(fid, fidelity_fast_agrees);
     tcase_add_test(path, routing);
