@@ -204,6 +204,8 @@ def check_endpoints(opts, d):
 def check_matches_offline_classify(opts, d):
     names = ["s640x480", "photo_grace_hopper", "progressive_801x601", "gray_640x481", "s17x31"]
     paths = [os.path.join(opts.ref, "jpeg", n + ".jpg") for n in names]
+    # The photo is in the reference only where python3-matplotlib-data is.
+    paths = [p for p in paths if "photo_" not in p or os.path.exists(p)]
     out = subprocess.check_output([opts.classify, "--weights", os.path.join(opts.ref, "weights.safetensors"),
                                    "--labels", opts.labels, "--device", "cpu", "--json", "--top-k", "5"] + paths)
     offline = [json.loads(line)["predictions"] for line in out.decode().splitlines() if line.strip()]
