@@ -131,7 +131,7 @@ static int cpu_fallback(void *cls, int index, uint8_t *out)
 static int fill_slot(batcher *b, int slot, int n, int *staged)
 {
     int kept = 0, ncomp = 0;
-    uint8_t *input = infer_input(b->inf, slot);
+    uint8_t *input = infer_begin(b->inf, slot);
     *staged = 0;
     for (int i = 0; i < n; i++) {
         queue_item *it = &b->batch[i];
@@ -193,8 +193,10 @@ static void *batcher_main(void *arg)
             break;
         int staged;
         int kept = fill_slot(b, slot, n, &staged);
-        if (kept == 0)
+        if (kept == 0) {
+            infer_abandon(b->inf);
             continue;
+        }
         infer_submit(b->inf, slot, b->batch, kept, staged);
         slot = -1;
     }

@@ -1,6 +1,9 @@
 /* Engine slots, submission and the completion thread.
  * Invariants: a slot is free, held by the batcher (acquired), or in the
- * in-flight FIFO; the completion thread alone calls engine_wait(). */
+ * in-flight FIFO; the completion thread alone calls engine_wait(). The
+ * engine and model change only in infer_swap, with no batch being filled
+ * or in flight, and are read under mu or while a batch is (which keeps a
+ * swap waiting). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@ typedef struct infer_batch {
 
 struct infer {
     engine *e;
+    served_model *model;    /* the model e computes: one reference */
     devjpeg *dj;            /* the device decoder staging slots, or NULL */
     const pipeline_sink *sink;
     pthread_mutex_t mu;
@@ -31,6 +35,8 @@ struct infer {
     int fifo[ENGINE_MAX_SLOTS]; /* submitted slots, oldest first */
     int fifo_head, fifo_count;
     int stopping;
+    int filling;            /* the batcher is filling a slot (infer_begin .. submit) */
+    int swapping;           /* infer_swap is waiting for filling and in-flight batches to end */
     infer_batch batch[ENGINE_MAX_SLOTS];
     pthread_t completer;
     atomic_int healthy;
@@ -85,7 +91,7 @@ static void complete(infer *x, int slot)
             .batch_size = b->n,
         };
         x->sink->done(b->items[i].req, b->items[i].image,
-                      x->e->logits[slot] + (size_t)i * RESNET18_CLASSES, &t);
+                      x->e->logits[slot] + (size_t)i * RESNET18_CLASSES, x->model, &t);
     }
     pthread_mutex_lock(&x->mu);
     double rate = infer_us > 0 ? b->n * 1e6 / (double)infer_us : 0;
@@ -115,7 +121,7 @@ static void *completion_main(void *arg)
     return NULL;
 }
 
-infer *infer_create(engine *e, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen)
+infer *infer_create(engine *e, served_model *m, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen)
 {
     infer *x = calloc(1, sizeof *x);
     if (!x) {
@@ -123,6 +129,7 @@ infer *infer_create(engine *e, devjpeg *dj, const pipeline_sink *sink, char *err
         return NULL;
     }
     x->e = e;
+    x->model = served_model_ref(m);
     x->dj = dj;
     x->sink = sink;
     atomic_init(&x->healthy, 1);
@@ -154,6 +161,7 @@ infer *infer_create(engine *e, devjpeg *dj, const pipeline_sink *sink, char *err
 fail:
     for (int s = 0; s < ENGINE_MAX_SLOTS; s++)
         free(x->batch[s].items);
+    served_model_unref(x->model);
     free(x);
     return NULL;
 }
@@ -176,9 +184,65 @@ void infer_release(infer *x, int slot)
     pthread_mutex_unlock(&x->mu);
 }
 
-uint8_t *infer_input(infer *x, int slot)
+uint8_t *infer_begin(infer *x, int slot)
 {
-    return x->e->input[slot];
+    pthread_mutex_lock(&x->mu);
+    while (x->swapping)
+        pthread_cond_wait(&x->cv, &x->mu);
+    x->filling = 1;
+    uint8_t *in = x->e->input[slot];
+    pthread_mutex_unlock(&x->mu);
+    return in;
+}
+
+void infer_abandon(infer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    x->filling = 0;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+int infer_swap(infer *x, engine *e, served_model *m, engine **old, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&x->mu);
+    x->swapping = 1;
+    while ((x->filling || x->fifo_count > 0) && !x->stopping)
+        pthread_cond_wait(&x->cv, &x->mu);
+    int rc = -1;
+    if (x->stopping)
+        snprintf(err, errlen, "the server is stopping");
+    else if (e->nslots != x->e->nslots || e->max_batch != x->e->max_batch)
+        snprintf(err, errlen, "the new engine has %d slots of %d images, the running one %d of %d", e->nslots,
+                 e->max_batch, x->e->nslots, x->e->max_batch);
+    else if (!x->dj || devjpeg_retarget(x->dj, e, err, errlen) == 0)
+        rc = 0;
+    if (rc == 0) {
+        *old = x->e;
+        x->e = e;
+        served_model_unref(x->model);
+        x->model = served_model_ref(m);
+    }
+    x->swapping = 0;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+engine *infer_engine(infer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    engine *e = x->e;
+    pthread_mutex_unlock(&x->mu);
+    return e;
+}
+
+served_model *infer_model(infer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    served_model *m = served_model_ref(x->model);
+    pthread_mutex_unlock(&x->mu);
+    return m;
 }
 
 void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged)
@@ -191,6 +255,7 @@ void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged
     b->failed = engine_submit(x->e, slot, n, b->err, sizeof b->err) != 0;
     metrics_add_batches_in_flight(1);
     pthread_mutex_lock(&x->mu);
+    x->filling = 0;
     x->fifo[(x->fifo_head + x->fifo_count++) % ENGINE_MAX_SLOTS] = slot;
     pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->mu);
@@ -232,5 +297,6 @@ void infer_destroy(infer *x)
     pthread_cond_destroy(&x->cv);
     for (int s = 0; s < ENGINE_MAX_SLOTS; s++)
         free(x->batch[s].items);
+    served_model_unref(x->model);
     free(x);
 }

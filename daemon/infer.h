@@ -12,20 +12,37 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/pipeline.h"
+#include "daemon/reload.h"
 #include "model/devjpeg.h"
 #include "model/engine.h"
 
 typedef struct infer infer;
 
-/* dj: the device decoder that stages slots (for its timings), or NULL. */
-infer *infer_create(engine *e, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen);
+/* m: the model e computes (infer takes a reference); dj: the device
+ * decoder that stages slots (for its timings), or NULL. */
+infer *infer_create(engine *e, served_model *m, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen);
 
 /* Blocks until an engine slot is free; -1 once infer_stop() has begun. */
 int infer_acquire(infer *x);
 /* Returns an acquired slot unused. */
 void infer_release(infer *x, int slot);
-/* The slot's input buffer: [max_batch][224][224][3] uint8. */
-uint8_t *infer_input(infer *x, int slot);
+/* The batcher is about to fill an acquired slot: returns its input buffer
+ * ([max_batch][224][224][3] uint8), after waiting for a swap under way.
+ * Ends with infer_submit, or infer_abandon when nothing is left to run. */
+uint8_t *infer_begin(infer *x, int slot);
+void infer_abandon(infer *x);
+
+/* Hot reload: makes e (computing m) the engine from the next batch on,
+ * once no batch is being filled or in flight (batches keep queueing
+ * meanwhile), moving the device decoder along; *old gets the engine it
+ * replaced, for the caller to destroy. e must have the same slots and max
+ * batch. 0, or -1 with err (nothing changed). */
+int infer_swap(infer *x, engine *e, served_model *m, engine **old, char *err, size_t errlen);
+
+/* The engine now in use (main destroys it at exit). */
+engine *infer_engine(infer *x);
+/* The model now served: a new reference, for the caller to drop. */
+served_model *infer_model(infer *x);
 
 /* Submits the first n images of the slot; items[i] describes image i (an
  * item with req == NULL is run but not reported). staged: the device

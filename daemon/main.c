@@ -7,10 +7,10 @@
  * systemd).
  *
  * SIGTERM/SIGINT drain: readiness 503, no new connections, every accepted
- * request answered, exit 0; a second signal exits at once. SIGHUP and
- * SIGUSR1 are logged and otherwise ignored (resnetd logs to stderr, so
- * there is no log file to reopen, and the configuration is read only at
- * start-up): a stray `kill -HUP` or logrotate must never drop requests.
+ * request answered, exit 0; a second signal exits at once. SIGHUP reloads
+ * the weights and labels without dropping a request (daemon/reload.h);
+ * SIGUSR1 is logged and ignored (resnetd logs to stderr: there is no log
+ * file to reopen, and a stray signal from logrotate must not kill it).
  * Signals cannot be blocked in every thread (libraries start threads
  * before main), so a handler that may run on any thread writes the signal
  * to a self-pipe; the main thread polls it, which also paces the systemd
@@ -42,22 +42,9 @@
 #include "model/labels.h"
 #include "model/resnet18.h"
 
-#define SYNTHETIC_SEED 20240601u
 /* After drain_timeout_ms, queued requests are answered 503; batches already
  * in the engine, and images being decoded, get this much longer to finish. */
 #define DRAIN_GRACE_MS 5000
-
-/* The labels file: --labels, else labels_default_path() (the installed
- * copy, or the source tree's when resnetd runs uninstalled). */
-static const char *labels_path(const config *c)
-{
-    if (c->labels[0])
-        return c->labels;
-    const char *p = labels_default_path();
-    if (strncmp(p, RESNETD_DATADIR "/", strlen(RESNETD_DATADIR "/")) != 0)
-        log_info("not installed: using labels from %s", p);
-    return p;
-}
 
 /* CPUs this process may run on (taskset, cgroup cpusets), which is what the
  * "auto" thread counts should follow, not every CPU online. */
@@ -193,9 +180,9 @@ static int signals_setup(void)
     return sigaction(SIGPIPE, &sa, NULL);
 }
 
-/* The first SIGTERM/SIGINT within ms milliseconds, or 0. SIGHUP and
- * SIGUSR1 are logged on the way. */
-static int signal_wait(long ms)
+/* The first SIGTERM/SIGINT within ms milliseconds, or 0. On the way
+ * SIGHUP asks rl for a reload (it logs the outcome); SIGUSR1 is logged. */
+static int signal_wait(reloader *rl, long ms)
 {
     uint64_t deadline = clock_now_us() + (uint64_t)(ms < 0 ? 0 : ms) * 1000u;
     for (;;) {
@@ -209,7 +196,10 @@ static int signal_wait(long ms)
             return 0;
         if (b != SIGHUP && b != SIGUSR1)
             return b;
-        log_info("%s: ignored (logs go to stderr; the configuration is read at start-up only)", strsignal(b));
+        if (b == SIGUSR1)
+            log_info("%s: ignored (logs go to stderr)", strsignal(b));
+        else if (reloader_request(rl, NULL, NULL) == 0)
+            log_info("%s: reloading the weights and labels", strsignal(b));
     }
 }
 
@@ -248,22 +238,13 @@ int main(int argc, char **argv)
         log_error("%s%s%s", cli.config_path ? cli.config_path : "", cli.config_path ? ": " : "", err);
         return 1;
     }
-    const char *lpath = labels_path(&cfg);
-    labels lab;
-    if (labels_load(lpath, RESNET18_CLASSES, &lab, err, sizeof err) != 0) {
-        log_error("%s", err);
-        return 1;
-    }
-    int synthetic = strcmp(cfg.weights, "synthetic") == 0;
     resnet18_weights w;
-    int wrc = synthetic ? weights_synthetic(SYNTHETIC_SEED, &w, err, sizeof err)
-                        : weights_load(cfg.weights, &w, err, sizeof err);
-    if (wrc != 0) {
+    served_model *model = served_model_load(&cfg, 1, &w, err, sizeof err);
+    if (!model) {
         log_error("%s", err);
-        labels_free(&lab);
         return 1;
     }
-    if (synthetic && !cli.check_config)
+    if (model->synthetic && !cli.check_config)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
 
     if (signals_setup() != 0) {
@@ -291,14 +272,15 @@ int main(int argc, char **argv)
      * device decoder's included. */
     if (cli.check_config) {
         printf("resnetd: configuration OK (weights %s, labels %s, %s engine, max batch %d, %s decode)\n",
-               cfg.weights, lpath, device, e->max_batch, dj ? "gpu" : "cpu");
+               cfg.weights, model->labels_path, device, e->max_batch, dj ? "gpu" : "cpu");
         devjpeg_destroy(dj);
         engine_destroy(e);
         weights_free(&w);
-        labels_free(&lab);
+        served_model_unref(model);
         return 0;
     }
     metrics_init(PACKAGE_VERSION, device, precision);
+    metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
     /* Engine and decoder buffers are all allocated at creation, so this is set once. */
     metrics_set_memory((e->ops->device_memory ? e->ops->device_memory(e->ctx) : 0) +
                            (dj ? devjpeg_device_memory(dj) : 0),
@@ -306,8 +288,6 @@ int main(int argc, char **argv)
 
     response_service svc = {
         .device = device, .device_index = e->device_index, .precision = precision,
-        .synthetic = synthetic, .labels = &lab,
-        .weights_path = cfg.weights, .weights_sha256 = w.sha256,
         .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
         .preferred_batch_sizes = rc.preferred_batch_sizes, .queue_capacity = (int)rc.queue_capacity,
         .request_timeout_ms = rc.request_timeout_ms, .max_body_bytes = rc.max_body_bytes,
@@ -322,9 +302,11 @@ int main(int argc, char **argv)
     infer *inf = NULL;
     server *srv = NULL;
     batcher *bat = NULL;
+    reloader *rl = NULL;
     if (!(q = queue_create((int)rc.queue_capacity, err, sizeof err)) ||
-        !(inf = infer_create(e, dj, &server_sink, err, sizeof err)) ||
-        !(srv = server_start(&rc, &svc, q, inf, dj, &bodies, err, sizeof err))) {
+        !(inf = infer_create(e, model, dj, &server_sink, err, sizeof err)) ||
+        !(rl = reloader_start(argc, argv, &cfg, inf, &w, err, sizeof err)) ||
+        !(srv = server_start(&rc, &svc, q, inf, rl, dj, &bodies, err, sizeof err))) {
         log_error("%s", err);
         return 1;
     }
@@ -351,7 +333,7 @@ int main(int argc, char **argv)
 
     uint64_t watchdog = notify_watchdog_usec();
     int sig;
-    while ((sig = signal_wait(watchdog ? (long)(watchdog / 2000u) : -1)) == 0)
+    while ((sig = signal_wait(rl, watchdog ? (long)(watchdog / 2000u) : -1)) == 0)
         if (watchdog)
             notify_send("WATCHDOG=1");
 
@@ -387,16 +369,18 @@ int main(int argc, char **argv)
         /* Let the 503s just queued reach their clients. */
         wait_for_zero(srv, server_active, 250);
     }
+    reloader_stop(rl);
     queue_stop(q);
     batcher_join(bat);
     infer_stop(inf);
     server_stop(srv);
+    e = infer_engine(inf);   /* a reload may have replaced the first */
     infer_destroy(inf);
     queue_destroy(q);
     devjpeg_destroy(dj);
     engine_destroy(e);
-    weights_free(&w);
-    labels_free(&lab);
+    reloader_destroy(rl);
+    served_model_unref(model);
     log_info("stopped");
     return 0;
 }

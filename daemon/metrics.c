@@ -148,6 +148,9 @@ static counter body_memory_bytes;
 static counter body_memory_limit_bytes;
 static counter gpu_memory_bytes;
 static counter pinned_memory_bytes;
+static counter model_version;
+static counter model_loaded_ms;     /* unix time of the served model's load, ms */
+static counter model_loads[2];      /* [0] failed, [1] ok */
 
 #define LABEL_MAX 128
 static char build_version[LABEL_MAX] = "unknown";
@@ -239,6 +242,17 @@ void metrics_set_body_memory(size_t used, size_t cap)
 {
     atomic_store_explicit(&body_memory_bytes, used, memory_order_relaxed);
     atomic_store_explicit(&body_memory_limit_bytes, cap, memory_order_relaxed);
+}
+
+void metrics_set_model(int version, double loaded_unix_s)
+{
+    atomic_store_explicit(&model_version, (unsigned long long)version, memory_order_relaxed);
+    atomic_store_explicit(&model_loaded_ms, (unsigned long long)(loaded_unix_s * 1e3), memory_order_relaxed);
+}
+
+void metrics_add_model_load(int ok)
+{
+    atomic_fetch_add_explicit(&model_loads[ok ? 1 : 0], 1, memory_order_relaxed);
 }
 
 void metrics_set_memory(size_t gpu_bytes, size_t pinned_bytes)
@@ -535,6 +549,18 @@ char *metrics_render(size_t *len)
     render_header(&b, "resnetd_pinned_memory_bytes", "gauge",
                   "Pinned host memory held by the engine in bytes (0 on CPU).");
     buf_printf(&b, "resnetd_pinned_memory_bytes %llu\n", load(&pinned_memory_bytes));
+    render_header(&b, "resnetd_model_version", "gauge",
+                  "Version of the served model: 1 at start-up, +1 per successful reload.");
+    buf_printf(&b, "resnetd_model_version %llu\n", load(&model_version));
+    render_header(&b, "resnetd_model_loaded_timestamp_seconds", "gauge",
+                  "Unix time when the served model's weights were loaded.");
+    unsigned long long ms = load(&model_loaded_ms);
+    buf_printf(&b, "resnetd_model_loaded_timestamp_seconds %llu.%03llu\n", ms / 1000, ms % 1000);
+    render_header(&b, "resnetd_model_reloads_total", "counter",
+                  "Hot reloads (SIGHUP or the repository load endpoint) by result; a failed one keeps the "
+                  "running model.");
+    buf_printf(&b, "resnetd_model_reloads_total{result=\"ok\"} %llu\n", load(&model_loads[1]));
+    buf_printf(&b, "resnetd_model_reloads_total{result=\"failed\"} %llu\n", load(&model_loads[0]));
 
     render_process(&b);
 

@@ -48,6 +48,10 @@ void metrics_set_ready(int ready);
 void metrics_set_connections(long open, unsigned long long dropped_slow);
 /* Bytes of request bodies buffered now, and the budget's cap. */
 void metrics_set_body_memory(size_t used, size_t cap);
+/* The served model: its version and when it was loaded (unix seconds). */
+void metrics_set_model(int version, double loaded_unix_s);
+/* A hot reload finished: ok 1, or 0 when it failed. */
+void metrics_add_model_load(int ok);
 /* Engine memory (GPU engine; 0 on CPU). */
 void metrics_set_memory(size_t gpu_bytes, size_t pinned_bytes);
 

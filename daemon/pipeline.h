@@ -30,11 +30,14 @@ typedef struct pipeline_timing {
     int batch_size;
 } pipeline_timing;
 
+struct served_model;
+
 /* Called from the batcher or completion thread, once per image. The
  * request stays alive until every one of its images has been reported. */
 typedef struct pipeline_sink {
-    /* logits[RESNET18_CLASSES] are valid only during the call. */
-    void (*done)(void *req, int image, const float *logits, const pipeline_timing *t);
+    /* logits[RESNET18_CLASSES] are valid only during the call; model is
+     * what computed them (daemon/reload.h), for the sink to reference. */
+    void (*done)(void *req, int image, const float *logits, struct served_model *model, const pipeline_timing *t);
     void (*fail)(void *req, int image, int status, const char *code, const char *message);
 } pipeline_sink;
 

@@ -66,6 +66,10 @@ typedef struct request {
     decode_job job;         /* embedded: submitting to the decode pool allocates nothing */
     uint64_t deadline_us;   /* arrival (start_us) + request_timeout_ms */
     topk_entry *topk;       /* [nimages][top_k], written by the completion thread */
+    /* The model each image's result came from (a reference each, dropped
+     * by the server when the request ends): a reload between two of its
+     * batches still labels every image right. */
+    struct served_model *models[REQUEST_MAX_IMAGES];
     atomic_int pending;     /* images not yet reported by the pipeline */
 
     pthread_mutex_t mu;     /* guards the fields below: reports race per image */

@@ -6,19 +6,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "daemon/reload.h"
 #include "daemon/request.h"
-#include "model/labels.h"
 
-/* What the service is, for every 200 answer and /v1/models/resnet18. */
+/* What the service is, for every 200 answer and /v1/models/resnet18; the
+ * model itself (weights, labels) may change with a reload: served_model. */
 typedef struct response_service {
     const char *device;         /* "cpu", "cuda" */
     int device_index;
     const char *precision;      /* "fp32", "fp16" */
     const char *decode;         /* where JPEGs are decoded: "gpu", "cpu" */
-    int synthetic;              /* --weights synthetic */
-    const labels *labels;
-    const char *weights_path;
-    const char *weights_sha256;
     int max_batch_size;
     long max_queue_delay_us;
     const char *preferred_batch_sizes;
@@ -28,13 +25,18 @@ typedef struct response_service {
     long max_pixels;
 } response_service;
 
-/* {"model":..,"results":[{"predictions":[..]}],"batch_size":..,"timings_us":{..}} */
+/* {"model":..,"model_version":..,"results":[{"predictions":[..]}],"batch_size":..,"timings_us":{..}};
+ * every image's labels from the model in r->models[i], which are set. */
 char *response_classify(const response_service *svc, const request *r, uint64_t total_us, size_t *len);
 
 /* {"error":{"status":..,"code":..,"message":..}} */
 char *response_error(int status, const char *code, const char *message, size_t *len);
 
-char *response_model(const response_service *svc, size_t *len);
+/* The Open Inference Protocol's error body: {"error": message}. */
+char *response_v2_error(const char *message, size_t *len);
+
+/* /v1/models/resnet18 for model m, the one served now. */
+char *response_model(const response_service *svc, const served_model *m, size_t *len);
 
 /* {"status":"ok"} style bodies for the probes. */
 char *response_status(const char *status, size_t *len);

@@ -42,7 +42,7 @@
 #include "model/clock.h"
 #include "model/resnet18.h"
 
-enum { ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL };
+enum { ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL, ROUTE_LOAD };
 
 static const struct {
     const char *path;
@@ -53,6 +53,7 @@ static const struct {
     [ROUTE_READYZ] = { "/readyz", "GET, HEAD" },
     [ROUTE_METRICS] = { "/metrics", "GET, HEAD" },
     [ROUTE_MODEL] = { "/v1/models/resnet18", "GET, HEAD" },
+    [ROUTE_LOAD] = { "/v2/repository/models/resnet18/load", "POST" },
 };
 #define NROUTES ((int)(sizeof routes / sizeof routes[0]))
 
@@ -61,6 +62,7 @@ struct server {
     const response_service *svc;
     queue *q;
     infer *inf;
+    reloader *reload;
     devjpeg *dj;            /* GPU JPEG decoding, or NULL */
     decode_pool *decoders;
     budget *bodies;
@@ -160,9 +162,10 @@ static void image_reported(request *r)
         MHD_resume_connection(r->conn);
 }
 
-static void sink_done(void *req, int image, const float *logits, const pipeline_timing *t)
+static void sink_done(void *req, int image, const float *logits, served_model *model, const pipeline_timing *t)
 {
     request *r = req;
+    r->models[image] = served_model_ref(model);
     topk_softmax(logits, RESNET18_CLASSES, r->top_k, r->topk + (size_t)image * (size_t)r->top_k);
     metrics_observe_queue((double)t->queue_us / 1e6);
     pthread_mutex_lock(&r->mu);
@@ -567,10 +570,92 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
         body = metrics_render(&len);
         return send_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);
     }
-    default:
-        body = response_model(s->svc, &len);
+    default: {
+        served_model *m = infer_model(s->inf);
+        body = response_model(s->svc, m, &len);
+        served_model_unref(m);
         return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
     }
+    }
+}
+
+/* ---- POST /v2/repository/models/resnet18/load --------------------------- */
+
+/* The Open Inference Protocol's model repository extension: reloads the
+ * weights and labels the configuration names (reload.h). Like a classify
+ * request the connection is suspended one call after the body ends and
+ * resumed by the reloader's answer; errors are the protocol's
+ * {"error": "..."}. */
+
+#define LOAD_MAX_BODY 65536
+
+static enum MHD_Result send_v2_error(server *s, request *r, struct MHD_Connection *c, int status, const char *msg)
+{
+    size_t len = 0;
+    char *body = response_v2_error(msg, &len);
+    return send_body(s, r, c, status, body, len, "application/json", status == 503 ? retry_after(s) : 0, NULL, 0);
+}
+
+/* Past 64 KiB the rest is read and dropped, and answered 413 at the end. */
+static enum MHD_Result load_body(request *r, const char *data, size_t n)
+{
+    if (r->too_large || r->over_budget)
+        return MHD_YES;
+    int rc = r->len + n > LOAD_MAX_BODY ? -1 : request_append(r, (const uint8_t *)data, n);
+    if (rc == -2)
+        r->over_budget = 1;
+    else if (rc != 0)
+        r->too_large = 1;
+    return MHD_YES;
+}
+
+/* The body is empty, or a JSON object whose "parameters", if any, are
+ * empty: resnetd loads the files its configuration names, never others. */
+static enum MHD_Result load_check(server *s, request *r, struct MHD_Connection *c)
+{
+    char why[256];
+    if (r->too_large)
+        return send_v2_error(s, r, c, 413, "the load request's body is larger than 64 KiB");
+    if (r->over_budget)
+        return send_v2_error(s, r, c, 503, memory_full_msg);
+    if (reload_parse_request(r->body, r->len, why, sizeof why) != 0)
+        return send_v2_error(s, r, c, 400, why);
+    request_drop_body(r);
+    if (atomic_load(&s->draining))
+        return send_v2_error(s, r, c, 503, "the server is shutting down");
+    r->state = REQ_SUBMITTING;
+    return MHD_YES;
+}
+
+/* On the reloader thread, with the connection suspended. */
+static void load_done(void *cls, int rc, const char *message)
+{
+    request *r = cls;
+    if (rc != 0) {
+        r->fail_status = 400;
+        snprintf(r->fail_msg, sizeof r->fail_msg, "%s", message);
+    }
+    MHD_resume_connection(r->conn);
+}
+
+static enum MHD_Result load_suspend(server *s, request *r, struct MHD_Connection *c)
+{
+    r->state = REQ_QUEUED;
+    atomic_fetch_add(&s->suspended, 1);
+    MHD_suspend_connection(c);
+    if (reloader_request(s->reload, load_done, r) != 0)
+        load_done(r, -1, "a reload is refused now: the server is stopping, or 64 load requests are waiting");
+    return MHD_YES;
+}
+
+static enum MHD_Result load_answer(server *s, request *r, struct MHD_Connection *c)
+{
+    atomic_fetch_sub(&s->suspended, 1);
+    r->state = REQ_ANSWERED;
+    if (r->fail_status)
+        return send_v2_error(s, r, c, r->fail_status, r->fail_msg);
+    char *empty = calloc(1, 1);
+    return send_body(s, r, c, 200, empty, 0, "application/json", 0, NULL, 0);
 }
 
 /* ---- libmicrohttpd callbacks -------------------------------------------- */
@@ -661,14 +746,15 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
     }
     int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-    if (r->route == ROUTE_CLASSIFY ? !is_post : !is_get) {
+    int posted = r->route == ROUTE_CLASSIFY || r->route == ROUTE_LOAD;
+    if (posted ? !is_post : !is_get) {
         char msg[160];
         snprintf(msg, sizeof msg, "%.20s is not allowed on %s; use %s", method, routes[r->route].path,
                  routes[r->route].allow);
         return send_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow,
                           is_post || has_body(c));
     }
-    if (r->route != ROUTE_CLASSIFY && has_body(c)) {
+    if (!posted && has_body(c)) {
         /* Answered unread, so a GET never costs body memory. */
         char msg[160];
         snprintf(msg, sizeof msg, "%s takes no request body", routes[r->route].path);
@@ -677,7 +763,7 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
     /* GETs are answered on the next call, once the request is complete:
      * libmicrohttpd closes any connection answered from this first call. */
     if (r->route != ROUTE_CLASSIFY)
-        return MHD_YES;
+        return MHD_YES;   /* a load's body is read as it comes */
     rc = classify_begin(s, r, c);
     if (r->state == REQ_RECEIVING)
         conn_set_phase(s->conns, conn_of(c), CONN_BODY);
@@ -723,17 +809,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         conn_add_body(s->conns, conn_of(c), n);
-        return r->state == REQ_RECEIVING && r->route == ROUTE_CLASSIFY ? classify_body(s, r, upload_data, n)
-                                                                        : MHD_YES;
+        if (r->state != REQ_RECEIVING)
+            return MHD_YES;
+        return r->route == ROUTE_CLASSIFY ? classify_body(s, r, upload_data, n)
+               : r->route == ROUTE_LOAD   ? load_body(r, upload_data, n)
+                                          : MHD_YES;
     }
     if (r->state == REQ_RECEIVING) {
         conn_set_phase(s->conns, conn_of(c), CONN_SERVER);
-        return r->route == ROUTE_CLASSIFY ? classify_submit(s, r, c) : answer_get(s, r, c);
+        return r->route == ROUTE_CLASSIFY ? classify_submit(s, r, c)
+               : r->route == ROUTE_LOAD   ? load_check(s, r, c)
+                                          : answer_get(s, r, c);
     }
     if (r->state == REQ_SUBMITTING)
-        return classify_suspend(s, r, c);
+        return r->route == ROUTE_LOAD ? load_suspend(s, r, c) : classify_suspend(s, r, c);
     if (r->state == REQ_QUEUED)
-        return classify_answer(s, r, c);
+        return r->route == ROUTE_LOAD ? load_answer(s, r, c) : classify_answer(s, r, c);
     return MHD_YES;
 }
 
@@ -773,10 +864,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     /* Gone between the submit and the suspend: its slots were reserved
      * but never handed on. Gone after a resume, before the answer: it no
      * longer waits in the pipeline. */
-    if (r->state == REQ_SUBMITTING)
+    if (r->state == REQ_SUBMITTING && r->route == ROUTE_CLASSIFY)
         queue_release(s->q, r->slots, r->nimages);
     else if (r->state == REQ_QUEUED)
         atomic_fetch_sub(&s->suspended, 1);
+    for (int i = 0; i < r->nimages; i++)
+        served_model_unref(r->models[i]);
     request_free(r);
     /* A kept-alive connection waits for its next request's headers. */
     conn_set_phase(s->conns, cn, CONN_HEADERS);
@@ -815,8 +908,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, devjpeg *dj,
-                     budget *bodies, char *err, size_t errlen)
+server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, reloader *reload,
+                     devjpeg *dj, budget *bodies, char *err, size_t errlen)
 {
     char host[256];
     int port;
@@ -846,6 +939,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->svc = svc;
     s->q = q;
     s->inf = inf;
+    s->reload = reload;
     s->dj = dj;
     s->bodies = bodies;
     s->max_body_bytes = cfg->max_body_bytes;

@@ -27,8 +27,8 @@ extern const pipeline_sink server_sink;
  * cfg->listen and starts the HTTP worker threads. dj: the device JPEG
  * decoder, or NULL to decode every image on the CPU. Request bodies are
  * charged to `bodies` (past its cap: 503). */
-server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, devjpeg *dj,
-                     budget *bodies, char *err, size_t errlen);
+server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, reloader *reload,
+                     devjpeg *dj, budget *bodies, char *err, size_t errlen);
 
 /* The bound port (useful with port 0). */
 int server_port(const server *s);

@@ -398,8 +398,23 @@ static void nvj_destroy(void *ctx)
     free(d);
 }
 
+// The slots' states, arenas and job tables are sized by the slot count and
+// max batch, not tied to the engine's buffers, which stage looks up anew.
+static int nvj_retarget(void *ctx, engine *e, char *err, size_t errlen)
+{
+    nvj_decoder *d = (nvj_decoder *)ctx;
+    if (e->device != ENGINE_DEVICE_CUDA || e->device_index != d->dev || e->nslots != d->e->nslots ||
+        e->max_batch != d->max_batch) {
+        snprintf(err, errlen, "the GPU JPEG decoder serves cuda:%d with %d slots of %d images; the new engine "
+                 "differs", d->dev, d->e->nslots, d->max_batch);
+        return -1;
+    }
+    d->e = e;
+    return 0;
+}
+
 static const devjpeg_ops nvj_ops = {
-    "nvjpeg-hardware", nvj_check, nvj_stage, nvj_stage_ms, nvj_sync, nvj_device_memory, nvj_destroy,
+    "nvjpeg-hardware", nvj_check, nvj_stage, nvj_stage_ms, nvj_sync, nvj_device_memory, nvj_destroy, nvj_retarget,
 };
 
 extern "C" devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err,

@@ -171,6 +171,15 @@ int devjpeg_stage(devjpeg *d, int slot, int nhost, const uint8_t *const *jpeg, c
     return d->ops->stage(d->ctx, slot, nhost, jpeg, len, w, h, n, fallback, cls, nfallback, err, errlen);
 }
 
+int devjpeg_retarget(devjpeg *d, engine *e, char *err, size_t errlen)
+{
+    if (!d->ops->retarget) {
+        snprintf(err, errlen, "the %s device decoder cannot move to another engine", d->ops->name);
+        return -1;
+    }
+    return d->ops->retarget(d->ctx, e, err, errlen);
+}
+
 double devjpeg_stage_ms(devjpeg *d, int slot)
 {
     return d->ops->stage_ms ? d->ops->stage_ms(d->ctx, slot) : -1.0;

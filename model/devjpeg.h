@@ -68,6 +68,8 @@ typedef struct devjpeg_ops {
     /* Optional: device bytes held. */
     size_t (*device_memory)(void *ctx);
     void (*destroy)(void *ctx);
+    /* Optional: see devjpeg_retarget. */
+    int (*retarget)(void *ctx, engine *e, char *err, size_t errlen);
 } devjpeg_ops;
 
 typedef struct devjpeg {
@@ -100,6 +102,11 @@ devjpeg_reason devjpeg_check(devjpeg *d, const uint8_t *jpeg, size_t len, const 
 int devjpeg_stage(devjpeg *d, int slot, int nhost, const uint8_t *const *jpeg, const size_t *len, const int *w,
                   const int *h, int n, devjpeg_fallback_fn fallback, void *cls, int *nfallback, char *err,
                   size_t errlen);
+
+/* Stages into engine e from now on (a hot reload's new engine): e must be
+ * on the same device with the same slots and max batch, and neither engine
+ * may have a batch staged or in flight. 0, or -1 with err. */
+int devjpeg_retarget(devjpeg *d, engine *e, char *err, size_t errlen);
 
 double devjpeg_stage_ms(devjpeg *d, int slot);
 int devjpeg_sync(devjpeg *d, char *err, size_t errlen);

@@ -308,11 +308,13 @@ static void fake_engine_free(engine *e)
 
 #define NIMAGES 40
 static atomic_int done_count[NIMAGES], fail_count[NIMAGES], wrong_pixels, max_batch_seen, fail_status;
+static served_model *_Atomic done_model[NIMAGES];
 
-static void sink_done(void *req, int image, const float *logits, const pipeline_timing *t)
+static void sink_done(void *req, int image, const float *logits, served_model *model, const pipeline_timing *t)
 {
     (void)image;
     int id = (int)(intptr_t)req - 1;
+    atomic_store(&done_model[id], model);
     atomic_fetch_add(&done_count[id], 1);
     if ((int)logits[0] != id)
         atomic_fetch_add(&wrong_pixels, 1);
@@ -377,7 +379,7 @@ START_TEST(pipeline_keeps_two_batches_in_flight_and_reports_each_image_once)
     engine *e = fake_engine_create(&f, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, NULL, &test_sink, err, sizeof err);
     ck_assert_ptr_nonnull(q);
     ck_assert_ptr_nonnull(inf);
     batcher_policy p = policy(4, 1000);
@@ -413,7 +415,7 @@ START_TEST(engine_failure_fails_its_batch_with_500_until_a_batch_succeeds)
     engine *e = fake_engine_create(&f, 1, 4);
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
-    infer *inf = infer_create(e, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 0);
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
@@ -436,6 +438,67 @@ START_TEST(engine_failure_fails_its_batch_with_500_until_a_batch_succeeds)
 }
 END_TEST
 
+/* Hot reload: infer_swap between batches while images keep coming. Every
+ * image is reported once, with its own pixels, by the model of the engine
+ * that ran it: the old one before the swap returned, the new one for
+ * everything queued after. */
+START_TEST(swap_moves_batches_to_the_new_engine_without_losing_any)
+{
+    reset_counts();
+    fake_engine fa = { 0 }, fb = { 0 }, fc = { 0 };
+    engine *a = fake_engine_create(&fa, 2, 4), *b2 = fake_engine_create(&fb, 2, 4);
+    engine *odd = fake_engine_create(&fc, 2, 8);
+    served_model ma = { .version = 1 }, mb = { .version = 2 };
+    atomic_init(&ma.refs, 1);
+    atomic_init(&mb.refs, 1);
+    char err[256];
+    queue *q = queue_create(64, err, sizeof err);
+    infer *inf = infer_create(a, &ma, NULL, &test_sink, err, sizeof err);
+    batcher_policy p = policy(4, 1000);
+    batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
+    ck_assert_ptr_nonnull(b);
+    push_images(q, 0, NIMAGES / 2);
+    wait_reported(4);
+    engine *old = NULL;
+    /* A different max batch is refused and changes nothing. */
+    ck_assert_int_eq(infer_swap(inf, odd, &mb, &old, err, sizeof err), -1);
+    ck_assert_ptr_null(old);
+    ck_assert_int_eq(infer_swap(inf, b2, &mb, &old, err, sizeof err), 0);
+    ck_assert_ptr_eq(old, a);
+    ck_assert_ptr_eq(infer_engine(inf), b2);
+    push_images(q, NIMAGES / 2, NIMAGES / 2);
+    wait_reported(NIMAGES);
+    queue_stop(q);
+    batcher_join(b);
+    infer_stop(inf);
+    for (int i = 0; i < NIMAGES; i++) {
+        ck_assert_int_eq(atomic_load(&done_count[i]) + atomic_load(&fail_count[i]), 1);
+        ck_assert_int_eq(atomic_load(&done_count[i]), 1);
+        if (i < 4)
+            ck_assert_ptr_eq(atomic_load(&done_model[i]), &ma);
+        else if (i >= NIMAGES / 2)
+            ck_assert_ptr_eq(atomic_load(&done_model[i]), &mb);
+        else
+            ck_assert(atomic_load(&done_model[i]) == &ma || atomic_load(&done_model[i]) == &mb);
+    }
+    ck_assert_int_eq(atomic_load(&wrong_pixels), 0);
+    ck_assert_int_ge(atomic_load(&fa.batches), 1);
+    ck_assert_int_ge(atomic_load(&fb.batches), NIMAGES / 2 / 4);
+    ck_assert_int_eq(atomic_load(&fc.batches), 0);
+    served_model *m = infer_model(inf);
+    ck_assert_ptr_eq(m, &mb);
+    served_model_unref(m);
+    infer_destroy(inf);
+    /* infer's references are gone: only the test's own are left. */
+    ck_assert_int_eq(atomic_load(&ma.refs), 1);
+    ck_assert_int_eq(atomic_load(&mb.refs), 1);
+    queue_destroy(q);
+    fake_engine_free(a);
+    fake_engine_free(b2);
+    fake_engine_free(odd);
+}
+END_TEST
+
 START_TEST(stop_drains_queued_images_before_the_batcher_exits)
 {
     reset_counts();
@@ -443,7 +506,7 @@ START_TEST(stop_drains_queued_images_before_the_batcher_exits)
     engine *e = fake_engine_create(&f, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     push_images(q, 0, 3);
@@ -520,11 +583,11 @@ static const devjpeg_ops fake_dj_ops = { .name = "fake", .check = fake_dj_check,
 
 static atomic_int gpu_timed;
 
-static void sink_done_gpu(void *req, int image, const float *logits, const pipeline_timing *t)
+static void sink_done_gpu(void *req, int image, const float *logits, served_model *model, const pipeline_timing *t)
 {
     if (t->gpu_decode_us == 1500)
         atomic_fetch_add(&gpu_timed, 1);
-    sink_done(req, image, logits, t);
+    sink_done(req, image, logits, model, t);
 }
 
 static const pipeline_sink gpu_sink = { .done = sink_done_gpu, .fail = sink_fail };
@@ -567,7 +630,7 @@ START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_ima
     devjpeg dj = { .ops = &fake_dj_ops, .ctx = &fd };
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, &dj, &gpu_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, &dj, &gpu_sink, err, sizeof err);
     batcher_policy p = policy(8, 10000000);   /* full batches only: 24 images make 3 */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     ck_assert_ptr_nonnull(b);
@@ -620,7 +683,7 @@ START_TEST(device_decoder_error_fails_its_batch_with_500)
     devjpeg dj = { .ops = &fake_dj_ops, .ctx = &fd };
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
-    infer *inf = infer_create(e, &dj, &gpu_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, &dj, &gpu_sink, err, sizeof err);
     batcher_policy p = policy(4, 10000000);   /* full batches only */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     atomic_store(&fd.fail_next, 1);
@@ -669,6 +732,7 @@ static Suite *suite(void)
     tcase_add_test(tp, pipeline_keeps_two_batches_in_flight_and_reports_each_image_once);
     tcase_add_test(tp, engine_failure_fails_its_batch_with_500_until_a_batch_succeeds);
     tcase_add_test(tp, stop_drains_queued_images_before_the_batcher_exits);
+    tcase_add_test(tp, swap_moves_batches_to_the_new_engine_without_losing_any);
     tcase_add_test(tp, device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_image);
     tcase_add_test(tp, device_decoder_error_fails_its_batch_with_500);
     suite_add_tcase(s, tp);

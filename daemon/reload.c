@@ -1,0 +1,309 @@
+/* The served model and the reloader thread (see reload.h). */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "config.h"
+#include "daemon/infer.h"
+#include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "daemon/reload.h"
+#include "model/clock.h"
+#include "model/engine.h"
+
+#define SYNTHETIC_SEED 20240601u
+#define RELOAD_MAX_WAITING 64   /* load requests waiting at once; more are refused */
+
+/* The labels file: --labels, else labels_default_path() (the installed
+ * copy, or the source tree's when resnetd runs uninstalled). */
+static const char *labels_path(const config *c)
+{
+    if (c->labels[0])
+        return c->labels;
+    const char *p = labels_default_path();
+    if (strncmp(p, RESNETD_DATADIR "/", strlen(RESNETD_DATADIR "/")) != 0)
+        log_info("not installed: using labels from %s", p);
+    return p;
+}
+
+served_model *served_model_load(const config *c, int version, resnet18_weights *w, char *err, size_t errlen)
+{
+    served_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of memory loading the model");
+        return NULL;
+    }
+    const char *lpath = labels_path(c);
+    if (labels_load(lpath, RESNET18_CLASSES, &m->lab, err, errlen) != 0) {
+        free(m);
+        return NULL;
+    }
+    m->synthetic = strcmp(c->weights, "synthetic") == 0;
+    int rc = m->synthetic ? weights_synthetic(SYNTHETIC_SEED, w, err, errlen) : weights_load(c->weights, w, err, errlen);
+    if (rc != 0) {
+        labels_free(&m->lab);
+        free(m);
+        return NULL;
+    }
+    atomic_init(&m->refs, 1);
+    m->version = version;
+    snprintf(m->weights_path, sizeof m->weights_path, "%s", c->weights);
+    snprintf(m->labels_path, sizeof m->labels_path, "%s", lpath);
+    snprintf(m->sha256, sizeof m->sha256, "%s", w->sha256);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->loaded_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return m;
+}
+
+served_model *served_model_ref(served_model *m)
+{
+    if (m)
+        atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
+void served_model_unref(served_model *m)
+{
+    if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+        labels_free(&m->lab);
+        free(m);
+    }
+}
+
+int reload_parse_request(const uint8_t *body, size_t len, char *why, size_t whylen)
+{
+    if (len == 0)
+        return 0;
+    json_error_t e;
+    json_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &e);
+    int rc = -1;
+    if (!j)
+        snprintf(why, whylen, "the body is not JSON: %s (at byte %d)", e.text, e.position);
+    else if (!json_is_object(j))
+        snprintf(why, whylen, "the body must be a JSON object");
+    else {
+        json_t *p = json_object_get(j, "parameters");
+        if (p && !json_is_object(p))
+            snprintf(why, whylen, "\"parameters\" must be an object");
+        else if (p && json_object_size(p) > 0)
+            snprintf(why, whylen, "load parameters are not supported: resnetd loads the weights and labels its "
+                     "configuration names (edit it, then load)");
+        else
+            rc = 0;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* ---- the reloader -------------------------------------------------------- */
+
+typedef struct waiter {
+    reload_done_fn done;
+    void *cls;
+} waiter;
+
+struct reloader {
+    int argc;
+    char **argv;
+    config given;               /* as start-up read it, before "auto" was resolved */
+    infer *inf;
+    resnet18_weights weights;   /* the running engine's */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    waiter waiting[RELOAD_MAX_WAITING];
+    int nwaiting;
+    int asked;                  /* a reload is due (SIGHUP asks with no waiter) */
+    int stopping;
+};
+
+/* Names the options whose new value differs from the one start-up read and
+ * that a reload does not apply (everything but weights and labels). */
+static void warn_unapplied(const config *given, const config *fresh)
+{
+    int n;
+    const config_option *opts = config_options(&n);
+    char names[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        const config_option *o = &opts[i];
+        if (strcmp(o->name, "weights") == 0 || strcmp(o->name, "labels") == 0)
+            continue;
+        const char *a = (const char *)given + o->offset, *b = (const char *)fresh + o->offset;
+        int same = o->type == CONFIG_STRING ? strcmp(a, b) == 0 : *(const long *)a == *(const long *)b;
+        if (!same && used < sizeof names)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", o->name);
+    }
+    if (used)
+        log_warn("reload: changed option(s) %s need a restart; not applied", names);
+}
+
+static int warm_up(engine *e, char *err, size_t errlen)
+{
+    memset(e->input[0], 128, (size_t)e->max_batch * RESNET18_INPUT_BYTES);
+    if (engine_submit(e, 0, e->max_batch, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+/* One reload; 0, or -1 with why in err. */
+static int reload_once(reloader *rl, char *msg, size_t msglen)
+{
+    char err[1024];
+    config fresh;
+    config_cli cli;
+    if (config_load(&fresh, &cli, rl->argc, rl->argv, err, sizeof err) != 0 ||
+        config_validate(&fresh, err, sizeof err) != 0) {
+        snprintf(msg, msglen, "configuration: %s%s%s", cli.config_path ? cli.config_path : "",
+                 cli.config_path ? ": " : "", err);
+        return -1;
+    }
+    warn_unapplied(&rl->given, &fresh);
+
+    engine *cur = infer_engine(rl->inf);
+    served_model *old_model = infer_model(rl->inf);
+    int version = old_model->version + 1;
+    served_model_unref(old_model);
+    uint64_t t0 = clock_now_us();
+    resnet18_weights w;
+    served_model *m = served_model_load(&fresh, version, &w, err, sizeof err);
+    if (!m) {
+        snprintf(msg, msglen, "%s", err);
+        return -1;
+    }
+    engine_config ec = { .device = cur->device, .device_index = cur->device_index, .precision = cur->precision,
+                         .max_batch = cur->max_batch, .nslots = cur->nslots,
+                         .threads = (int)rl->given.engine_threads };
+    engine *e = engine_create(&w, &ec, err, sizeof err);
+    if (!e) {
+        snprintf(msg, msglen, "engine: %s", err);
+        goto fail;
+    }
+    if (warm_up(e, err, sizeof err) != 0) {
+        snprintf(msg, msglen, "warm-up batch: %s", err);
+        goto fail;
+    }
+    engine *old;
+    if (infer_swap(rl->inf, e, m, &old, err, sizeof err) != 0) {
+        snprintf(msg, msglen, "swap: %s", err);
+        goto fail;
+    }
+    engine_destroy(old);
+    weights_free(&rl->weights);
+    rl->weights = w;
+    snprintf(msg, msglen, "model version %d: weights %.300s (sha256 %s), labels %.300s; loaded and warmed up in %.0f ms",
+             m->version, m->weights_path, m->synthetic ? "none: synthetic" : m->sha256, m->labels_path,
+             (double)(clock_now_us() - t0) / 1e3);
+    metrics_set_model(m->version, (double)m->loaded_unix_ms / 1e3);
+    served_model_unref(m);
+    return 0;
+fail:
+    engine_destroy(e);
+    weights_free(&w);
+    served_model_unref(m);
+    return -1;
+}
+
+static void *reloader_main(void *arg)
+{
+    reloader *rl = arg;
+    waiter batch[RELOAD_MAX_WAITING];
+    pthread_mutex_lock(&rl->mu);
+    for (;;) {
+        while (!rl->asked && !rl->stopping)
+            pthread_cond_wait(&rl->cv, &rl->mu);
+        if (rl->stopping)
+            break;
+        /* Everyone waiting now is served by this reload; later askers by the next. */
+        int n = rl->nwaiting;
+        memcpy(batch, rl->waiting, (size_t)n * sizeof *batch);
+        rl->nwaiting = 0;
+        rl->asked = 0;
+        pthread_mutex_unlock(&rl->mu);
+
+        char msg[1536];
+        log_info("reload: loading");
+        int rc = reload_once(rl, msg, sizeof msg);
+        metrics_add_model_load(rc == 0);
+        if (rc == 0)
+            log_info("reload: now serving %s", msg);
+        else
+            log_error("reload failed, the running model keeps serving: %s", msg);
+        for (int i = 0; i < n; i++)
+            batch[i].done(batch[i].cls, rc, msg);
+        pthread_mutex_lock(&rl->mu);
+    }
+    pthread_mutex_unlock(&rl->mu);
+    return NULL;
+}
+
+reloader *reloader_start(int argc, char **argv, const config *given, infer *inf, resnet18_weights *weights,
+                         char *err, size_t errlen)
+{
+    reloader *rl = calloc(1, sizeof *rl);
+    if (!rl) {
+        snprintf(err, errlen, "reloader: out of memory");
+        return NULL;
+    }
+    rl->argc = argc;
+    rl->argv = argv;
+    rl->given = *given;
+    rl->inf = inf;
+    rl->weights = *weights;
+    if (pthread_mutex_init(&rl->mu, NULL) != 0 || pthread_cond_init(&rl->cv, NULL) != 0) {
+        snprintf(err, errlen, "reloader: cannot create its lock");
+        free(rl);
+        return NULL;
+    }
+    int rc = pthread_create(&rl->thread, NULL, reloader_main, rl);
+    if (rc != 0) {
+        snprintf(err, errlen, "reloader: cannot start thread: %s", strerror(rc));
+        free(rl);
+        return NULL;
+    }
+    memset(weights, 0, sizeof *weights);   /* the reloader owns them now */
+    return rl;
+}
+
+int reloader_request(reloader *rl, reload_done_fn done, void *cls)
+{
+    pthread_mutex_lock(&rl->mu);
+    int rc = -1;
+    if (!rl->stopping && (!done || rl->nwaiting < RELOAD_MAX_WAITING)) {
+        if (done)
+            rl->waiting[rl->nwaiting++] = (waiter){ done, cls };
+        rl->asked = 1;
+        pthread_cond_signal(&rl->cv);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&rl->mu);
+    return rc;
+}
+
+void reloader_stop(reloader *rl)
+{
+    if (!rl)
+        return;
+    pthread_mutex_lock(&rl->mu);
+    rl->stopping = 1;
+    pthread_cond_signal(&rl->cv);
+    pthread_mutex_unlock(&rl->mu);
+    pthread_join(rl->thread, NULL);
+    for (int i = 0; i < rl->nwaiting; i++)
+        rl->waiting[i].done(rl->waiting[i].cls, -1, "the server is shutting down");
+    rl->nwaiting = 0;
+}
+
+void reloader_destroy(reloader *rl)
+{
+    if (!rl)
+        return;
+    weights_free(&rl->weights);
+    pthread_cond_destroy(&rl->cv);
+    pthread_mutex_destroy(&rl->mu);
+    free(rl);
+}

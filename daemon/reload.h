@@ -1,0 +1,77 @@
+/* The served model (weights, labels and what they are) and its hot reload.
+ *
+ * A served_model is immutable and reference counted: the pipeline hands
+ * each image's result over with the model that computed it, and a request
+ * holds those references until it is answered, so an answer always names
+ * the labels and weights its logits came from, even across a reload.
+ *
+ * The reloader is one thread. A reload (SIGHUP, or POST
+ * /v2/repository/models/resnet18/load) reads the configuration again as at
+ * start-up, loads the weights and labels it names, builds a second engine
+ * like the running one and warms it up beside it, then has infer swap the
+ * engines between two batches (infer_swap); the old engine is destroyed
+ * once its last batch has been answered. Nothing is dropped: requests keep
+ * queueing meanwhile. A failed load changes nothing and says why. Options
+ * other than weights and labels are not applied (they size buffers and
+ * threads): a changed one is named in the log as needing a restart.
+ * Requests that arrive during a reload are served by the next one, so
+ * their answer reflects files as they were when they asked. */
+#ifndef RESNETD_RELOAD_H
+#define RESNETD_RELOAD_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "daemon/config.h"
+#include "model/labels.h"
+#include "model/resnet18.h"
+
+typedef struct served_model {
+    atomic_int refs;
+    int version;                /* 1 at start-up, then +1 per successful reload */
+    int synthetic;              /* weights = synthetic: answers are marked */
+    labels lab;
+    char weights_path[CONFIG_PATH_MAX];
+    char labels_path[CONFIG_PATH_MAX];
+    char sha256[65];            /* of the weights file; "" for synthetic */
+    int64_t loaded_unix_ms;     /* wall clock when it was loaded */
+} served_model;
+
+/* Loads c's labels and weights: the model (one reference, the caller's)
+ * and its weights in *w, which the engine is built from. NULL with the
+ * reason in err. */
+served_model *served_model_load(const config *c, int version, resnet18_weights *w, char *err, size_t errlen);
+served_model *served_model_ref(served_model *m);
+void served_model_unref(served_model *m);
+
+/* A repository load request's body: empty, or a JSON object with no (or
+ * empty) "parameters". 0, or -1 with why. */
+int reload_parse_request(const uint8_t *body, size_t len, char *why, size_t whylen);
+
+struct infer;
+
+/* done(cls, 0, message) after a successful reload, done(cls, -1, why)
+ * after a failed one; called on the reloader thread (or in reloader_stop). */
+typedef void (*reload_done_fn)(void *cls, int rc, const char *message);
+
+typedef struct reloader reloader;
+
+/* argc/argv: the daemon's command line, read again on each reload; given:
+ * the configuration start-up read (before "auto" was resolved), which a
+ * reload compares with. The new engine is like the running one (device,
+ * precision, max batch, slots; given's engine_threads). weights: the
+ * running engine's; the reloader owns them from here on. */
+reloader *reloader_start(int argc, char **argv, const config *given, struct infer *inf,
+                         resnet18_weights *weights, char *err, size_t errlen);
+
+/* Asks for a reload; done (may be NULL) hears the outcome. -1 once
+ * stopping. Never blocks on the reload itself. */
+int reloader_request(reloader *rl, reload_done_fn done, void *cls);
+
+/* Lets a reload under way finish, answers requests not yet started with
+ * "shutting down" and joins the thread. */
+void reloader_stop(reloader *rl);
+/* Frees the running weights: after the engine built from them is gone. */
+void reloader_destroy(reloader *rl);
+
+#endif
