@@ -29,11 +29,14 @@ TIMEOUT = 60  # seconds; any single HTTP exchange
 class Daemon:
     """A resnetd process on 127.0.0.1 with an ephemeral port."""
 
-    def __init__(self, opts, *extra, env=None):
+    def __init__(self, opts, *extra, env=None, config=None):
+        """config: a configuration file that names the weights and labels
+        (then not given as flags, which would override it on a reload)."""
         self.log = tempfile.NamedTemporaryFile(prefix="resnetd-", suffix=".log", delete=False)
-        args = [opts.resnetd, "--weights", os.path.join(opts.ref, "weights.safetensors"),
-                "--labels", opts.labels, "--device", "cpu", "--listen", "127.0.0.1:0",
-                "--engine-threads", "2", "--request-timeout-ms", "120000"] + list(extra)
+        model = ["--config", config] if config else [
+            "--weights", os.path.join(opts.ref, "weights.safetensors"), "--labels", opts.labels]
+        args = [opts.resnetd] + model + ["--device", "cpu", "--listen", "127.0.0.1:0",
+                                         "--engine-threads", "2", "--request-timeout-ms", "120000"] + list(extra)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, **(env or {})))
         self.port = None
