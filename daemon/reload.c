@@ -10,6 +10,7 @@
 #include "daemon/infer.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/notify.h"
 #include "daemon/reload.h"
 #include "model/clock.h"
 #include "model/engine.h"
@@ -227,7 +228,9 @@ static void *reloader_main(void *arg)
 
         char msg[1536];
         log_info("reload: loading");
+        notify_send("RELOADING=1");   /* systemctl reload waits for READY=1 */
         int rc = reload_once(rl, msg, sizeof msg);
+        notify_send("READY=1");
         metrics_add_model_load(rc == 0);
         if (rc == 0)
             log_info("reload: now serving %s", msg);
