@@ -14,9 +14,12 @@ build_pkgs="build-essential autoconf automake pkg-config libmicrohttpd-dev libja
 run_pkgs="curl python-matplotlib-data"
 # Reference tests: torchvision on Debian's python3, cjpeg for restart-marker
 # JPEGs and decode bombs, promtool and systemd-analyze for the ops checks,
-# clang and its runtime (libFuzzer) for tests/fuzz.
+# clang and its runtime (libFuzzer) for tests/fuzz, nginx for the scale-out
+# test (etc/nginx; the test runs its own unprivileged nginx, but where systemd
+# runs services, installing the package also starts Debian's default site),
+# python3-yaml to parse etc/kubernetes.
 test_pkgs="python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
-  python-matplotlib-data prometheus systemd gnuplot-nox clang libclang-rt-dev"
+  python-matplotlib-data prometheus systemd gnuplot-nox clang libclang-rt-dev nginx python3-yaml"
 
 install_missing() {
   missing=
@@ -69,7 +72,8 @@ make -j"$jobs"
 
 if [ "$mode" = test ]; then
   # In CI a missing reference (torch) is a failure, not a skip.
-  [ "${CI:-}" = true ] && export RESNETD_REQUIRE_REFERENCE=1 RESNETD_REQUIRE_PROMTOOL=1
+  [ "${CI:-}" = true ] && export RESNETD_REQUIRE_REFERENCE=1 RESNETD_REQUIRE_PROMTOOL=1 \
+    RESNETD_REQUIRE_NGINX=1 RESNETD_REQUIRE_YAML=1
   if ! make -j"$jobs" check; then
     for f in tests/*.log; do
       grep -qE '^:test-result: (FAIL|ERROR)' "${f%.log}.trs" 2>/dev/null && { echo "=== $f"; tail -n 60 "$f"; }
