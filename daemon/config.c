@@ -23,9 +23,10 @@ static int check_listen(const char *v, char *err, size_t errlen)
 static int check_device(const char *v, char *err, size_t errlen)
 {
     engine_device d;
-    int index;
-    if (engine_parse_device(v, &d, &index) != 0) {
-        snprintf(err, errlen, "'%s' is not a device (cpu, cuda, cuda:N or auto)", v);
+    int index[ENGINE_MAX_DEVICES], n;
+    if (engine_parse_devices(v, &d, index, ENGINE_MAX_DEVICES, &n) != 0) {
+        snprintf(err, errlen, "'%s' is not a device (cpu, cuda, cuda:N, cuda:N,M,... (up to %d, no repeats), "
+                 "cuda:all or auto)", v, ENGINE_MAX_DEVICES);
         return -1;
     }
     return 0;
@@ -69,7 +70,8 @@ static const config_option options[] = {
       "ResNet18 weights (safetensors, torchvision names), or 'synthetic' for load tests; required", NULL },
     { "labels", STR(labels), "",
       "class names, one per line; empty means the installed imagenet-classes.txt", NULL },
-    { "device", STR(device), "auto", "cpu, cuda, cuda:N, or auto (CUDA when present)", check_device },
+    { "device", STR(device), "auto",
+      "cpu, cuda, cuda:N, cuda:N,M,... or cuda:all (an engine per GPU), or auto (CUDA when present)", check_device },
     { "precision", STR(precision), "default", "fp32, fp16, or default (the device's best)", check_precision },
     { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
       "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },

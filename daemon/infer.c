@@ -41,6 +41,7 @@ struct infer {
     pthread_t completer;
     atomic_int healthy;
     double images_per_s;    /* EWMA; under mu */
+    int metrics_id;         /* metrics_engine's id for this engine's device */
 };
 
 static void complete(infer *x, int slot)
@@ -55,6 +56,7 @@ static void complete(infer *x, int slot)
     uint64_t done_us = clock_now_us();
     uint64_t infer_us = done_us - b->submit_us;
     metrics_add_batches_in_flight(-1);
+    metrics_engine_in_flight(x->metrics_id, -1);
 
     if (failed) {
         if (atomic_exchange(&x->healthy, 0))
@@ -72,6 +74,7 @@ static void complete(infer *x, int slot)
     for (int i = 0; i < b->n; i++)
         reported += b->items[i].req != NULL;
     metrics_add_images(reported);   /* an image dropped after staging was answered already */
+    metrics_engine_batch(x->metrics_id, reported);
     /* The stage's events completed before the engine's wait returned. */
     uint64_t gpu_decode_us = 0;
     if (x->dj && b->staged) {
@@ -131,6 +134,9 @@ infer *infer_create(engine *e, served_model *m, devjpeg *dj, const pipeline_sink
     x->e = e;
     x->model = served_model_ref(m);
     x->dj = dj;
+    char label[32];
+    infer_engine_label(e, label, sizeof label);
+    x->metrics_id = metrics_engine(label);
     x->sink = sink;
     atomic_init(&x->healthy, 1);
     for (int s = 0; s < e->nslots; s++) {
@@ -229,6 +235,14 @@ int infer_swap(infer *x, engine *e, served_model *m, engine **old, char *err, si
     return rc;
 }
 
+void infer_engine_label(const engine *e, char *out, size_t len)
+{
+    if (e->device == ENGINE_DEVICE_CUDA)
+        snprintf(out, len, "cuda:%d", e->device_index);
+    else
+        snprintf(out, len, "%s", engine_device_name(e->device));
+}
+
 engine *infer_engine(infer *x)
 {
     pthread_mutex_lock(&x->mu);
@@ -254,6 +268,7 @@ void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged
     b->submit_us = clock_now_us();
     b->failed = engine_submit(x->e, slot, n, b->err, sizeof b->err) != 0;
     metrics_add_batches_in_flight(1);
+    metrics_engine_in_flight(x->metrics_id, 1);
     pthread_mutex_lock(&x->mu);
     x->filling = 0;
     x->fifo[(x->fifo_head + x->fifo_count++) % ENGINE_MAX_SLOTS] = slot;

@@ -39,6 +39,9 @@ void infer_abandon(infer *x);
  * batch. 0, or -1 with err (nothing changed). */
 int infer_swap(infer *x, engine *e, served_model *m, engine **old, char *err, size_t errlen);
 
+/* "cpu" or "cuda:N": the engine's label in metrics and metadata. */
+void infer_engine_label(const engine *e, char *out, size_t len);
+
 /* The engine now in use (main destroys it at exit). */
 engine *infer_engine(infer *x);
 /* The model now served: a new reference, for the caller to drop. */

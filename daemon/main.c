@@ -57,13 +57,14 @@ static long usable_cpus(void)
     return n > 0 ? n : 1;
 }
 
-static engine *create_engine(const config *given, config *resolved, const resnet18_weights *w,
-                             char *err, size_t errlen)
+/* The engine for device (d, index) as given configures it; *resolved gets
+ * given with its "auto" options resolved for the device found. */
+static engine *create_engine(const config *given, engine_device d, int index, config *resolved,
+                             const resnet18_weights *w, char *err, size_t errlen)
 {
-    engine_config ec = { 0 };
-    if (engine_parse_device(given->device, &ec.device, &ec.device_index) != 0 ||
-        engine_parse_precision(given->precision, &ec.precision) != 0) {
-        snprintf(err, errlen, "bad device or precision");   /* validated by config already */
+    engine_config ec = { .device = d, .device_index = index };
+    if (engine_parse_precision(given->precision, &ec.precision) != 0) {
+        snprintf(err, errlen, "bad precision");   /* validated by config already */
         return NULL;
     }
     long ncpus = usable_cpus();
@@ -252,11 +253,45 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    engine *e = create_engine(&cfg, &rc, &w, err, sizeof err);
-    if (!e) {
-        log_error("engine: %s", err);
-        return 1;
+    /* One engine per device: a pipeline each (its slots, device JPEG
+     * decoder, batcher thread), all fed from one queue, so whichever engine
+     * has a free slot takes the next batch. */
+    engine_device kind;
+    int devs[ENGINE_MAX_DEVICES], ndev;
+    if (engine_parse_devices(cfg.device, &kind, devs, ENGINE_MAX_DEVICES, &ndev) != 0)
+        return 1;   /* validated by config already */
+    if (ndev == 0) {   /* cuda:all */
+        ndev = engine_cuda_device_count();
+        if (ndev == 0) {
+            log_error("device = cuda:all: no CUDA device is usable");
+            return 1;
+        }
+        ndev = ndev > ENGINE_MAX_DEVICES ? ENGINE_MAX_DEVICES : ndev;
+        for (int i = 0; i < ndev; i++)
+            devs[i] = i;
     }
+    engine *eng[ENGINE_MAX_DEVICES] = { 0 };
+    devjpeg *djs[ENGINE_MAX_DEVICES] = { 0 };
+    char engines[ENGINE_MAX_DEVICES * 12] = "";
+    size_t gpu_bytes = 0, pinned_bytes = 0;
+    for (int i = 0; i < ndev; i++) {
+        if (!(eng[i] = create_engine(&cfg, kind, devs[i], &rc, &w, err, sizeof err))) {
+            log_error("engine: %s", err);
+            return 1;
+        }
+        if (create_devjpeg(&rc, eng[i], &djs[i]) != 0)
+            return 1;
+        char label[32];
+        infer_engine_label(eng[i], label, sizeof label);
+        snprintf(engines + strlen(engines), sizeof engines - strlen(engines), "%s%s", i ? "," : "", label);
+        /* Engine and decoder buffers are all allocated at creation, so this is set once. */
+        gpu_bytes += (eng[i]->ops->device_memory ? eng[i]->ops->device_memory(eng[i]->ctx) : 0) +
+                     (djs[i] ? devjpeg_device_memory(djs[i]) : 0);
+        pinned_bytes += eng[i]->ops->pinned_memory ? eng[i]->ops->pinned_memory(eng[i]->ctx) : 0;
+    }
+    weights_free(&w);   /* the engines hold their own copies */
+    engine *e = eng[0];
+    devjpeg *dj = djs[0];
     batcher_policy policy;
     if (engine_policy(&rc, e, &policy, err, sizeof err) != 0) {
         log_error("%s", err);
@@ -264,30 +299,25 @@ int main(int argc, char **argv)
     }
     const char *device = engine_device_name(e->device);
     const char *precision = engine_precision_name(e->precision);
-    devjpeg *dj = NULL;
-    if (create_devjpeg(&rc, e, &dj) != 0)
-        return 1;
     /* --check-config stops here: after every check start-up makes before
      * it binds the port, the engine's (the resolved max batch) and the
      * device decoder's included. */
     if (cli.check_config) {
-        printf("resnetd: configuration OK (weights %s, labels %s, %s engine, max batch %d, %s decode)\n",
-               cfg.weights, model->labels_path, device, e->max_batch, dj ? "gpu" : "cpu");
-        devjpeg_destroy(dj);
-        engine_destroy(e);
-        weights_free(&w);
+        printf("resnetd: configuration OK (weights %s, labels %s, %s engine%s, max batch %d, %s decode)\n",
+               cfg.weights, model->labels_path, engines, ndev > 1 ? "s" : "", e->max_batch, dj ? "gpu" : "cpu");
+        for (int i = 0; i < ndev; i++) {
+            devjpeg_destroy(djs[i]);
+            engine_destroy(eng[i]);
+        }
         served_model_unref(model);
         return 0;
     }
     metrics_init(PACKAGE_VERSION, device, precision);
     metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
-    /* Engine and decoder buffers are all allocated at creation, so this is set once. */
-    metrics_set_memory((e->ops->device_memory ? e->ops->device_memory(e->ctx) : 0) +
-                           (dj ? devjpeg_device_memory(dj) : 0),
-                       e->ops->pinned_memory ? e->ops->pinned_memory(e->ctx) : 0);
+    metrics_set_memory(gpu_bytes, pinned_bytes);
 
     response_service svc = {
-        .device = device, .device_index = e->device_index, .precision = precision,
+        .device = device, .device_index = e->device_index, .engines = engines, .precision = precision,
         .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
         .preferred_batch_sizes = rc.preferred_batch_sizes, .queue_capacity = (int)rc.queue_capacity,
         .request_timeout_ms = rc.request_timeout_ms, .max_body_bytes = rc.max_body_bytes,
@@ -299,32 +329,43 @@ int main(int argc, char **argv)
     budget bodies;
     budget_init(&bodies, (size_t)rc.body_memory_bytes);
     queue *q = NULL;
-    infer *inf = NULL;
+    infer *inf[ENGINE_MAX_DEVICES] = { 0 };
     server *srv = NULL;
-    batcher *bat = NULL;
+    batcher *bat[ENGINE_MAX_DEVICES] = { 0 };
     reloader *rl = NULL;
-    if (!(q = queue_create((int)rc.queue_capacity, err, sizeof err)) ||
-        !(inf = infer_create(e, model, dj, &server_sink, err, sizeof err)) ||
-        !(rl = reloader_start(argc, argv, &cfg, inf, &w, err, sizeof err)) ||
-        !(srv = server_start(&rc, &svc, q, inf, rl, dj, &bodies, err, sizeof err))) {
+    if (!(q = queue_create((int)rc.queue_capacity, err, sizeof err))) {
         log_error("%s", err);
         return 1;
     }
-    log_info("listening on %s (port %d): %s engine, %s, max batch %d, max queue delay %ld us, "
+    for (int i = 0; i < ndev; i++)
+        if (!(inf[i] = infer_create(eng[i], model, djs[i], &server_sink, err, sizeof err))) {
+            log_error("%s", err);
+            return 1;
+        }
+    if (!(rl = reloader_start(argc, argv, &cfg, inf, ndev, err, sizeof err)) ||
+        !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, &bodies, err, sizeof err))) {
+        log_error("%s", err);
+        return 1;
+    }
+    log_info("listening on %s (port %d): %s engine%s, %s, max batch %d, max queue delay %ld us, "
              "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", rc.listen, server_port(srv),
-             device, precision, e->max_batch, rc.max_queue_delay_us, rc.queue_capacity, rc.threads,
+             ndev > 1 ? engines : device, ndev > 1 ? "s" : "", precision, e->max_batch, rc.max_queue_delay_us,
+             rc.queue_capacity, rc.threads,
              rc.decode_threads, dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
                                                                    : "GPU (nvJPEG hardware)")
                                  : "CPU (libjpeg-turbo)");
 
     uint64_t t0 = clock_now_us();
-    if (warm_up(e, err, sizeof err) != 0) {
-        log_error("warm-up batch failed: %s", err);
-        return 1;
-    }
-    if (!(bat = batcher_start(q, inf, &policy, &server_sink, dj, (uint64_t)rc.max_pixels, err, sizeof err))) {
-        log_error("%s", err);
-        return 1;
+    for (int i = 0; i < ndev; i++) {
+        if (warm_up(eng[i], err, sizeof err) != 0) {
+            log_error("warm-up batch failed on %s: %s", engines, err);
+            return 1;
+        }
+        if (!(bat[i] = batcher_start(q, inf[i], &policy, &server_sink, djs[i], (uint64_t)rc.max_pixels, err,
+                                     sizeof err))) {
+            log_error("%s", err);
+            return 1;
+        }
     }
     server_set_warm(srv);
     metrics_set_ready(1);
@@ -371,14 +412,18 @@ int main(int argc, char **argv)
     }
     reloader_stop(rl);
     queue_stop(q);
-    batcher_join(bat);
-    infer_stop(inf);
+    for (int i = 0; i < ndev; i++)
+        batcher_join(bat[i]);
+    for (int i = 0; i < ndev; i++)
+        infer_stop(inf[i]);
     server_stop(srv);
-    e = infer_engine(inf);   /* a reload may have replaced the first */
-    infer_destroy(inf);
+    for (int i = 0; i < ndev; i++) {
+        engine *cur = infer_engine(inf[i]);   /* a reload may have replaced the first */
+        infer_destroy(inf[i]);
+        devjpeg_destroy(djs[i]);
+        engine_destroy(cur);
+    }
     queue_destroy(q);
-    devjpeg_destroy(dj);
-    engine_destroy(e);
     reloader_destroy(rl);
     served_model_unref(model);
     log_info("stopped");

@@ -15,6 +15,7 @@
 #include "daemon/metrics.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -148,6 +149,13 @@ static counter body_memory_bytes;
 static counter body_memory_limit_bytes;
 static counter gpu_memory_bytes;
 static counter pinned_memory_bytes;
+/* Per engine (one per GPU with device = cuda:all), labelled by device. */
+#define MAX_ENGINES 16
+static pthread_mutex_t engines_mu = PTHREAD_MUTEX_INITIALIZER;
+static char engine_label[MAX_ENGINES][32];
+static atomic_int engines;
+static counter engine_batches[MAX_ENGINES], engine_images[MAX_ENGINES];
+static atomic_llong engine_in_flight[MAX_ENGINES];
 static counter model_version;
 static counter model_loaded_ms;     /* unix time of the served model's load, ms */
 static counter model_loads[2];      /* [0] failed, [1] ok */
@@ -242,6 +250,36 @@ void metrics_set_body_memory(size_t used, size_t cap)
 {
     atomic_store_explicit(&body_memory_bytes, used, memory_order_relaxed);
     atomic_store_explicit(&body_memory_limit_bytes, cap, memory_order_relaxed);
+}
+
+int metrics_engine(const char *label)
+{
+    pthread_mutex_lock(&engines_mu);
+    int n = atomic_load(&engines), id = -1;
+    for (int i = 0; i < n && id < 0; i++)
+        if (strcmp(engine_label[i], label) == 0)
+            id = i;
+    if (id < 0 && n < MAX_ENGINES) {
+        snprintf(engine_label[n], sizeof engine_label[n], "%s", label);
+        id = n;
+        atomic_store(&engines, n + 1);   /* published after the label is written */
+    }
+    pthread_mutex_unlock(&engines_mu);
+    return id;
+}
+
+void metrics_engine_batch(int id, int images)
+{
+    if (id < 0 || id >= MAX_ENGINES)
+        return;
+    atomic_fetch_add_explicit(&engine_batches[id], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&engine_images[id], (unsigned long long)images, memory_order_relaxed);
+}
+
+void metrics_engine_in_flight(int id, int delta)
+{
+    if (id >= 0 && id < MAX_ENGINES)
+        atomic_fetch_add_explicit(&engine_in_flight[id], delta, memory_order_relaxed);
 }
 
 void metrics_set_model(int version, double loaded_unix_s)
@@ -549,6 +587,18 @@ char *metrics_render(size_t *len)
     render_header(&b, "resnetd_pinned_memory_bytes", "gauge",
                   "Pinned host memory held by the engine in bytes (0 on CPU).");
     buf_printf(&b, "resnetd_pinned_memory_bytes %llu\n", load(&pinned_memory_bytes));
+    int ne = atomic_load(&engines);
+    render_header(&b, "resnetd_engine_batches_total", "counter",
+                  "Batches run, by engine (its device: cpu, cuda:0, cuda:1, ...).");
+    for (int i = 0; i < ne; i++)
+        buf_printf(&b, "resnetd_engine_batches_total{engine=\"%s\"} %llu\n", engine_label[i], load(&engine_batches[i]));
+    render_header(&b, "resnetd_engine_images_total", "counter", "Images classified, by engine.");
+    for (int i = 0; i < ne; i++)
+        buf_printf(&b, "resnetd_engine_images_total{engine=\"%s\"} %llu\n", engine_label[i], load(&engine_images[i]));
+    render_header(&b, "resnetd_engine_batches_in_flight", "gauge", "Batches in an engine now, by engine.");
+    for (int i = 0; i < ne; i++)
+        buf_printf(&b, "resnetd_engine_batches_in_flight{engine=\"%s\"} %lld\n", engine_label[i],
+                   atomic_load_explicit(&engine_in_flight[i], memory_order_relaxed));
     render_header(&b, "resnetd_model_version", "gauge",
                   "Version of the served model: 1 at start-up, +1 per successful reload.");
     buf_printf(&b, "resnetd_model_version %llu\n", load(&model_version));

@@ -48,6 +48,13 @@ void metrics_set_ready(int ready);
 void metrics_set_connections(long open, unsigned long long dropped_slow);
 /* Bytes of request bodies buffered now, and the budget's cap. */
 void metrics_set_body_memory(size_t used, size_t cap);
+/* The id of the engine labelled label ("cpu", "cuda:1"): registered on
+ * first use, the same id after (a reload's new engine on the same device);
+ * -1 past 16 engines (then not counted). */
+int metrics_engine(const char *label);
+/* A batch of images finished on engine id. */
+void metrics_engine_batch(int id, int images);
+void metrics_engine_in_flight(int id, int delta);
 /* The served model: its version and when it was loaded (unix seconds). */
 void metrics_set_model(int version, double loaded_unix_s);
 /* A hot reload finished: ok 1, or 0 when it failed. */

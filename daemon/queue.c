@@ -116,7 +116,7 @@ void queue_push(queue *q, const queue_item *items, int n)
     for (int i = 0; i < n; i++)
         q->ring[(q->head + q->count++) % q->capacity] = items[i];
     long depth = q->count;
-    pthread_cond_signal(&q->cv);
+    pthread_cond_broadcast(&q->cv);   /* one batcher per engine may be waiting */
     pthread_mutex_unlock(&q->mu);
     metrics_set_queue_depth(depth);
 }

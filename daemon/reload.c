@@ -111,8 +111,8 @@ struct reloader {
     int argc;
     char **argv;
     config given;               /* as start-up read it, before "auto" was resolved */
-    infer *inf;
-    resnet18_weights weights;   /* the running engine's */
+    infer *const *inf;          /* one per engine */
+    int ninf;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -165,8 +165,7 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
     }
     warn_unapplied(&rl->given, &fresh);
 
-    engine *cur = infer_engine(rl->inf);
-    served_model *old_model = infer_model(rl->inf);
+    served_model *old_model = infer_model(rl->inf[0]);
     int version = old_model->version + 1;
     served_model_unref(old_model);
     uint64_t t0 = clock_now_us();
@@ -176,26 +175,42 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
         snprintf(msg, msglen, "%s", err);
         return -1;
     }
-    engine_config ec = { .device = cur->device, .device_index = cur->device_index, .precision = cur->precision,
-                         .max_batch = cur->max_batch, .nslots = cur->nslots,
-                         .threads = (int)rl->given.engine_threads };
-    engine *e = engine_create(&w, &ec, err, sizeof err);
-    if (!e) {
-        snprintf(msg, msglen, "engine: %s", err);
-        goto fail;
+    /* Every new engine is built and warmed up before any is swapped in, so
+     * a failure leaves all engines on the old model. Engines copy the
+     * weights: w is freed once they are built. */
+    engine *e[ENGINE_MAX_DEVICES] = { 0 };
+    int built = 0;
+    for (; built < rl->ninf; built++) {
+        engine *cur = infer_engine(rl->inf[built]);
+        engine_config ec = { .device = cur->device, .device_index = cur->device_index, .precision = cur->precision,
+                             .max_batch = cur->max_batch, .nslots = cur->nslots,
+                             .threads = (int)rl->given.engine_threads };
+        char label[32];
+        infer_engine_label(cur, label, sizeof label);
+        if (!(e[built] = engine_create(&w, &ec, err, sizeof err))) {
+            snprintf(msg, msglen, "engine on %s: %s", label, err);
+            goto fail;
+        }
+        if (warm_up(e[built], err, sizeof err) != 0) {
+            snprintf(msg, msglen, "warm-up batch on %s: %s", label, err);
+            built++;
+            goto fail;
+        }
     }
-    if (warm_up(e, err, sizeof err) != 0) {
-        snprintf(msg, msglen, "warm-up batch: %s", err);
-        goto fail;
+    weights_free(&w);
+    for (int i = 0; i < rl->ninf; i++) {
+        engine *old;
+        if (infer_swap(rl->inf[i], e[i], m, &old, err, sizeof err) != 0) {
+            /* Only when stopping, or a new engine unlike the old: those
+             * swapped already serve the new model, the rest the old. */
+            snprintf(msg, msglen, "swap: %s", err);
+            for (int k = i; k < rl->ninf; k++)
+                engine_destroy(e[k]);
+            served_model_unref(m);
+            return -1;
+        }
+        engine_destroy(old);
     }
-    engine *old;
-    if (infer_swap(rl->inf, e, m, &old, err, sizeof err) != 0) {
-        snprintf(msg, msglen, "swap: %s", err);
-        goto fail;
-    }
-    engine_destroy(old);
-    weights_free(&rl->weights);
-    rl->weights = w;
     snprintf(msg, msglen, "model version %d: weights %.300s (sha256 %s), labels %.300s; loaded and warmed up in %.0f ms",
              m->version, m->weights_path, m->synthetic ? "none: synthetic" : m->sha256, m->labels_path,
              (double)(clock_now_us() - t0) / 1e3);
@@ -203,7 +218,8 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
     served_model_unref(m);
     return 0;
 fail:
-    engine_destroy(e);
+    for (int i = 0; i < built; i++)
+        engine_destroy(e[i]);
     weights_free(&w);
     served_model_unref(m);
     return -1;
@@ -244,8 +260,8 @@ static void *reloader_main(void *arg)
     return NULL;
 }
 
-reloader *reloader_start(int argc, char **argv, const config *given, infer *inf, resnet18_weights *weights,
-                         char *err, size_t errlen)
+reloader *reloader_start(int argc, char **argv, const config *given, infer *const *inf, int ninf, char *err,
+                         size_t errlen)
 {
     reloader *rl = calloc(1, sizeof *rl);
     if (!rl) {
@@ -256,7 +272,7 @@ reloader *reloader_start(int argc, char **argv, const config *given, infer *inf,
     rl->argv = argv;
     rl->given = *given;
     rl->inf = inf;
-    rl->weights = *weights;
+    rl->ninf = ninf;
     if (pthread_mutex_init(&rl->mu, NULL) != 0 || pthread_cond_init(&rl->cv, NULL) != 0) {
         snprintf(err, errlen, "reloader: cannot create its lock");
         free(rl);
@@ -268,7 +284,6 @@ reloader *reloader_start(int argc, char **argv, const config *given, infer *inf,
         free(rl);
         return NULL;
     }
-    memset(weights, 0, sizeof *weights);   /* the reloader owns them now */
     return rl;
 }
 
@@ -305,7 +320,6 @@ void reloader_destroy(reloader *rl)
 {
     if (!rl)
         return;
-    weights_free(&rl->weights);
     pthread_cond_destroy(&rl->cv);
     pthread_mutex_destroy(&rl->mu);
     free(rl);

@@ -8,9 +8,9 @@
  * The reloader is one thread. A reload (SIGHUP, or POST
  * /v2/repository/models/resnet18/load) reads the configuration again as at
  * start-up, loads the weights and labels it names, builds a second engine
- * like the running one and warms it up beside it, then has infer swap the
- * engines between two batches (infer_swap); the old engine is destroyed
- * once its last batch has been answered. Nothing is dropped: requests keep
+ * like each running one (one per GPU) and warms it up beside it, then has
+ * each pipeline swap engines between two batches (infer_swap); an old
+ * engine is destroyed once its last batch has been answered. Nothing is dropped: requests keep
  * queueing meanwhile. A failed load changes nothing and says why. Options
  * other than weights and labels are not applied (they size buffers and
  * threads): a changed one is named in the log as needing a restart.
@@ -58,11 +58,11 @@ typedef struct reloader reloader;
 
 /* argc/argv: the daemon's command line, read again on each reload; given:
  * the configuration start-up read (before "auto" was resolved), which a
- * reload compares with. The new engine is like the running one (device,
- * precision, max batch, slots; given's engine_threads). weights: the
- * running engine's; the reloader owns them from here on. */
-reloader *reloader_start(int argc, char **argv, const config *given, struct infer *inf,
-                         resnet18_weights *weights, char *err, size_t errlen);
+ * reload compares with. inf: the ninf engines' pipelines; each new engine
+ * is like the one it replaces (device, precision, max batch, slots;
+ * given's engine_threads). */
+reloader *reloader_start(int argc, char **argv, const config *given, struct infer *const *inf, int ninf, char *err,
+                         size_t errlen);
 
 /* Asks for a reload; done (may be NULL) hears the outcome. -1 once
  * stopping. Never blocks on the reload itself. */
@@ -71,7 +71,6 @@ int reloader_request(reloader *rl, reload_done_fn done, void *cls);
 /* Lets a reload under way finish, answers requests not yet started with
  * "shutting down" and joins the thread. */
 void reloader_stop(reloader *rl);
-/* Frees the running weights: after the engine built from them is gone. */
 void reloader_destroy(reloader *rl);
 
 #endif

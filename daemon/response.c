@@ -90,6 +90,19 @@ char *response_model(const response_service *svc, const served_model *m, size_t 
                           "limits", "max_body_bytes", (json_int_t)svc->max_body_bytes,
                           "max_pixels", (json_int_t)svc->max_pixels,
                           "input", "height", 224, "width", 224, "channels", 3);
+    json_t *engines = json_array();
+    int ok = o && engines;
+    for (const char *p = svc->engines ? svc->engines : ""; ok && *p;) {
+        size_t n = strcspn(p, ",");
+        ok = json_array_append_new(engines, json_stringn(p, n)) == 0;
+        p += n + (p[n] == ',');
+    }
+    if (!ok || json_object_set_new(o, "engines", engines) != 0) {
+        if (!ok)
+            json_decref(engines);
+        json_decref(o);
+        return NULL;
+    }
     return dump(o, len);
 }
 

@@ -13,7 +13,8 @@
  * model itself (weights, labels) may change with a reload: served_model. */
 typedef struct response_service {
     const char *device;         /* "cpu", "cuda" */
-    int device_index;
+    int device_index;           /* the first engine's */
+    const char *engines;        /* every engine's device: "cpu", "cuda:0,cuda:1" */
     const char *precision;      /* "fp32", "fp16" */
     const char *decode;         /* where JPEGs are decoded: "gpu", "cpu" */
     int max_batch_size;

@@ -61,7 +61,8 @@ struct server {
     struct MHD_Daemon *d;
     const response_service *svc;
     queue *q;
-    infer *inf;
+    infer *const *inf;      /* one per engine (device = cuda:all: one per GPU) */
+    int ninf;
     reloader *reload;
     devjpeg *dj;            /* GPU JPEG decoding, or NULL */
     decode_pool *decoders;
@@ -151,7 +152,10 @@ static enum MHD_Result send_error(server *s, request *r, struct MHD_Connection *
 
 static int retry_after(server *s)
 {
-    return batcher_retry_after_s(queue_depth(s->q), infer_images_per_s(s->inf));
+    double rate = 0;
+    for (int i = 0; i < s->ninf; i++)
+        rate += infer_images_per_s(s->inf[i]);
+    return batcher_retry_after_s(queue_depth(s->q), rate);
 }
 
 /* ---- pipeline callbacks (batcher and completion threads) ---------------- */
@@ -533,13 +537,23 @@ static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connect
 
 /* ---- GET endpoints ------------------------------------------------------ */
 
+/* A failing engine fails its batches: the server is not ready until each
+ * engine has run a batch again, so a balancer sends traffic elsewhere. */
+static int all_healthy(server *s)
+{
+    for (int i = 0; i < s->ninf; i++)
+        if (!infer_healthy(s->inf[i]))
+            return 0;
+    return 1;
+}
+
 static int is_ready(server *s, const char **why)
 {
     if (atomic_load(&s->draining))
         *why = "draining";
     else if (!atomic_load(&s->warm))
         *why = "warming up";
-    else if (!infer_healthy(s->inf))
+    else if (!all_healthy(s))
         *why = "the engine failed its last batch";
     else
         return 1;
@@ -571,7 +585,7 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
         return send_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);
     }
     default: {
-        served_model *m = infer_model(s->inf);
+        served_model *m = infer_model(s->inf[0]);
         body = response_model(s->svc, m, &len);
         served_model_unref(m);
         return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
@@ -908,8 +922,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-server *server_start(const config *cfg, const response_service *svc, queue *q, infer *inf, reloader *reload,
-                     devjpeg *dj, budget *bodies, char *err, size_t errlen)
+server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
+                     reloader *reload, devjpeg *dj, budget *bodies, char *err, size_t errlen)
 {
     char host[256];
     int port;
@@ -939,6 +953,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->svc = svc;
     s->q = q;
     s->inf = inf;
+    s->ninf = ninf;
     s->reload = reload;
     s->dj = dj;
     s->bodies = bodies;

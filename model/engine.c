@@ -119,6 +119,47 @@ int engine_parse_device(const char *s, engine_device *d, int *index)
     return -1;
 }
 
+int engine_parse_devices(const char *s, engine_device *d, int *index, int max, int *n)
+{
+    *n = 0;
+    if (strcmp(s, "cuda:all") == 0) {
+        *d = ENGINE_DEVICE_CUDA;
+        return 0;
+    }
+    if (strncmp(s, "cuda:", 5) != 0 || !strchr(s, ',')) {
+        if (engine_parse_device(s, d, index) != 0)
+            return -1;
+        *n = 1;
+        return 0;
+    }
+    for (const char *p = s + 5;; p++) {
+        char *end;
+        if (*p < '0' || *p > '9' || *n >= max)
+            return -1;
+        long v = strtol(p, &end, 10);
+        if (v >= 64 || (*end != ',' && *end != '\0'))
+            return -1;
+        for (int i = 0; i < *n; i++)
+            if (index[i] == v)
+                return -1;
+        index[(*n)++] = (int)v;
+        if (*end == '\0')
+            break;
+        p = end;
+    }
+    *d = ENGINE_DEVICE_CUDA;
+    return 0;
+}
+
+int engine_cuda_device_count(void)
+{
+#ifdef HAVE_CUDA
+    return gpu_device_count();
+#else
+    return 0;
+#endif
+}
+
 int engine_parse_precision(const char *s, engine_precision *p)
 {
     if (strcmp(s, "fp32") == 0) { *p = ENGINE_PRECISION_FP32; return 0; }

@@ -19,6 +19,7 @@
 #include "model/resnet18.h"
 
 #define ENGINE_MAX_SLOTS 4
+#define ENGINE_MAX_DEVICES 16    /* engines one daemon drives at once (cuda:all) */
 
 typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
 typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION_FP16 } engine_precision;
@@ -70,6 +71,12 @@ int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *e
 const char *engine_device_name(engine_device d);
 const char *engine_precision_name(engine_precision p);
 int engine_parse_device(const char *s, engine_device *d, int *index);
+/* engine_parse_device's forms, plus several CUDA devices: "cuda:all"
+ * (every device: *n = 0, for the caller to count) or "cuda:0,1,3" (no
+ * repeats; *n = 3). Single forms give *n = 1. */
+int engine_parse_devices(const char *s, engine_device *d, int *index, int max, int *n);
+/* CUDA devices usable (0 without CUDA or a device). */
+int engine_cuda_device_count(void);
 int engine_parse_precision(const char *s, engine_precision *p);
 
 /* Engines. engine_cuda_create and gpu_device_count live in gpu/ and exist

@@ -499,6 +499,46 @@ START_TEST(swap_moves_batches_to_the_new_engine_without_losing_any)
 }
 END_TEST
 
+/* Several engines (device = cuda:all): a pipeline and batcher each, one
+ * shared queue. Every image is reported once with its own pixels, and the
+ * engines share the work (the slower one takes fewer batches). */
+START_TEST(engines_share_one_queue)
+{
+    reset_counts();
+    fake_engine fa = { 0 }, fb = { 0 };
+    engine *a = fake_engine_create(&fa, 2, 4), *b2 = fake_engine_create(&fb, 2, 4);
+    char err[256];
+    queue *q = queue_create(64, err, sizeof err);
+    infer *ia = infer_create(a, NULL, NULL, &test_sink, err, sizeof err);
+    infer *ib = infer_create(b2, NULL, NULL, &test_sink, err, sizeof err);
+    batcher_policy p = policy(4, 1000);
+    batcher *ba = batcher_start(q, ia, &p, &test_sink, NULL, 0, err, sizeof err);
+    batcher *bb = batcher_start(q, ib, &p, &test_sink, NULL, 0, err, sizeof err);
+    ck_assert(ia && ib && ba && bb);
+    for (int i = 0; i < NIMAGES; i += 4) {
+        push_images(q, i, 4);
+        struct timespec ts = { 0, 5 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    wait_reported(NIMAGES);
+    queue_stop(q);
+    batcher_join(ba);
+    batcher_join(bb);
+    infer_stop(ia);
+    infer_stop(ib);
+    for (int i = 0; i < NIMAGES; i++)
+        ck_assert_int_eq(atomic_load(&done_count[i]), 1);
+    ck_assert_int_eq(atomic_load(&wrong_pixels), 0);
+    ck_assert_int_ge(atomic_load(&fa.batches), 2);
+    ck_assert_int_ge(atomic_load(&fb.batches), 2);
+    infer_destroy(ia);
+    infer_destroy(ib);
+    queue_destroy(q);
+    fake_engine_free(a);
+    fake_engine_free(b2);
+}
+END_TEST
+
 START_TEST(stop_drains_queued_images_before_the_batcher_exits)
 {
     reset_counts();
@@ -733,6 +773,7 @@ static Suite *suite(void)
     tcase_add_test(tp, engine_failure_fails_its_batch_with_500_until_a_batch_succeeds);
     tcase_add_test(tp, stop_drains_queued_images_before_the_batcher_exits);
     tcase_add_test(tp, swap_moves_batches_to_the_new_engine_without_losing_any);
+    tcase_add_test(tp, engines_share_one_queue);
     tcase_add_test(tp, device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_image);
     tcase_add_test(tp, device_decoder_error_fails_its_batch_with_500);
     suite_add_tcase(s, tp);

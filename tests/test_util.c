@@ -132,6 +132,22 @@ START_TEST(device_and_precision_names_parse)
     ck_assert_int_ne(engine_parse_device("cuda:", &d, &idx), 0);
     ck_assert_int_ne(engine_parse_device("cuda:x", &d, &idx), 0);
     ck_assert_int_ne(engine_parse_device("gpu", &d, &idx), 0);
+    int list[ENGINE_MAX_DEVICES], n;
+    ck_assert_int_eq(engine_parse_devices("cuda:0,1,3", &d, list, ENGINE_MAX_DEVICES, &n), 0);
+    ck_assert_int_eq(d, ENGINE_DEVICE_CUDA);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(list[0] * 100 + list[1] * 10 + list[2], 13);
+    ck_assert_int_eq(engine_parse_devices("cuda:all", &d, list, ENGINE_MAX_DEVICES, &n), 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(engine_parse_devices("cuda:2", &d, list, ENGINE_MAX_DEVICES, &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(list[0], 2);
+    ck_assert_int_eq(engine_parse_devices("cpu", &d, list, ENGINE_MAX_DEVICES, &n), 0);
+    ck_assert_int_eq(d, ENGINE_DEVICE_CPU);
+    static const char *bad[] = {"cuda:0,0", "cuda:0,", "cuda:,1", "cuda:0,,1", "cuda:0,x", "cuda:1,64", "cpu,cuda",
+                                "cuda:0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(engine_parse_devices(bad[i], &d, list, ENGINE_MAX_DEVICES, &n) != 0, "%s", bad[i]);
     ck_assert_int_eq(engine_parse_precision("fp16", &p), 0);
     ck_assert_int_eq(p, ENGINE_PRECISION_FP16);
     ck_assert_int_ne(engine_parse_precision("int8", &p), 0);
