@@ -11,6 +11,11 @@
  * after stage as the batcher does) over the files the hardware accepts,
  * whose headers are checked first, as the daemon's decode threads do.
  *
+ * With --gpus LIST|all it also times the engines the daemon's
+ * device = cuda:LIST runs: one engine per GPU, each kept busy by its own
+ * thread with two slots in flight, all at once; img/s for the first GPU
+ * alone and for all of them, by the same method, and their ratio.
+ *
  * Each measurement is one row in a results list, printed as a table or as one
  * JSON object (--json); a new measurement (another precision, per-layer
  * times, pipeline overlap) is a new row kind, not a new program. */
@@ -53,7 +58,18 @@ typedef struct bench_opts {
     int json;
     int layers;                 /* CUDA: per-layer times at each batch size */
     int pipeline_batch;         /* >0: time the two-slot pipeline at this batch */
+    int gpus[ENGINE_MAX_DEVICES];   /* --gpus: CUDA devices to run at once */
+    int ngpus;                  /* 0: no multi-GPU rows */
+    int gpus_all;               /* --gpus all: every device */
 } bench_opts;
+
+/* Engines on several GPUs at once, at one batch size. */
+typedef struct multi_result {
+    int batch;
+    double one_img_per_s;       /* the first GPU alone */
+    double all_img_per_s;       /* every GPU at once */
+    int ngpus;
+} multi_result;
 
 /* One engine measurement: a batch size at one precision. */
 typedef struct engine_result {
@@ -125,6 +141,8 @@ static void usage(FILE *f)
             "  --json               print one JSON object\n"
             "  --layers             CUDA: per-layer GPU times at each batch size\n"
             "  --pipeline B         time the two-slot pipeline at batch B: overlap on vs off\n"
+            "  --gpus LIST|all      also run an engine per listed CUDA device at once (0,1 or all)\n"
+            "                       at each batch size: img/s on the first alone and on all\n"
             "  --help\n",
             BENCH_WARMUP);
 }
@@ -160,7 +178,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
            OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
-           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH };
+           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
@@ -176,6 +194,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"json", no_argument, NULL, OPT_JSON},
         {"layers", no_argument, NULL, OPT_LAYERS},
         {"pipeline", required_argument, NULL, OPT_PIPELINE},
+        {"gpus", required_argument, NULL, OPT_GPUS},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -257,6 +276,17 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             o->pipeline_batch = (int)v;
             break;
+        case OPT_GPUS: {
+            char spec[256];
+            engine_device d;
+            snprintf(spec, sizeof spec, "cuda:%s", optarg);
+            if (engine_parse_devices(spec, &d, o->gpus, ENGINE_MAX_DEVICES, &o->ngpus) != 0) {
+                fprintf(stderr, "resnetd-bench: --gpus must be a list like 0,1 or all, got '%s'\n", optarg);
+                return -1;
+            }
+            o->gpus_all = o->ngpus == 0;
+            break;
+        }
         case OPT_HELP: usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -428,6 +458,119 @@ static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_r
         }
 #endif
     engine_destroy(e);
+    return rc;
+}
+
+/* ---- several GPUs at once ------------------------------------------------ */
+
+typedef struct multi_worker {
+    engine *e;
+    int batch, iters;
+    pthread_barrier_t *start;
+    int rc;
+    char err[256];
+} multi_worker;
+
+/* Two slots in flight, as the daemon's pipeline keeps them. */
+static void *multi_thread(void *p)
+{
+    multi_worker *w = p;
+    engine *e = w->e;
+    pthread_barrier_wait(w->start);
+    w->rc = engine_submit(e, 0, w->batch, w->err, sizeof w->err);
+    for (int i = 1; i < w->iters && w->rc == 0; i++) {
+        int s = i % e->nslots;
+        w->rc = engine_submit(e, s, w->batch, w->err, sizeof w->err);
+        if (w->rc == 0)
+            w->rc = engine_wait(e, (i - 1) % e->nslots, w->err, sizeof w->err);
+    }
+    if (w->rc == 0)
+        w->rc = engine_wait(e, (w->iters - 1) % e->nslots, w->err, sizeof w->err);
+    return NULL;
+}
+
+/* img/s of engines[0..n) run at once at batch b: each does a warm-up
+ * round, then iters batches; wall time from a common start. */
+static int multi_run(engine **engines, int n, int batch, int iters, double *img_per_s, char *err, size_t errlen)
+{
+    multi_worker w[ENGINE_MAX_DEVICES];
+    pthread_t th[ENGINE_MAX_DEVICES];
+    pthread_barrier_t start;
+    for (int round = 0; round < 2; round++) {
+        if (pthread_barrier_init(&start, NULL, (unsigned)n + 1) != 0) {
+            snprintf(err, errlen, "cannot create a barrier");
+            return -1;
+        }
+        int started = 0;
+        for (int i = 0; i < n; i++) {
+            w[i] = (multi_worker){ .e = engines[i], .batch = batch, .iters = round ? iters : 2, .start = &start };
+            if (pthread_create(&th[i], NULL, multi_thread, &w[i]) != 0)
+                break;
+            started++;
+        }
+        if (started < n) {
+            /* the started ones wait at the barrier for n + 1: they are not
+             * joinable without it, so this is a fatal set-up error */
+            fprintf(stderr, "resnetd-bench: cannot start engine threads\n");
+            exit(1);
+        }
+        pthread_barrier_wait(&start);
+        uint64_t t0 = clock_now_ns();
+        for (int i = 0; i < n; i++)
+            pthread_join(th[i], NULL);
+        double s = (double)(clock_now_ns() - t0) / 1e9;
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < n; i++)
+            if (w[i].rc != 0) {
+                snprintf(err, errlen, "%s", w[i].err);
+                return -1;
+            }
+        *img_per_s = (double)n * iters * batch / s;
+    }
+    return 0;
+}
+
+static int bench_multi(const bench_opts *o, const resnet18_weights *wts, multi_result *res, int *nres, char *err,
+                       size_t errlen)
+{
+    int gpus[ENGINE_MAX_DEVICES], n = o->ngpus;
+    memcpy(gpus, o->gpus, sizeof gpus);
+    if (o->gpus_all) {
+        n = engine_cuda_device_count();
+        n = n > ENGINE_MAX_DEVICES ? ENGINE_MAX_DEVICES : n;
+        for (int i = 0; i < n; i++)
+            gpus[i] = i;
+    }
+    if (n == 0) {
+        snprintf(err, errlen, "--gpus: no CUDA device is usable");
+        return -1;
+    }
+    engine *e[ENGINE_MAX_DEVICES] = { 0 };
+    engine_config cfg = o->ecfg;
+    cfg.device = ENGINE_DEVICE_CUDA;
+    cfg.max_batch = 1;
+    for (int i = 0; i < o->nbatches; i++)
+        cfg.max_batch = o->batches[i] > cfg.max_batch ? o->batches[i] : cfg.max_batch;
+    int rc = 0, made = 0;
+    for (; made < n && rc == 0; made++) {
+        cfg.device_index = gpus[made];
+        if (!(e[made] = engine_create(wts, &cfg, err, errlen)))
+            rc = -1;
+        else
+            for (int s = 0; s < e[made]->nslots; s++)
+                memset(e[made]->input[s], 0x5a, (size_t)cfg.max_batch * RESNET18_INPUT_BYTES);
+    }
+    for (int i = 0; i < o->nbatches && rc == 0; i++) {
+        multi_result *r = &res[i];
+        r->batch = o->batches[i];
+        r->ngpus = n;
+        rc = multi_run(e, 1, r->batch, o->iters, &r->one_img_per_s, err, errlen);
+        if (rc == 0)
+            rc = multi_run(e, n, r->batch, o->iters, &r->all_img_per_s, err, errlen);
+        *nres = i + 1;
+    }
+    for (int i = 0; i < made; i++)
+        engine_destroy(e[i]);
     return rc;
 }
 
@@ -739,6 +882,13 @@ out:
 
 /* ---- output --------------------------------------------------------------- */
 
+static void print_multi(const multi_result *m, int n)
+{
+    for (int i = 0; i < n; i++)
+        printf("gpus b=%d: 1 GPU %.1f img/s, %d GPUs at once %.1f img/s: %.2fx\n", m[i].batch, m[i].one_img_per_s,
+               m[i].ngpus, m[i].all_img_per_s, m[i].all_img_per_s / m[i].one_img_per_s);
+}
+
 static void print_table(const bench_opts *o, const engine *info, const engine_result *res,
                         const engine_extras *x, const decode_result *dec)
 {
@@ -804,7 +954,7 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
 }
 
 static int print_json(const bench_opts *o, const engine *info, const engine_result *res,
-                      const engine_extras *x, const decode_result *dec)
+                      const engine_extras *x, const decode_result *dec, const multi_result *multi, int nmulti)
 {
     json_t *root = json_object();
     if (!root)
@@ -868,6 +1018,15 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
                                                       "threads", dec->threads,
                                                       "batch", o->decode_gpu ? o->decode_batch : 0,
                                                       "img_per_s", dec->img_per_s));
+    if (nmulti > 0) {
+        json_t *rows = json_array();
+        for (int i = 0; i < nmulti; i++)
+            json_array_append_new(rows, json_pack("{s:i, s:i, s:f, s:f, s:f}", "batch", multi[i].batch, "gpus",
+                                                  multi[i].ngpus, "one_gpu_img_per_s", multi[i].one_img_per_s,
+                                                  "all_gpus_img_per_s", multi[i].all_img_per_s, "scaling",
+                                                  multi[i].all_img_per_s / multi[i].one_img_per_s));
+        json_object_set_new(root, "gpus", rows);
+    }
     char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(root);
     if (!s)
@@ -887,6 +1046,8 @@ int main(int argc, char **argv)
     decode_result dec = {0};
     engine info = {0};
     static engine_extras extras;
+    multi_result multi[BENCH_MAX_BATCHES];
+    int nmulti = 0;
     if (!o.decode_only) {
         resnet18_weights w;
         int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
@@ -896,6 +1057,8 @@ int main(int argc, char **argv)
             return 1;
         }
         int rc = bench_engine(&o, &w, res, &info, &extras, err, sizeof err);
+        if (rc == 0 && (o.ngpus > 0 || o.gpus_all))
+            rc = bench_multi(&o, &w, multi, &nmulti, err, sizeof err);
         weights_free(&w);
         if (rc != 0) {
             fprintf(stderr, "resnetd-bench: %s\n", err);
@@ -907,12 +1070,13 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.json) {
-        if (print_json(&o, &info, res, &extras, &dec) != 0) {
+        if (print_json(&o, &info, res, &extras, &dec, multi, nmulti) != 0) {
             fprintf(stderr, "resnetd-bench: cannot build JSON output\n");
             return 1;
         }
     } else {
         print_table(&o, &info, res, &extras, &dec);
+        print_multi(multi, nmulti);
     }
     return 0;
 }
