@@ -248,19 +248,20 @@ int main(int argc, char **argv)
         log_error("%s%s%s", cli.config_path ? cli.config_path : "", cli.config_path ? ": " : "", err);
         return 1;
     }
-    const char *lpath = labels_path(&cfg);
-    labels lab;
-    if (labels_load(lpath, RESNET18_CLASSES, &lab, err, sizeof err) != 0) {
-        log_error("%s", err);
-        return 1;
-    }
+    /* Weights first: their head sets how many class names the labels need. */
     int synthetic = strcmp(cfg.weights, "synthetic") == 0;
     resnet18_weights w;
     int wrc = synthetic ? weights_synthetic(SYNTHETIC_SEED, &w, err, sizeof err)
                         : weights_load(cfg.weights, &w, err, sizeof err);
     if (wrc != 0) {
         log_error("%s", err);
-        labels_free(&lab);
+        return 1;
+    }
+    const char *lpath = labels_path(&cfg);
+    labels lab;
+    if (labels_load(lpath, w.classes, &lab, err, sizeof err) != 0) {
+        log_error("labels: %s; weights %s", err, cfg.weights);
+        weights_free(&w);
         return 1;
     }
     if (synthetic && !cli.check_config)
@@ -290,8 +291,8 @@ int main(int argc, char **argv)
      * it binds the port, the engine's (the resolved max batch) and the
      * device decoder's included. */
     if (cli.check_config) {
-        printf("resnetd: configuration OK (weights %s, labels %s, %s engine, max batch %d, %s decode)\n",
-               cfg.weights, lpath, device, e->max_batch, dj ? "gpu" : "cpu");
+        printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine, max batch %d, "
+               "%s decode)\n", cfg.weights, e->classes, lpath, device, e->max_batch, dj ? "gpu" : "cpu");
         devjpeg_destroy(dj);
         engine_destroy(e);
         weights_free(&w);
@@ -306,7 +307,7 @@ int main(int argc, char **argv)
 
     response_service svc = {
         .device = device, .device_index = e->device_index, .precision = precision,
-        .synthetic = synthetic, .labels = &lab,
+        .synthetic = synthetic, .classes = e->classes, .labels = &lab, .labels_path = lpath,
         .weights_path = cfg.weights, .weights_sha256 = w.sha256,
         .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
         .preferred_batch_sizes = rc.preferred_batch_sizes, .queue_capacity = (int)rc.queue_capacity,
@@ -328,9 +329,9 @@ int main(int argc, char **argv)
         log_error("%s", err);
         return 1;
     }
-    log_info("listening on %s (port %d): %s engine, %s, max batch %d, max queue delay %ld us, "
+    log_info("listening on %s (port %d): %s engine, %s, %d classes, max batch %d, max queue delay %ld us, "
              "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", rc.listen, server_port(srv),
-             device, precision, e->max_batch, rc.max_queue_delay_us, rc.queue_capacity, rc.threads,
+             device, precision, e->classes, e->max_batch, rc.max_queue_delay_us, rc.queue_capacity, rc.threads,
              rc.decode_threads, dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
                                                                    : "GPU (nvJPEG hardware)")
                                  : "CPU (libjpeg-turbo)");

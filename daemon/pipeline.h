@@ -33,8 +33,8 @@ typedef struct pipeline_timing {
 /* Called from the batcher or completion thread, once per image. The
  * request stays alive until every one of its images has been reported. */
 typedef struct pipeline_sink {
-    /* logits[RESNET18_CLASSES] are valid only during the call. */
-    void (*done)(void *req, int image, const float *logits, const pipeline_timing *t);
+    /* logits[classes] (the engine's class count) are valid only during the call. */
+    void (*done)(void *req, int image, const float *logits, int classes, const pipeline_timing *t);
     void (*fail)(void *req, int image, int status, const char *code, const char *message);
 } pipeline_sink;
 

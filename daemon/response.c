@@ -63,12 +63,14 @@ char *response_error(int status, const char *code, const char *message, size_t *
 
 char *response_model(const response_service *svc, size_t *len)
 {
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:b, s:i, s:{s:i, s:I, s:s, s:i, s:I}, s:{s:s, s:s},"
-                          " s:{s:I, s:I}, s:{s:i, s:i, s:i}}",
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:b, s:i, s:i, s:{s:s, s:i}, s:{s:i, s:I, s:s, s:i, s:I},"
+                          " s:{s:s, s:s}, s:{s:I, s:I}, s:{s:i, s:i, s:i}}",
                           "name", "resnet18", "device", svc->device, "device_index", svc->device_index,
                           "precision", svc->precision, "decode", svc->decode ? svc->decode : "cpu",
                           "synthetic_weights", svc->synthetic,
+                          "classes", svc->classes,
                           "label_count", svc->labels->count,
+                          "labels", "path", svc->labels_path, "count", svc->labels->count,
                           "batching", "max_batch_size", svc->max_batch_size,
                           "max_queue_delay_us", (json_int_t)svc->max_queue_delay_us,
                           "preferred_batch_sizes", svc->preferred_batch_sizes,

@@ -16,7 +16,9 @@ typedef struct response_service {
     const char *precision;      /* "fp32", "fp16" */
     const char *decode;         /* where JPEGs are decoded: "gpu", "cpu" */
     int synthetic;              /* --weights synthetic */
-    const labels *labels;
+    int classes;                /* the model's: logits per image, top_k's bound */
+    const labels *labels;       /* labels->count == classes */
+    const char *labels_path;
     const char *weights_path;
     const char *weights_sha256;
     int max_batch_size;
