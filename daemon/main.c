@@ -1,7 +1,7 @@
 /* resnetd: start-up, signals and graceful drain.
  *
  * Start-up aborts with a one-line message on any problem (bad config,
- * weights, labels, no device). Order: config -> labels -> weights ->
+ * weights, labels, no device). Order: config -> weights -> labels (one per class) ->
  * engine -> queue/infer -> decode threads and HTTP server (healthz
  * answers) -> warm-up batch -> batcher -> ready (readyz 200, READY=1 to
  * systemd).
