@@ -69,7 +69,8 @@ static const config_option options[] = {
     { "weights", STR(weights), "",
       "ResNet18 weights (safetensors, torchvision names), or 'synthetic' for load tests; required", NULL },
     { "labels", STR(labels), "",
-      "class names, one per line; empty means the installed imagenet-classes.txt", NULL },
+      "class names, one per line, one line per class of the weights; empty means the installed "
+      "imagenet-classes.txt (1000)", NULL },
     { "device", STR(device), "auto",
       "cpu, cuda, cuda:N, cuda:N,M,... or cuda:all (an engine per GPU), or auto (CUDA when present)", check_device },
     { "precision", STR(precision), "default", "fp32, fp16, or default (the device's best)", check_precision },

@@ -94,7 +94,7 @@ static void complete(infer *x, int slot)
             .batch_size = b->n,
         };
         x->sink->done(b->items[i].req, b->items[i].image,
-                      x->e->logits[slot] + (size_t)i * RESNET18_CLASSES, x->model, &t);
+                      x->e->logits[slot] + (size_t)i * (size_t)x->e->classes, x->e->classes, x->model, &t);
     }
     pthread_mutex_lock(&x->mu);
     double rate = infer_us > 0 ? b->n * 1e6 / (double)infer_us : 0;

@@ -1,7 +1,7 @@
 /* resnetd: start-up, signals and graceful drain.
  *
  * Start-up aborts with a one-line message on any problem (bad config,
- * weights, labels, no device). Order: config -> labels -> weights ->
+ * weights, labels, no device). Order: config -> weights -> labels (one per class) ->
  * engine -> queue/infer -> decode threads and HTTP server (healthz
  * answers) -> warm-up batch -> batcher -> ready (readyz 200, READY=1 to
  * systemd).
@@ -303,8 +303,9 @@ int main(int argc, char **argv)
      * it binds the port, the engine's (the resolved max batch) and the
      * device decoder's included. */
     if (cli.check_config) {
-        printf("resnetd: configuration OK (weights %s, labels %s, %s engine%s, max batch %d, %s decode)\n",
-               cfg.weights, model->labels_path, engines, ndev > 1 ? "s" : "", e->max_batch, dj ? "gpu" : "cpu");
+        printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine%s, max batch %d, "
+               "%s decode)\n", cfg.weights, e->classes, model->labels_path, engines, ndev > 1 ? "s" : "",
+               e->max_batch, dj ? "gpu" : "cpu");
         for (int i = 0; i < ndev; i++) {
             devjpeg_destroy(djs[i]);
             engine_destroy(eng[i]);
@@ -347,10 +348,10 @@ int main(int argc, char **argv)
         log_error("%s", err);
         return 1;
     }
-    log_info("listening on %s (port %d): %s engine%s, %s, max batch %d, max queue delay %ld us, "
+    log_info("listening on %s (port %d): %s engine%s, %s, %d classes, max batch %d, max queue delay %ld us, "
              "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", rc.listen, server_port(srv),
-             ndev > 1 ? engines : device, ndev > 1 ? "s" : "", precision, e->max_batch, rc.max_queue_delay_us,
-             rc.queue_capacity, rc.threads,
+             ndev > 1 ? engines : device, ndev > 1 ? "s" : "", precision, e->classes, e->max_batch,
+             rc.max_queue_delay_us, rc.queue_capacity, rc.threads,
              rc.decode_threads, dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
                                                                    : "GPU (nvJPEG hardware)")
                                  : "CPU (libjpeg-turbo)");

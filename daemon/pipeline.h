@@ -35,9 +35,11 @@ struct served_model;
 /* Called from the batcher or completion thread, once per image. The
  * request stays alive until every one of its images has been reported. */
 typedef struct pipeline_sink {
-    /* logits[RESNET18_CLASSES] are valid only during the call; model is
-     * what computed them (daemon/reload.h), for the sink to reference. */
-    void (*done)(void *req, int image, const float *logits, struct served_model *model, const pipeline_timing *t);
+    /* logits[classes] (the engine's class count) are valid only during the
+     * call; model is what computed them (daemon/reload.h), for the sink to
+     * reference. */
+    void (*done)(void *req, int image, const float *logits, int classes, struct served_model *model,
+                 const pipeline_timing *t);
     void (*fail)(void *req, int image, int status, const char *code, const char *message);
 } pipeline_sink;
 

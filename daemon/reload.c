@@ -37,18 +37,22 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
         snprintf(err, errlen, "out of memory loading the model");
         return NULL;
     }
-    const char *lpath = labels_path(c);
-    if (labels_load(lpath, RESNET18_CLASSES, &m->lab, err, errlen) != 0) {
-        free(m);
-        return NULL;
-    }
+    /* Weights first: their head sets how many class names the labels need. */
     m->synthetic = strcmp(c->weights, "synthetic") == 0;
     int rc = m->synthetic ? weights_synthetic(SYNTHETIC_SEED, w, err, errlen) : weights_load(c->weights, w, err, errlen);
     if (rc != 0) {
-        labels_free(&m->lab);
         free(m);
         return NULL;
     }
+    const char *lpath = labels_path(c);
+    char lerr[1024];
+    if (labels_load(lpath, w->classes, &m->lab, lerr, sizeof lerr) != 0) {
+        snprintf(err, errlen, "labels: %s; weights %.300s", lerr, c->weights);
+        weights_free(w);
+        free(m);
+        return NULL;
+    }
+    m->classes = w->classes;
     atomic_init(&m->refs, 1);
     m->version = version;
     snprintf(m->weights_path, sizeof m->weights_path, "%s", c->weights);

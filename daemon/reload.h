@@ -30,7 +30,8 @@ typedef struct served_model {
     atomic_int refs;
     int version;                /* 1 at start-up, then +1 per successful reload */
     int synthetic;              /* weights = synthetic: answers are marked */
-    labels lab;
+    int classes;                /* the weights' head: logits per image, top_k's bound */
+    labels lab;                 /* lab.count == classes */
     char weights_path[CONFIG_PATH_MAX];
     char labels_path[CONFIG_PATH_MAX];
     char sha256[65];            /* of the weights file; "" for synthetic */

@@ -176,20 +176,22 @@ int request_parse_content_type(const char *ct, request_body_kind *kind, char *bo
     return -1;
 }
 
-int request_parse_top_k(const char *s, int *k)
+int request_parse_top_k(const char *s, int max, int *k)
 {
-    /* Canonical decimal only: no sign, no leading zero, at most 4 digits. */
-    if (!s || !*s || s[0] == '0' || strlen(s) > 4)
+    /* Canonical decimal only: no sign, no leading zero. */
+    if (!s || !*s || s[0] == '0')
         return -1;
-    int v = 0;
+    long v = 0;
     for (const char *p = s; *p; p++) {
         if (!isdigit((unsigned char)*p))
             return -1;
         v = v * 10 + (*p - '0');
+        if (v > max)   /* also stops before a long digit string overflows */
+            return -1;
     }
-    if (v < 1 || v > REQUEST_MAX_TOP_K)
+    if (v < 1)
         return -1;
-    *k = v;
+    *k = (int)v;
     return 0;
 }
 

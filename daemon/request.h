@@ -18,8 +18,7 @@
 #include "model/topk.h"
 
 #define REQUEST_MAX_IMAGES 64
-#define REQUEST_DEFAULT_TOP_K 5
-#define REQUEST_MAX_TOP_K 1000
+#define REQUEST_DEFAULT_TOP_K 5   /* or all classes of a model with fewer */
 
 typedef enum {
     REQ_BODY_RAW,           /* the body is the JPEG */
@@ -101,8 +100,9 @@ void request_drop_body(request *r);
  * boundary (400). */
 int request_parse_content_type(const char *ct, request_body_kind *kind, char *boundary, size_t blen);
 
-/* ?top_k=: "1".."1000" exactly (no sign, no leading zeros); 0 or -1. */
-int request_parse_top_k(const char *s, int *k);
+/* ?top_k=: "1".."max" exactly (no sign, no leading zeros), max being the
+ * model's class count; 0 or -1. */
+int request_parse_top_k(const char *s, int max, int *k);
 
 /* Splits a multipart/form-data body and collects the parts whose
  * Content-Disposition name is `field`, in order. Returns how many were

@@ -73,13 +73,14 @@ char *response_v2_error(const char *message, size_t *len)
 
 char *response_model(const response_service *svc, const served_model *m, size_t *len)
 {
-    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:b, s:i, s:s, s:{s:i, s:I, s:s, s:i, s:I},"
+    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:b, s:i, s:i, s:{s:s, s:i}, s:{s:i, s:I, s:s, s:i, s:I},"
                           " s:{s:s, s:s, s:I}, s:{s:I, s:I}, s:{s:i, s:i, s:i}}",
                           "name", "resnet18", "version", m->version, "device", svc->device,
                           "device_index", svc->device_index,
                           "precision", svc->precision, "decode", svc->decode ? svc->decode : "cpu",
                           "synthetic_weights", m->synthetic,
-                          "label_count", m->lab.count, "labels", m->labels_path,
+                          "classes", m->classes, "label_count", m->lab.count,
+                          "labels", "path", m->labels_path, "count", m->lab.count,
                           "batching", "max_batch_size", svc->max_batch_size,
                           "max_queue_delay_us", (json_int_t)svc->max_queue_delay_us,
                           "preferred_batch_sizes", svc->preferred_batch_sizes,

@@ -40,7 +40,6 @@
 #include "daemon/metrics.h"
 #include "daemon/server.h"
 #include "model/clock.h"
-#include "model/resnet18.h"
 
 enum { ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL, ROUTE_LOAD };
 
@@ -166,11 +165,19 @@ static void image_reported(request *r)
         MHD_resume_connection(r->conn);
 }
 
-static void sink_done(void *req, int image, const float *logits, served_model *model, const pipeline_timing *t)
+static void sink_done(void *req, int image, const float *logits, int classes, served_model *model,
+                      const pipeline_timing *t)
 {
     request *r = req;
+    if (r->top_k > classes) {
+        /* top_k was checked against the model the request arrived under;
+         * a reload to one with fewer classes has replaced it since. */
+        request_fail(r, 503, "model_changed", "the model changed while this request waited; retry");
+        image_reported(r);
+        return;
+    }
     r->models[image] = served_model_ref(model);
-    topk_softmax(logits, RESNET18_CLASSES, r->top_k, r->topk + (size_t)image * (size_t)r->top_k);
+    topk_softmax(logits, classes, r->top_k, r->topk + (size_t)image * (size_t)r->top_k);
     metrics_observe_queue((double)t->queue_us / 1e6);
     pthread_mutex_lock(&r->mu);
     if (t->queue_us > r->queue_us)
@@ -205,10 +212,17 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
     if (atomic_load(&s->draining))
         return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
 
+    served_model *m = infer_model(s->inf[0]);
+    const int classes = m->classes;
+    served_model_unref(m);
     const char *k = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "top_k");
-    if (k && request_parse_top_k(k, &r->top_k) != 0)
-        return send_error(s, r, c, 400, "bad_parameter", "top_k must be a whole number from 1 to 1000",
-                          0, NULL, 1);
+    if (k && request_parse_top_k(k, classes, &r->top_k) != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "top_k must be a whole number from 1 to %d (the model's classes)", classes);
+        return send_error(s, r, c, 400, "bad_parameter", msg, 0, NULL, 1);
+    }
+    if (!k && r->top_k > classes)
+        r->top_k = classes;
 
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     int rc = request_parse_content_type(ct, &r->body_kind, r->boundary, sizeof r->boundary);

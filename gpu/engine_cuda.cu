@@ -52,9 +52,9 @@ typedef struct cuda_slot {
     cudaEvent_t computed;  // after this slot's graph
     cudaEvent_t done;      // after its output copies
     uint8_t *h_in, *d_in;  // [max_batch][224][224][3]
-    float *h_logits, *d_logits;  // [max_batch][1000]
-    int *h_idx, *d_idx;          // [max_batch][GPU_TOPK]
-    float *h_prob, *d_prob;      // [max_batch][GPU_TOPK]
+    float *h_logits, *d_logits;  // [max_batch][classes]
+    int *h_idx, *d_idx;          // [max_batch][topk]
+    float *h_prob, *d_prob;      // [max_batch][topk]
     cudaGraphExec_t graph[MAX_BUCKETS];
     cudaEvent_t staged;    // set by engine_cuda_input_staged: d_in is ready after it
 } cuda_slot;
@@ -62,10 +62,11 @@ typedef struct cuda_slot {
 typedef struct cuda_engine {
     engine pub;
     int fp16, esize, num_sms;
+    int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
     void *w[NCONV];   // KRSC, stem padded
     float *b[NCONV];
-    void *fc_w;       // [1000][512]
+    void *fc_w;       // [classes][512]
     float *fc_b;
     conv_shape shape_per_image[NCONV];  // n = 1
     void *buf[MAX_BUFFERS];
@@ -165,8 +166,8 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, char *err,
         if (rc != 0 || upload(ce, w->conv[i].b, d->cout, 0, (void **)&ce->b[i], err, errlen) != 0)
             return -1;
     }
-    if (upload(ce, w->fc_w, (size_t)RESNET18_CLASSES * RESNET18_FEATURES, ce->fp16, &ce->fc_w, err, errlen) != 0 ||
-        upload(ce, w->fc_b, RESNET18_CLASSES, 0, (void **)&ce->fc_b, err, errlen) != 0)
+    if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->fp16, &ce->fc_w, err, errlen) != 0 ||
+        upload(ce, w->fc_b, (size_t)w->classes, 0, (void **)&ce->fc_b, err, errlen) != 0)
         return -1;
     return 0;
 }
@@ -321,13 +322,14 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     {
         cudaDataType_t t = ce->fp16 ? CUDA_R_16F : CUDA_R_32F;
         cublasComputeType_t ct = ce->fp16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
-        // Column-major: logits^T (1000 x n) = W (512 x 1000)^T * feat^T (512 x n).
-        CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, RESNET18_CLASSES, n, RESNET18_FEATURES, &one,
+        // Column-major: logits^T (classes x n) = W (512 x classes)^T * feat^T (512 x n).
+        const int classes = ce->pub.classes;
+        CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, classes, n, RESNET18_FEATURES, &one,
                                 ce->fc_w, t, RESNET18_FEATURES, ce->feat, t, RESNET18_FEATURES, &zero, sl->d_logits,
-                                CUDA_R_32F, RESNET18_CLASSES, ct, CUBLAS_GEMM_DEFAULT));
+                                CUDA_R_32F, classes, ct, CUBLAS_GEMM_DEFAULT));
     }
     MARK();
-    CUDA_TRY(softmax_topk_launch(sl->d_logits, ce->fc_b, n, RESNET18_CLASSES, GPU_TOPK, sl->d_idx, sl->d_prob, st));
+    CUDA_TRY(softmax_topk_launch(sl->d_logits, ce->fc_b, n, ce->pub.classes, ce->topk, sl->d_idx, sl->d_prob, st));
     MARK();
 #undef MARK
     return 0;
@@ -500,10 +502,10 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
     CUDA_TRY(cudaGraphLaunch(sl->graph[b], sl->stream));
     CUDA_TRY(cudaEventRecord(sl->computed, sl->stream));
     ce->last_slot = s;
-    CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * RESNET18_CLASSES * sizeof(float),
+    CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * ce->pub.classes * sizeof(float),
                              cudaMemcpyDeviceToHost, sl->stream));
-    CUDA_TRY(cudaMemcpyAsync(sl->h_idx, sl->d_idx, (size_t)n * GPU_TOPK * sizeof(int), cudaMemcpyDeviceToHost, sl->stream));
-    CUDA_TRY(cudaMemcpyAsync(sl->h_prob, sl->d_prob, (size_t)n * GPU_TOPK * sizeof(float), cudaMemcpyDeviceToHost,
+    CUDA_TRY(cudaMemcpyAsync(sl->h_idx, sl->d_idx, (size_t)n * ce->topk * sizeof(int), cudaMemcpyDeviceToHost, sl->stream));
+    CUDA_TRY(cudaMemcpyAsync(sl->h_prob, sl->d_prob, (size_t)n * ce->topk * sizeof(float), cudaMemcpyDeviceToHost,
                              sl->stream));
     CUDA_TRY(cudaEventRecord(sl->done, sl->stream));
     pthread_mutex_unlock(&ce->order);
@@ -586,18 +588,18 @@ static const engine_ops cuda_ops = {
 static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
 {
     cuda_slot *sl = &ce->slot[s];
-    size_t nb = (size_t)ce->pub.max_batch;
+    size_t nb = (size_t)ce->pub.max_batch, classes = (size_t)ce->pub.classes, topk = (size_t)ce->topk;
     CUDA_TRY(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaEventCreateWithFlags(&sl->computed, cudaEventDisableTiming));
     CUDA_TRY(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming | cudaEventBlockingSync));
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_in, nb * RESNET18_INPUT_BYTES));
-    CUDA_TRY(host_alloc(ce, (void **)&sl->h_logits, nb * RESNET18_CLASSES * sizeof(float)));
-    CUDA_TRY(host_alloc(ce, (void **)&sl->h_idx, nb * GPU_TOPK * sizeof(int)));
-    CUDA_TRY(host_alloc(ce, (void **)&sl->h_prob, nb * GPU_TOPK * sizeof(float)));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_logits, nb * classes * sizeof(float)));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_idx, nb * topk * sizeof(int)));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_prob, nb * topk * sizeof(float)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_in, nb * RESNET18_INPUT_BYTES));
-    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_logits, nb * RESNET18_CLASSES * sizeof(float)));
-    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_idx, nb * GPU_TOPK * sizeof(int)));
-    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_prob, nb * GPU_TOPK * sizeof(float)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_logits, nb * classes * sizeof(float)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_idx, nb * topk * sizeof(int)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_prob, nb * topk * sizeof(float)));
     // Padded bucket rows read whatever is in d_in: make that defined.
     memset(sl->h_in, 0, nb * RESNET18_INPUT_BYTES);
     CUDA_TRY(cudaMemset(sl->d_in, 0, nb * RESNET18_INPUT_BYTES));
@@ -628,6 +630,8 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     ce->pub.device_index = cfg->device_index;
     ce->pub.max_batch = cfg->max_batch;
     ce->pub.nslots = nslots;
+    ce->pub.classes = w->classes;
+    ce->topk = w->classes < GPU_TOPK ? w->classes : GPU_TOPK;
     ce->fp16 = ce->pub.precision == ENGINE_PRECISION_FP16;
     ce->esize = ce->fp16 ? 2 : 4;
     ce->last_slot = -1;
@@ -718,7 +722,7 @@ extern "C" int engine_cuda_topk(engine *e, int slot, const int **idx, const floa
         return -1;
     *idx = ce->slot[slot].h_idx;
     *prob = ce->slot[slot].h_prob;
-    return GPU_TOPK;
+    return ce->topk;
 }
 
 extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char *err, size_t errlen)
@@ -776,7 +780,7 @@ static int phase_batch(cuda_engine *ce, int n, cudaEvent_t ev[4], char *err, siz
     CUDA_TRY(cudaGraphLaunch(sl->graph[bucket_for(ce, n)], sl->stream));
     CUDA_TRY(cudaEventRecord(sl->computed, sl->stream));
     CUDA_TRY(cudaEventRecord(ev[2], sl->stream));
-    CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * RESNET18_CLASSES * sizeof(float),
+    CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * ce->pub.classes * sizeof(float),
                              cudaMemcpyDeviceToHost, sl->stream));
     CUDA_TRY(cudaEventRecord(ev[3], sl->stream));
     return 0;

@@ -69,7 +69,7 @@ cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, in
 // Global average pool [n][hw][c] -> [n][c], same precision; c % 2 == 0.
 cudaError_t avgpool_launch(int fp16, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
 // Per image: logits += bias (in place), then softmax and the k best classes
-// (k <= 8), best first: idx[n][k], prob[n][k].
+// (k <= 8 and k <= classes), best first: idx[n][k], prob[n][k].
 cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
                                 float *prob, cudaStream_t st);
 

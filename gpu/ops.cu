@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
                                 float *prob, cudaStream_t st)
 {
-    if (k < 1 || k > TOPK_MAX)
+    if (k < 1 || k > TOPK_MAX || k > classes)  // k rounds each need a class not yet taken
         return cudaErrorInvalidValue;
     softmax_topk_kernel<<<n, TOPK_THREADS, 0, st>>>(logits, bias, classes, k, idx, prob);
     return cudaGetLastError();

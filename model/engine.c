@@ -16,6 +16,10 @@ engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char 
         snprintf(err, errlen, "max batch must be at least 1 (got %d)", c.max_batch);
         return NULL;
     }
+    if (w->classes < 1 || w->classes > RESNET18_MAX_CLASSES) {
+        snprintf(err, errlen, "weights with %d classes (need 1 to %d)", w->classes, RESNET18_MAX_CLASSES);
+        return NULL;
+    }
     if (c.device == ENGINE_DEVICE_AUTO) {
 #ifdef HAVE_CUDA
         c.device = gpu_device_count() > 0 ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
@@ -79,7 +83,7 @@ int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *e
     memcpy(e->input[0], images, (size_t)n * RESNET18_INPUT_BYTES);
     if (engine_submit(e, 0, n, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
         return -1;
-    memcpy(logits, e->logits[0], (size_t)n * RESNET18_CLASSES * sizeof(float));
+    memcpy(logits, e->logits[0], (size_t)n * (size_t)e->classes * sizeof(float));
     return 0;
 }
 

@@ -3,7 +3,9 @@
  * An engine owns nslots slots. Each slot has an input buffer the caller fills
  * with up to max_batch preprocessed images (uint8 RGB, NHWC, 224x224x3, not
  * normalised: normalisation is the engine's first step) and an output buffer
- * of logits ([max_batch][1000] FP32). The caller fills a slot, calls
+ * of logits ([max_batch][classes] FP32). The class count is the weights'
+ * (a fine-tuned head has any number); an engine keeps the one it was
+ * created with, so read it from the engine, never from a constant. The caller fills a slot, calls
  * engine_submit(), and later engine_wait() on that slot; different slots may
  * be in flight at once, so a double-buffered engine overlaps them. A slot is
  * used by one thread at a time. Buffers are allocated at creation; after
@@ -53,8 +55,9 @@ typedef struct engine {
     int device_index;
     int max_batch;
     int nslots;
+    int classes;               /* logits per image: the weights' class count */
     uint8_t *input[ENGINE_MAX_SLOTS];   /* [max_batch][224][224][3] */
-    float *logits[ENGINE_MAX_SLOTS];    /* [max_batch][1000] */
+    float *logits[ENGINE_MAX_SLOTS];    /* [max_batch][classes] */
 } engine;
 
 /* Creates the engine cfg asks for (AUTO: CUDA when a device is present,
@@ -65,7 +68,7 @@ int engine_wait(engine *e, int slot, char *err, size_t errlen);
 void engine_destroy(engine *e);
 
 /* Convenience for tools and tests: copies n images into slot 0, runs them,
- * and copies the logits out. */
+ * and copies the logits out (n * e->classes floats). */
 int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *err, size_t errlen);
 
 const char *engine_device_name(engine_device d);

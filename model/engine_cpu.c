@@ -123,8 +123,8 @@ struct cpu_engine {
     int th[NTENSORS], tc[NTENSORS];  /* tensor -> height (= width), channels */
     float *act[NTENSORS];       /* distinct activation buffers, [max_batch][h][w][c] */
     int nact;
-    float *fc_w;                /* [1000][512] */
-    float *fc_b;                /* [1000] */
+    float *fc_w;                /* [classes][512] */
+    float *fc_b;                /* [classes] */
     float *feat;                /* [max_batch][512] pooled features */
     float *ws;                  /* im2col: nthreads x ws_floats */
     size_t ws_floats;
@@ -639,15 +639,16 @@ static void fc_unit(cpu_engine *e, int u, int tid)
 {
     int lo, hi;
     (void)tid;
-    split_range(RESNET18_CLASSES, e->nthreads, u, &lo, &hi);
+    const int classes = e->pub.classes;
+    split_range(classes, e->nthreads, u, &lo, &hi);
     float *logits = e->pub.logits[e->job.slot];
     for (int img = 0; img < e->job.n; img++)
-        memcpy(logits + (size_t)img * RESNET18_CLASSES + lo, e->fc_b + lo,
+        memcpy(logits + (size_t)img * classes + lo, e->fc_b + lo,
                (size_t)(hi - lo) * sizeof(float));
     if (hi > lo)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e->job.n, hi - lo, RESNET18_FEATURES,
                     1.0f, e->feat, RESNET18_FEATURES, e->fc_w + (size_t)lo * RESNET18_FEATURES,
-                    RESNET18_FEATURES, 1.0f, logits + lo, RESNET18_CLASSES);
+                    RESNET18_FEATURES, 1.0f, logits + lo, classes);
 }
 
 /* Zeroes tensor t's border for n images: its buffer may have held another
@@ -960,6 +961,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     e->pub.precision = ENGINE_PRECISION_FP32;
     e->pub.max_batch = cfg->max_batch;
     e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
+    e->pub.classes = w->classes;
     e->avx512 = choose_avx512();
     int threads = cfg->threads ? cfg->threads : cpu_count();
     /* The blas back end leaves threading to OpenBLAS; the avx512 one uses the
@@ -975,7 +977,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     const size_t mb = (size_t)cfg->max_batch;
     /* Buffers are touched at create, so ask for no more than the machine
      * has rather than be killed for it later. */
-    size_t per_batch_bytes = (size_t)e->pub.nslots * (RESNET18_INPUT_BYTES + RESNET18_CLASSES * 4) +
+    size_t per_batch_bytes = (size_t)e->pub.nslots * (RESNET18_INPUT_BYTES + (size_t)w->classes * 4) +
                              RESNET18_FEATURES * 4;
     for (int b = 0; b < nbuf; b++)
         per_batch_bytes += per_image[b] * sizeof(float);
@@ -993,13 +995,13 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     }
     for (int s = 0; s < e->pub.nslots; s++) {
         e->pub.input[s] = malloc(mb * RESNET18_INPUT_BYTES);
-        e->pub.logits[s] = alloc_floats(mb * RESNET18_CLASSES);
+        e->pub.logits[s] = alloc_floats(mb * (size_t)w->classes);
         if (!e->pub.input[s] || !e->pub.logits[s])
             goto oom;
     }
     e->feat = alloc_floats(mb * RESNET18_FEATURES);
-    e->fc_w = alloc_floats((size_t)RESNET18_CLASSES * RESNET18_FEATURES);
-    e->fc_b = alloc_floats(RESNET18_CLASSES);
+    e->fc_w = alloc_floats((size_t)w->classes * RESNET18_FEATURES);
+    e->fc_b = alloc_floats((size_t)w->classes);
     e->ws_floats = e->avx512 ? GROUP_FLOATS : BLAS_WS_FLOATS;
     /* Every layer needs room for at least one MR-row tile. */
     for (int i = 0; i < RESNET18_NUM_CONVS; i++)
@@ -1008,8 +1010,8 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     e->ws = alloc_floats(e->ws_floats * (size_t)e->nthreads);
     if (!e->feat || !e->fc_w || !e->fc_b || !e->ws)
         goto oom;
-    memcpy(e->fc_w, w->fc_w, (size_t)RESNET18_CLASSES * RESNET18_FEATURES * sizeof(float));
-    memcpy(e->fc_b, w->fc_b, RESNET18_CLASSES * sizeof(float));
+    memcpy(e->fc_w, w->fc_w, (size_t)w->classes * RESNET18_FEATURES * sizeof(float));
+    memcpy(e->fc_b, w->fc_b, (size_t)w->classes * sizeof(float));
 
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         cpu_layer *L = &e->layer[i];

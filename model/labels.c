@@ -7,15 +7,17 @@
 #include "model/textfile.h"
 #include "model/utf8.h"
 
-/* 1000 class names take some 20 KB; anything near this is not a labels file. */
-#define LABELS_FILE_MAX ((size_t)1 << 20)
+/* 1000 ImageNet names take some 20 KB: a file far past a KiB a name is
+ * not a labels file. */
+#define LABELS_BYTES_PER_NAME 1024
+#define LABELS_FILE_MIN_CAP ((size_t)1 << 20)
 
 int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
     char *text;
-    size_t len;
-    if (textfile_read(path, LABELS_FILE_MAX, &text, &len, err, errlen) != 0)
+    size_t len, cap = (size_t)(expect > 0 ? expect : 0) * LABELS_BYTES_PER_NAME;
+    if (textfile_read(path, cap > LABELS_FILE_MIN_CAP ? cap : LABELS_FILE_MIN_CAP, &text, &len, err, errlen) != 0)
         return -1;
     if (memchr(text, '\0', len)) {
         snprintf(err, errlen, "%s: contains a NUL byte", path);
@@ -27,7 +29,8 @@ int labels_load(const char *path, int expect, labels *l, char *err, size_t errle
     if (len > 0 && text[len - 1] != '\n')
         lines++;
     if (lines != expect) {
-        snprintf(err, errlen, "%s: has %d lines, expected %d class names", path, lines, expect);
+        snprintf(err, errlen, "%s: has %d lines, but the model has %d classes (one class name per line, "
+                 "in class-index order)", path, lines, expect);
         goto fail;
     }
     l->names = calloc((size_t)expect, sizeof *l->names);

@@ -1,4 +1,5 @@
-/* ImageNet class names, one per line in index order, loaded at run time. */
+/* Class names, one per line in index order, loaded at run time: as many
+ * lines as the model has classes. */
 #ifndef RESNETD_LABELS_H
 #define RESNETD_LABELS_H
 
@@ -10,7 +11,8 @@ typedef struct labels {
     char *text;     /* backing storage */
 } labels;
 
-/* Loads path; exactly `expect` non-empty UTF-8 lines or it is an error. */
+/* Loads path; exactly `expect` (the model's class count) non-empty UTF-8
+ * lines or it is an error naming both counts. */
 int labels_load(const char *path, int expect, labels *l, char *err, size_t errlen);
 void labels_free(labels *l);
 

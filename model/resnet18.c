@@ -28,12 +28,12 @@ const resnet18_conv_desc resnet18_convs[RESNET18_NUM_CONVS] = {
     {"layer4.1.conv2",    "layer4.1.bn2",     512, 512, 3, 1, 1,   7,   7, 18, 17, 1},
 };
 
-double resnet18_macs_per_image(void)
+double resnet18_macs_per_image(int classes)
 {
     double macs = 0;
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         const resnet18_conv_desc *c = &resnet18_convs[i];
         macs += (double)c->out_h * c->out_h * c->cout * c->k * c->k * c->cin;
     }
-    return macs + (double)RESNET18_FEATURES * RESNET18_CLASSES;
+    return macs + (double)RESNET18_FEATURES * classes;
 }

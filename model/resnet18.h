@@ -12,8 +12,12 @@
 
 #define RESNET18_NUM_CONVS 20
 #define RESNET18_IMG 224          /* input height and width */
-#define RESNET18_CLASSES 1000
 #define RESNET18_FEATURES 512     /* channels into the FC layer */
+/* The class count is the loaded weights' (fc.weight is [classes][512]):
+ * fine-tuned heads have any number. ImageNet's 1000 is only what synthetic
+ * weights get; the bound keeps a corrupt header from asking for gigabytes. */
+#define RESNET18_IMAGENET_CLASSES 1000
+#define RESNET18_MAX_CLASSES 100000
 #define RESNET18_INPUT_BYTES (RESNET18_IMG * RESNET18_IMG * 3)
 
 /* Where a convolution reads its input or its residual from: an index into
@@ -42,23 +46,26 @@ typedef struct resnet18_conv {
 
 typedef struct resnet18_weights {
     resnet18_conv conv[RESNET18_NUM_CONVS];
-    float *fc_w;        /* [1000][512] */
-    float *fc_b;        /* [1000] */
+    int classes;        /* 1..RESNET18_MAX_CLASSES, from fc.weight's shape */
+    float *fc_w;        /* [classes][512] */
+    float *fc_b;        /* [classes] */
     char sha256[65];    /* hex digest of the weights file, "" for synthetic */
     int synthetic;      /* 1 when made by weights_synthetic() */
 } resnet18_weights;
 
 /* Loads a safetensors file with torchvision's resnet18 names, validates
- * every tensor, and folds BN (eps 1e-5). Returns 0, or -1 with a one-line
+ * every tensor, and folds BN (eps 1e-5). The class count is fc.weight's
+ * first dimension; fc.bias must match it. Returns 0, or -1 with a one-line
  * message naming the file and the problem in err. */
 int weights_load(const char *path, resnet18_weights *w, char *err, size_t errlen);
 
-/* Seeded random weights with sensible scales, for load tests only. */
+/* Seeded random weights with sensible scales and ImageNet's 1000 classes,
+ * for load tests only. */
 int weights_synthetic(uint64_t seed, resnet18_weights *w, char *err, size_t errlen);
 
 void weights_free(resnet18_weights *w);
 
-/* Multiply-accumulates per image (for TFLOP/s reports). */
-double resnet18_macs_per_image(void);
+/* Multiply-accumulates per image with a head of `classes` (for TFLOP/s reports). */
+double resnet18_macs_per_image(int classes);
 
 #endif

@@ -8,7 +8,8 @@
  * and never a crash. Tensors may start at any byte offset, so values are
  * assembled from little-endian bytes rather than cast in place.
  * Output (see model/resnet18.h): conv weights KRSC ([cout][kh][kw][cin])
- * FP32, each BN folded in double and rounded once; fc as stored. */
+ * FP32, each BN folded in double and rounded once; fc as stored, with as
+ * many classes as fc.weight has rows. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -302,17 +303,21 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
 
 /* The tensor called name, checked to be floating point of the given shape;
  * NULL with a message when it is missing or wrong. */
+static const st_tensor *st_find(const st_file *f, const char *name, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->t[i].name, name) == 0)
+            return &f->t[i];
+    st_fail(err, errlen, f->path, "missing tensor %s", name);
+    return NULL;
+}
+
 static const st_tensor *st_expect(const st_file *f, const char *name, int ndim, const uint64_t *shape,
                                   char *err, size_t errlen)
 {
-    const st_tensor *t = NULL;
-    for (size_t i = 0; i < f->n && !t; i++)
-        if (strcmp(f->t[i].name, name) == 0)
-            t = &f->t[i];
-    if (!t) {
-        st_fail(err, errlen, f->path, "missing tensor %s", name);
+    const st_tensor *t = st_find(f, name, err, errlen);
+    if (!t)
         return NULL;
-    }
     if (t->dtype != DT_F32 && t->dtype != DT_F16 && t->dtype != DT_BF16) {
         st_fail(err, errlen, f->path, "tensor %s: unsupported dtype %s (need F32, F16 or BF16)", name,
                 st_dtypes[t->dtype].name);
@@ -408,10 +413,27 @@ static float *st_copy(const st_file *f, const char *name, int ndim, const uint64
     return out;
 }
 
+/* The head's class count: fc.weight's first dimension, [classes][512]. */
+static int fc_classes(const st_file *f, int *classes, char *err, size_t errlen)
+{
+    const st_tensor *t = st_find(f, "fc.weight", err, errlen);
+    if (!t)
+        return -1;
+    if (t->ndim != 2 || t->shape[1] != RESNET18_FEATURES) {
+        char got[128];
+        st_shape_str(t->shape, t->ndim, got, sizeof got);
+        return st_fail(err, errlen, f->path, "tensor fc.weight: wrong shape %s, expected [classes, %d]", got,
+                       RESNET18_FEATURES);
+    }
+    if (t->shape[0] < 1 || t->shape[0] > RESNET18_MAX_CLASSES)
+        return st_fail(err, errlen, f->path, "tensor fc.weight: %" PRIu64 " classes, expected 1 to %d",
+                       t->shape[0], RESNET18_MAX_CLASSES);
+    *classes = (int)t->shape[0];
+    return 0;
+}
+
 int weights_load(const char *path, resnet18_weights *w, char *err, size_t errlen)
 {
-    static const uint64_t fc_w_shape[2] = {RESNET18_CLASSES, RESNET18_FEATURES};
-    static const uint64_t fc_b_shape[1] = {RESNET18_CLASSES};
     st_file f;
     memset(w, 0, sizeof *w);
     if (st_open(&f, path, err, errlen) != 0)
@@ -419,6 +441,10 @@ int weights_load(const char *path, resnet18_weights *w, char *err, size_t errlen
     for (int i = 0; i < RESNET18_NUM_CONVS; i++)
         if (fold_conv(&f, &resnet18_convs[i], &w->conv[i], err, errlen) != 0)
             goto fail;
+    if (fc_classes(&f, &w->classes, err, errlen) != 0)
+        goto fail;
+    const uint64_t fc_w_shape[2] = {(uint64_t)w->classes, RESNET18_FEATURES};
+    const uint64_t fc_b_shape[1] = {(uint64_t)w->classes};
     if (!(w->fc_w = st_copy(&f, "fc.weight", 2, fc_w_shape, err, errlen)) ||
         !(w->fc_b = st_copy(&f, "fc.bias", 1, fc_b_shape, err, errlen)))
         goto fail;
@@ -468,14 +494,15 @@ int weights_synthetic(uint64_t seed, resnet18_weights *w, char *err, size_t errl
         for (int j = 0; j < d->cout; j++)
             c->b[j] = synth_uniform(&s, 0.1);
     }
-    w->fc_w = malloc((size_t)RESNET18_CLASSES * RESNET18_FEATURES * sizeof *w->fc_w);
-    w->fc_b = malloc(RESNET18_CLASSES * sizeof *w->fc_b);
+    w->classes = RESNET18_IMAGENET_CLASSES;
+    w->fc_w = malloc((size_t)w->classes * RESNET18_FEATURES * sizeof *w->fc_w);
+    w->fc_b = malloc((size_t)w->classes * sizeof *w->fc_b);
     if (!w->fc_w || !w->fc_b)
         goto oom;
     double a = sqrt(3.0 / RESNET18_FEATURES);
-    for (size_t j = 0; j < (size_t)RESNET18_CLASSES * RESNET18_FEATURES; j++)
+    for (size_t j = 0; j < (size_t)w->classes * RESNET18_FEATURES; j++)
         w->fc_w[j] = synth_uniform(&s, a);
-    for (int j = 0; j < RESNET18_CLASSES; j++)
+    for (int j = 0; j < w->classes; j++)
         w->fc_b[j] = synth_uniform(&s, 0.1);
     w->synthetic = 1;
     return 0;

@@ -9,9 +9,11 @@ Prints one line per check; exits 0 when all pass, 1 otherwise.
 """
 
 import argparse
+import ast
 import hashlib
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -194,7 +196,8 @@ def check_endpoints(opts, d):
     sha = hashlib.sha256(read_file(os.path.join(opts.ref, "weights.safetensors"))).hexdigest()
     assert m["weights"]["sha256"] == sha, (m["weights"], sha)
     assert m["device"] == "cpu" and m["precision"] == "fp32", m
-    assert m["label_count"] == 1000 and m["batching"]["max_batch_size"] >= 1, m
+    assert m["classes"] == m["label_count"] == m["labels"]["count"] == 1000, m
+    assert m["labels"]["path"] == opts.labels and m["batching"]["max_batch_size"] >= 1, m
     text = d.metrics()
     assert metric(text, "resnetd_build_info", {"device": "cpu", "precision": "fp32"}) == 1, text[:500]
     if opts.promtool_check:
@@ -357,6 +360,121 @@ def check_oversize_bodies_get_413(opts, d):
     assert status_of(data) == 413, data[:300]
     ok_classify(d, read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg")))
     return "100 MB Content-Length and %d MiB chunked" % (sent >> 20)
+
+
+def read_npy_f32(path):
+    """A float32 C-order .npy as (shape, flat list), without numpy."""
+    data = read_file(path)
+    assert data[:6] == b"\x93NUMPY", path
+    if data[6] == 1:
+        hlen, off = struct.unpack("<H", data[8:10])[0], 10
+    else:
+        hlen, off = struct.unpack("<I", data[8:12])[0], 12
+    header = ast.literal_eval(data[off:off + hlen].decode("latin1"))
+    assert header["descr"] == "<f4" and not header["fortran_order"], header
+    shape = header["shape"]
+    count = math.prod(shape)
+    return shape, list(struct.unpack("<%df" % count, data[off + hlen:off + hlen + 4 * count]))
+
+
+def softmax(row):
+    m = max(row)
+    e = [math.exp(v - m) for v in row]
+    s = sum(e)
+    return [v / s for v in e]
+
+
+def fine_tune_paths(opts):
+    d = os.path.join(opts.ref, "ft10")
+    return os.path.join(d, "weights.safetensors"), os.path.join(d, "labels.txt"), os.path.join(d, "logits.npy")
+
+
+def check_fine_tuned_head(opts):
+    """reference.py's 10-class fine-tune with its own labels: the metadata
+    says 10 classes, every answer carries those labels, and the scores are
+    the softmax of torchvision's logits for the same JPEGs (our crops equal
+    PIL's, so the daemon sees torchvision's input)."""
+    weights, labels, logits = fine_tune_paths(opts)
+    with open(labels, encoding="utf-8") as f:
+        names = f.read().splitlines()
+    assert len(names) == 10, names
+    shape, flat = read_npy_f32(logits)
+    with open(os.path.join(opts.ref, "jpegs.txt")) as f:
+        listed = f.read().split()
+    assert shape == (len(listed), 10), (shape, len(listed))
+    rows = {n: flat[i * 10:(i + 1) * 10] for i, n in enumerate(listed)}
+    picked = [n for n in ("s640x480", "progressive_801x601", "gray_640x481", "s17x31", "sub444_333x501",
+                          "restart1_501x333", "photo_grace_hopper") if n in rows]
+    d = Daemon(opts, "--weights", weights, "--labels", labels)
+    try:
+        status, _, body = d.request("GET", "/v1/models/resnet18")
+        m = json.loads(body)
+        assert status == 200 and m["classes"] == m["label_count"] == m["labels"]["count"] == 10, m
+        assert m["labels"]["path"] == labels, m
+        assert m["weights"]["sha256"] == hashlib.sha256(read_file(weights)).hexdigest(), m
+        assert "10 classes" in d.text(), d.text()
+
+        def expect(preds, name, k):
+            want = softmax(rows[name])
+            order = sorted(range(10), key=lambda i: (-want[i], i))
+            assert len(preds) == k, (name, preds)
+            for rank, p in enumerate(preds):
+                assert p["label"] == names[p["index"]], (name, p)
+                assert abs(p["score"] - want[p["index"]]) <= 1e-4, (name, p, want[p["index"]])
+                if p["index"] != order[rank]:   # only between (near-)equal scores
+                    assert abs(want[p["index"]] - want[order[rank]]) <= 1e-4, (name, rank, p, order)
+
+        worst = 0.0
+        for n in picked:
+            jpeg = read_file(os.path.join(opts.ref, "jpeg", n + ".jpg"))
+            res = ok_classify(d, jpeg, top_k=10)
+            preds = res["results"][0]["predictions"]
+            expect(preds, n, 10)
+            assert abs(sum(p["score"] for p in preds) - 1) < 1e-4, preds
+            worst = max([worst] + [abs(p["score"] - softmax(rows[n])[p["index"]]) for p in preds])
+        # The default is still 5; multipart answers in order.
+        body, headers = multipart([read_file(os.path.join(opts.ref, "jpeg", n + ".jpg")) for n in picked])
+        status, _, rbody = d.request("POST", "/classify", body, headers)
+        assert status == 200, (status, rbody[:300])
+        res = json.loads(rbody)
+        for n, r in zip(picked, res["results"]):
+            expect(r["predictions"], n, 5)
+        # top_k is bounded by this model's classes, not ImageNet's.
+        jpeg = read_file(os.path.join(opts.ref, "jpeg", picked[0] + ".jpg"))
+        status, _, rbody = d.request("POST", "/classify?top_k=11", jpeg, {"Content-Type": "image/jpeg"})
+        e = error_of(rbody)
+        assert status == 400 and e["code"] == "bad_parameter" and "1 to 10" in e["message"], (status, e)
+    finally:
+        assert d.stop() == 0
+    # resnetd-classify serves the same labels.
+    out = subprocess.check_output([opts.classify, "--weights", weights, "--labels", labels, "--device", "cpu",
+                                   "--json", "--top-k", "10", os.path.join(opts.ref, "jpeg", picked[0] + ".jpg")])
+    expect(json.loads(out)["predictions"], picked[0], 10)
+    p = subprocess.run([opts.classify, "--weights", weights, "--labels", labels, "--device", "cpu", "--top-k", "11",
+                        os.path.join(opts.ref, "jpeg", picked[0] + ".jpg")], capture_output=True, text=True)
+    assert p.returncode != 0 and "10 classes" in p.stderr, (p.returncode, p.stderr)
+    return "%d JPEGs, worst score error %.1e; classify agrees" % (len(picked), worst)
+
+
+def check_labels_must_match_the_model(opts):
+    """A labels file whose line count is not the model's class count is a
+    start-up error naming the file and both counts."""
+    ft_weights, ft_labels, _ = fine_tune_paths(opts)
+    imagenet_weights = os.path.join(opts.ref, "weights.safetensors")
+    cases = [(ft_weights, opts.labels, 1000, 10), (imagenet_weights, ft_labels, 10, 1000)]
+    for weights, labels, lines, classes in cases:
+        want = ["%s: has %d lines" % (labels, lines), "model has %d classes" % classes]
+        for extra in (["--check-config"], ["--listen", "127.0.0.1:0"]):
+            p = subprocess.run([opts.resnetd, "--weights", weights, "--labels", labels, "--device", "cpu"] + extra,
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode != 0 and all(w in p.stderr for w in want), (extra, p.returncode, p.stderr)
+            assert "ready" not in p.stderr, p.stderr
+        p = subprocess.run([opts.classify, "--weights", weights, "--labels", labels, "--device", "cpu",
+                            os.path.join(opts.ref, "jpeg", "s224x224.jpg")], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode != 0 and all(w in p.stderr for w in want), (p.returncode, p.stderr)
+        assert p.stdout == "", p.stdout
+    return "1000 names for 10 classes and 10 for 1000: resnetd (and --check-config) and classify refuse"
 
 
 def check_timeout_and_client_gone(opts):
@@ -769,6 +887,8 @@ CHECKS = [
     ("concurrent_requests_are_batched", check_concurrent_requests_are_batched, True),
     ("each_error_status", check_each_error_status, True),
     ("oversize_bodies_get_413", check_oversize_bodies_get_413, True),
+    ("fine_tuned_head", check_fine_tuned_head, False),
+    ("labels_must_match_the_model", check_labels_must_match_the_model, False),
     ("timeout_and_client_gone", check_timeout_and_client_gone, False),
     ("queue_overflow", check_queue_overflow, False),
     ("sigterm_under_load", check_sigterm_under_load, False),

@@ -18,6 +18,12 @@ Writes into --out:
   random_u8.npy              uint8 [R,224,224,3] random images
   random_logits*.npy         float32 [R,1000] for F32, F16- and BF16-rounded weights
   bad/not_jpeg.png, bad/cmyk.jpg
+  ft10/                      a fine-tune: the same backbone with fc replaced by a
+                             seeded Linear(512, 10)
+    weights.safetensors      its F32 weights (fc.weight [10,512], fc.bias [10])
+    labels.txt               its 10 class names, one a line
+    logits.npy               float32 [N,10]: logits of input/*, jpegs.txt order
+    random_logits.npy        float32 [R,10]: logits of random_u8.npy
 
 With --bench, times PyTorch on the CPU instead (the anchor for resnetd-bench).
 Runs under Debian's python3-torch / python3-torchvision (/usr/bin/python3).
@@ -39,6 +45,9 @@ from PIL import Image
 from torchvision import transforms as T
 
 SEED = 20261122
+FT_CLASSES = 10
+FT_LABELS = ["tabby cat", "beagle", "red fox", "sea otter", "crème brûlée", "espresso cup", "road bike",
+             "lighthouse", "paper kite", "mossy rock"]  # one non-ASCII name: served as UTF-8
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 REAL_PHOTOS = ["/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg"]
 
@@ -68,6 +77,19 @@ def make_model(seed=SEED):
             bn.running_mean.add_(0.1 * bn.running_var.sqrt() * torch.randn(bn.running_mean.shape, generator=g))
             bn.num_batches_tracked.fill_(1234)
         m.fc.bias.normal_(0.0, 0.05, generator=g)
+    return m.eval()
+
+
+def make_fine_tune(classes=FT_CLASSES):
+    """The reference backbone with its head replaced by Linear(512, classes),
+    as a user fine-tuning on their own classes does; the head's weights are
+    seeded, its bias spread so that it matters."""
+    m = make_model()
+    torch.manual_seed(SEED + 10)
+    m.fc = torch.nn.Linear(512, classes)
+    g = torch.Generator().manual_seed(SEED + 11)
+    with torch.no_grad():
+        m.fc.bias.normal_(0.0, 0.5, generator=g)
     return m.eval()
 
 
@@ -236,7 +258,18 @@ def generate(out):
     np.save(os.path.join(out, "random_logits.npy"), run_logits(model, x))
     np.save(os.path.join(out, "random_logits_f16w.npy"), run_logits(rounded_model(model, torch.float16), x))
     np.save(os.path.join(out, "random_logits_bf16w.npy"), run_logits(rounded_model(model, torch.bfloat16), x))
-    print(f"reference: {len(names)} JPEGs, {len(rand)} random images -> {out}", file=sys.stderr)
+
+    ft = make_fine_tune()
+    ft_dir = os.path.join(out, "ft10")
+    os.makedirs(ft_dir, exist_ok=True)
+    write_safetensors(os.path.join(ft_dir, "weights.safetensors"), ft.state_dict(), "F32")
+    assert len(FT_LABELS) == FT_CLASSES
+    with open(os.path.join(ft_dir, "labels.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(n + "\n" for n in FT_LABELS))
+    np.save(os.path.join(ft_dir, "logits.npy"), run_logits(ft, torch.stack(inputs)))
+    np.save(os.path.join(ft_dir, "random_logits.npy"), run_logits(ft, x))
+    print(f"reference: {len(names)} JPEGs, {len(rand)} random images, {FT_CLASSES}-class fine-tune -> {out}",
+          file=sys.stderr)
 
 
 def bench(batches, threads, iters):

@@ -183,9 +183,53 @@ def check_failed_reload_keeps_serving(opts):
     return "missing and corrupt weights: 400 / logged, version 1 kept serving; unapplied option named"
 
 
+def check_reload_to_a_fine_tune(opts):
+    # From the 1000-class reference to reference.py's 10-class fine-tune and
+    # its labels, under 16 clients: all 200, and the answers switch to the
+    # fine-tune's classes (the top_k bound with them).
+    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
+    cfg = os.path.join(tmp, "resnetd.conf")
+    write_config(cfg, os.path.join(opts.ref, "weights.safetensors"), opts.labels)
+    d = Daemon(opts, "--max-batch-size", "8", config=cfg)
+    body = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
+    ft = os.path.join(opts.ref, "ft10")
+    with open(os.path.join(ft, "labels.txt"), encoding="utf-8") as f:
+        ft_names = set(f.read().splitlines())
+    load = None
+    try:
+        load = Load(d, body, 16)
+        assert load.wait_for(lambda a: True, 60), "no answer under load"
+        write_config(cfg, os.path.join(ft, "weights.safetensors"), os.path.join(ft, "labels.txt"))
+        status, _, data = d.request("POST", LOAD, b"", {"Content-Type": "application/json"})
+        assert status == 200, (status, data[:300])
+        assert load.wait_for(lambda a: a["model_version"] == 2, 120), d.text()[-1500:]
+        answers = load.finish()
+        load = None
+        bad = [a for a in answers if a[0] != 200]
+        assert not bad, ("%d of %d requests not 200" % (len(bad), len(answers)), bad[:3])
+        v2 = {answer_key(a) for _, a in answers if a["model_version"] == 2}
+        assert len(v2) == 1, v2
+        labels = {p[1] for p in next(iter(v2))[2]}
+        assert labels <= ft_names, (labels, ft_names)
+        v1 = {answer_key(a) for _, a in answers if a["model_version"] == 1}
+        assert len(v1) == 1 and not {p[1] for p in next(iter(v1))[2]} & ft_names, v1
+        status, _, data = d.request("GET", "/v1/models/resnet18")
+        meta = json.loads(data)
+        assert meta["classes"] == 10 and meta["labels"]["count"] == 10, meta
+        status, _, data = d.request("POST", "/classify?top_k=11", body, JPG)
+        assert status == 400, status
+    finally:
+        if load:
+            load.finish()
+        rc = d.stop()
+    assert rc == 0, rc
+    return "%d requests from 16 clients, all 200; answers moved to the 10-class fine-tune's labels" % len(answers)
+
+
 CHECKS = [
     ("reload_under_load", check_reload_under_load, False),
     ("failed_reload_keeps_serving", check_failed_reload_keeps_serving, False),
+    ("reload_to_a_fine_tune", check_reload_to_a_fine_tune, False),
 ]
 
 

@@ -1,7 +1,8 @@
 /* Tests model/engine_cpu.c against torchvision's FP32 logits (tests/ref),
  * on every GEMM back end this CPU can run (avx512, blas): random images,
- * the torchvision input tensors of the test JPEGs, F16/BF16 weight files, and
- * max-batch enforcement with batch-size independence. Output buffers are
+ * the torchvision input tensors of the test JPEGs, F16/BF16 weight files, a
+ * 10-class fine-tuned head, and max-batch enforcement with batch-size
+ * independence. Output buffers are
  * poisoned with NaN before every run, so stale logits cannot pass. */
 #include <math.h>
 #include <stdio.h>
@@ -56,24 +57,26 @@ static void run(engine *e, int slot, const uint8_t *images, int n)
 {
     char err[512] = "";
     memcpy(e->input[slot], images, (size_t)n * RESNET18_INPUT_BYTES);
-    for (size_t i = 0; i < (size_t)e->max_batch * RESNET18_CLASSES; i++)
+    for (size_t i = 0; i < (size_t)e->max_batch * (size_t)e->classes; i++)
         e->logits[slot][i] = NAN;
     ck_assert_msg(engine_submit(e, slot, n, err, sizeof err) == 0, "submit: %s", err);
     ck_assert_msg(engine_wait(e, slot, err, sizeof err) == 0, "wait: %s", err);
 }
 
-/* Per image: rel L2 <= tol and identical top-5 against want. */
-static void expect_logits(const float *got, const float *want, int n, double tol, const char *what)
+/* Per image of `classes` logits: rel L2 <= tol and identical top-5 (or
+ * ranking, for fewer classes) against want. */
+static void expect_logits(const float *got, const float *want, int n, int classes, double tol, const char *what)
 {
     double worst = 0;
+    const int top = classes < 5 ? classes : 5;
     for (int i = 0; i < n; i++) {
-        const float *g = got + (size_t)i * RESNET18_CLASSES, *r = want + (size_t)i * RESNET18_CLASSES;
-        double rel = testutil_rel_l2(g, r, RESNET18_CLASSES);
+        const float *g = got + (size_t)i * classes, *r = want + (size_t)i * classes;
+        double rel = testutil_rel_l2(g, r, (size_t)classes);
         ck_assert_msg(rel <= tol, "%s image %d: rel L2 %.3g > %.3g", what, i, rel, tol);
         int tg[5], tr[5];
-        testutil_topk(g, RESNET18_CLASSES, 5, tg);
-        testutil_topk(r, RESNET18_CLASSES, 5, tr);
-        for (int k = 0; k < 5; k++)
+        testutil_topk(g, classes, top, tg);
+        testutil_topk(r, classes, top, tr);
+        for (int k = 0; k < top; k++)
             ck_assert_msg(tg[k] == tr[k], "%s image %d: top-5 differ at rank %d (%d vs %d)", what, i,
                           k, tg[k], tr[k]);
         if (rel > worst)
@@ -94,14 +97,17 @@ static void check_random(int b, const char *weights_file, const char *logits_fil
     int n = (int)img.shape[0];
     ck_assert_int_eq(img.ndim, 4);
     ck_assert_uint_eq(img.count, (size_t)n * RESNET18_INPUT_BYTES);
-    ck_assert_uint_eq(ref.count, (size_t)n * RESNET18_CLASSES);
+    ck_assert_int_eq(ref.ndim, 2);
+    ck_assert_uint_eq(ref.shape[0], (size_t)n);
+    ck_assert_uint_eq(ref.shape[1], (size_t)w.classes);
     engine *e = make_engine(b, &w, n);
     weights_free(&w);   /* the engine keeps its own copy */
     if (e) {
+        ck_assert_uint_eq((size_t)e->classes, ref.shape[1]);
         char what[128];
         snprintf(what, sizeof what, "%s %s", backends[b], logits_file);
         run(e, 1, img.data, n);
-        expect_logits(e->logits[1], ref.data, n, tol, what);
+        expect_logits(e->logits[1], ref.data, n, e->classes, tol, what);
         engine_destroy(e);
     }
     npy_free(&img);
@@ -126,21 +132,29 @@ START_TEST(bf16_weights_match_torchvision_bf16_rounded_weights)
 }
 END_TEST
 
+START_TEST(fine_tuned_10_class_head_matches_torchvision)
+{
+    check_random(_i, "ft10/weights.safetensors", "ft10/random_logits.npy", REL_L2_MAX);
+}
+END_TEST
+
 /* The crops torchvision normalised for the test JPEGs: since its input
  * tensor is normalise(crop), this is the golden "torchvision input" test. */
-START_TEST(jpeg_crops_match_torchvision_logits)
+static void check_jpeg_crops(int b, const char *weights_file, const char *logits_file)
 {
     testutil_require_reference();
     resnet18_weights w;
-    load_weights("weights.safetensors", &w);
+    load_weights(weights_file, &w);
     npy_array ref;
-    load_npy("logits.npy", "<f4", &ref);
+    load_npy(logits_file, "<f4", &ref);
+    ck_assert_int_eq(ref.ndim, 2);
+    ck_assert_uint_eq(ref.shape[1], (size_t)w.classes);
     size_t len;
     char *list = (char *)testutil_read_file(testutil_ref_path("jpegs.txt"), &len);
     ck_assert_msg(list != NULL, "cannot read jpegs.txt");
     list[len] = '\0';
     const int batch = 4;
-    engine *e = make_engine(_i, &w, batch);
+    engine *e = make_engine(b, &w, batch);
     weights_free(&w);
     if (!e) {
         free(list);
@@ -166,9 +180,10 @@ START_TEST(jpeg_crops_match_torchvision_logits)
             ck_assert_uint_ge(ref.shape[0], (size_t)(count + pending));
             run(e, 0, images, pending);
             char what[64];
-            snprintf(what, sizeof what, "%s jpeg crops %d..%d", backends[_i], count, count + pending - 1);
-            expect_logits(e->logits[0], (const float *)ref.data + (size_t)count * RESNET18_CLASSES,
-                          pending, REL_L2_MAX, what);
+            snprintf(what, sizeof what, "%s %s jpeg crops %d..%d", backends[b], weights_file, count,
+                     count + pending - 1);
+            expect_logits(e->logits[0], (const float *)ref.data + (size_t)count * (size_t)e->classes,
+                          pending, e->classes, REL_L2_MAX, what);
             count += pending;
             pending = 0;
         }
@@ -180,6 +195,17 @@ START_TEST(jpeg_crops_match_torchvision_logits)
     free(list);
     npy_free(&ref);
     engine_destroy(e);
+}
+
+START_TEST(jpeg_crops_match_torchvision_logits)
+{
+    check_jpeg_crops(_i, "weights.safetensors", "logits.npy");
+}
+END_TEST
+
+START_TEST(jpeg_crops_match_torchvision_logits_10_class_head)
+{
+    check_jpeg_crops(_i, "ft10/weights.safetensors", "ft10/logits.npy");
 }
 END_TEST
 
@@ -224,11 +250,12 @@ START_TEST(any_batch_size_gives_per_image_logits)
         npy_free(&img);
         return;
     }
-    float *alone = malloc((size_t)max * RESNET18_CLASSES * sizeof(float));
+    const size_t C = (size_t)e->classes;
+    float *alone = malloc((size_t)max * C * sizeof(float));
     ck_assert_ptr_nonnull(alone);
     for (int i = 0; i < max; i++) {
         run(e, 0, (const uint8_t *)img.data + (size_t)i * RESNET18_INPUT_BYTES, 1);
-        memcpy(alone + (size_t)i * RESNET18_CLASSES, e->logits[0], RESNET18_CLASSES * sizeof(float));
+        memcpy(alone + (size_t)i * C, e->logits[0], C * sizeof(float));
     }
     const int sizes[] = {1, 2, 3, max};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -238,7 +265,7 @@ START_TEST(any_batch_size_gives_per_image_logits)
         run(e, 1, (const uint8_t *)img.data + (size_t)first * RESNET18_INPUT_BYTES, n);
         char what[64];
         snprintf(what, sizeof what, "%s batch %d vs alone", backends[_i], n);
-        expect_logits(e->logits[1], alone + (size_t)first * RESNET18_CLASSES, n, 1e-6, what);
+        expect_logits(e->logits[1], alone + (size_t)first * C, n, e->classes, 1e-6, what);
     }
     free(alone);
     npy_free(&img);
@@ -258,7 +285,7 @@ START_TEST(thread_count_does_not_change_logits)
     const int n = 3;
     ck_assert_int_ge((int)img.shape[0], n);
     ck_assert_int_eq(setenv("RESNETD_CPU_GEMM", backends[_i], 1), 0);
-    float *first = malloc((size_t)n * RESNET18_CLASSES * sizeof(float));
+    float *first = malloc((size_t)n * (size_t)w.classes * sizeof(float));
     ck_assert_ptr_nonnull(first);
     for (int threads = 1; threads <= 3; threads++) {
         engine_config cfg = {.device = ENGINE_DEVICE_CPU, .max_batch = n, .threads = threads};
@@ -269,11 +296,11 @@ START_TEST(thread_count_does_not_change_logits)
         ck_assert_msg(e != NULL, "engine_create(%d threads): %s", threads, err);
         run(e, 0, img.data, n);
         if (threads == 1) {
-            memcpy(first, e->logits[0], (size_t)n * RESNET18_CLASSES * sizeof(float));
+            memcpy(first, e->logits[0], (size_t)n * (size_t)e->classes * sizeof(float));
         } else {
             char what[64];
             snprintf(what, sizeof what, "%s %d threads vs 1", backends[_i], threads);
-            expect_logits(e->logits[0], first, n, 1e-6, what);
+            expect_logits(e->logits[0], first, n, e->classes, 1e-6, what);
         }
         engine_destroy(e);
     }
@@ -292,6 +319,8 @@ static Suite *engine_cpu_suite(void)
     tcase_add_loop_test(tc, jpeg_crops_match_torchvision_logits, 0, NBACKENDS);
     tcase_add_loop_test(tc, f16_weights_match_torchvision_f16_rounded_weights, 0, NBACKENDS);
     tcase_add_loop_test(tc, bf16_weights_match_torchvision_bf16_rounded_weights, 0, NBACKENDS);
+    tcase_add_loop_test(tc, fine_tuned_10_class_head_matches_torchvision, 0, NBACKENDS);
+    tcase_add_loop_test(tc, jpeg_crops_match_torchvision_logits_10_class_head, 0, NBACKENDS);
     tcase_add_loop_test(tc, batch_outside_1_to_max_is_rejected, 0, NBACKENDS);
     tcase_add_loop_test(tc, any_batch_size_gives_per_image_logits, 0, NBACKENDS);
     tcase_add_loop_test(tc, thread_count_does_not_change_logits, 0, NBACKENDS);

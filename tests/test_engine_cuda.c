@@ -3,7 +3,9 @@
  * the same top-1 and a top-5 overlap of at least 4. Batches of 1, 2, 3, 17,
  * 64, 255 and max (300, not a power of two) through both slots, including
  * two slots in flight at once; logits poisoned before every run. Also checks
- * the GPU's softmax top-k against the logits it returned.
+ * the GPU's softmax top-k against the logits it returned. The same for
+ * reference.py's 10-class fine-tune and a 3-class head (its first 3 rows:
+ * fewer classes than the GPU's top-k), batches of 1, 3 and 17.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
@@ -19,9 +21,18 @@
 
 #define POOL 24   /* distinct random images; batches draw from them */
 
-static resnet18_weights weights;
+/* A model under test and the CPU engine's answers for the pool. */
+typedef struct model_ref {
+    const char *file;
+    int head;                /* use only the first `head` classes; 0: all */
+    resnet18_weights w;      /* with head: the file's, classes cut to head */
+    float *logits;           /* [POOL][w.classes], CPU engine FP32 */
+} model_ref;
+
+static model_ref imagenet = {.file = "weights.safetensors"};
+static model_ref ft10 = {.file = "ft10/weights.safetensors"};
+static model_ref head3 = {.file = "ft10/weights.safetensors", .head = 3};
 static uint8_t *pool;        /* [POOL][224*224*3] */
-static float *pool_logits;   /* [POOL][1000], CPU engine FP32 */
 static int quick;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -33,31 +44,47 @@ static uint32_t rng_u32(void)
     return (uint32_t)(rng >> 11);
 }
 
-static void setup_once(void)
+static void setup_once(model_ref *m)
 {
     char err[256];
-    if (pool)
+    if (!pool) {
+        pool = malloc((size_t)POOL * RESNET18_INPUT_BYTES);
+        ck_assert(pool);
+        for (size_t i = 0; i < (size_t)POOL * RESNET18_INPUT_BYTES; i++)
+            pool[i] = (uint8_t)rng_u32();
+    }
+    if (m->logits)
         return;
-    ck_assert_msg(weights_load(testutil_ref_path("weights.safetensors"), &weights, err, sizeof err) == 0, "%s", err);
-    pool = malloc((size_t)POOL * RESNET18_INPUT_BYTES);
-    pool_logits = malloc((size_t)POOL * RESNET18_CLASSES * sizeof(float));
-    ck_assert(pool && pool_logits);
-    for (size_t i = 0; i < (size_t)POOL * RESNET18_INPUT_BYTES; i++)
-        pool[i] = (uint8_t)rng_u32();
+    ck_assert_msg(weights_load(testutil_ref_path(m->file), &m->w, err, sizeof err) == 0, "%s", err);
+    if (m->head) {
+        /* fc_w is [classes][512]: its first rows are a smaller head. */
+        ck_assert_int_lt(m->head, m->w.classes);
+        m->w.classes = m->head;
+    }
+    m->logits = malloc((size_t)POOL * (size_t)m->w.classes * sizeof(float));
+    ck_assert(m->logits);
     engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL};
-    engine *cpu = engine_create(&weights, &cfg, err, sizeof err);
+    engine *cpu = engine_create(&m->w, &cfg, err, sizeof err);
     ck_assert_msg(cpu != NULL, "%s", err);
-    ck_assert_msg(engine_infer(cpu, pool, POOL, pool_logits, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cpu->classes, m->w.classes);
+    ck_assert_msg(engine_infer(cpu, pool, POOL, m->logits, err, sizeof err) == 0, "%s", err);
     engine_destroy(cpu);
 }
 
-static int overlap5(const float *a, const float *b)
+static void model_free(model_ref *m)
 {
-    int ia[5], ib[5], n = 0;
-    testutil_topk(a, RESNET18_CLASSES, 5, ia);
-    testutil_topk(b, RESNET18_CLASSES, 5, ib);
-    for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 5; j++)
+    weights_free(&m->w);
+    free(m->logits);
+}
+
+/* How many of a's top min(5, classes) are among b's. */
+static int overlap5(const float *a, const float *b, int classes)
+{
+    int ia[5], ib[5], n = 0, k = classes < 5 ? classes : 5;
+    testutil_topk(a, classes, k, ia);
+    testutil_topk(b, classes, k, ib);
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < k; j++)
             n += ia[i] == ib[j];
     return n;
 }
@@ -71,52 +98,58 @@ static void fill_slot(engine *e, int s, int n, int *which)
         memcpy(e->input[s] + (size_t)i * RESNET18_INPUT_BYTES, pool + (size_t)which[i] * RESNET18_INPUT_BYTES,
                RESNET18_INPUT_BYTES);
     }
-    memset(e->logits[s], 0xff, (size_t)e->max_batch * RESNET18_CLASSES * sizeof(float));
+    memset(e->logits[s], 0xff, (size_t)e->max_batch * (size_t)e->classes * sizeof(float));
 }
 
-static void check_slot(engine *e, int s, int n, const int *which, int fp16)
+static void check_slot(engine *e, int s, int n, const int *which, int fp16, const model_ref *m)
 {
     const int *idx;
     const float *prob;
-    ck_assert_int_eq(engine_cuda_topk(e, s, &idx, &prob), GPU_TOPK);
+    const int C = e->classes, k = C < GPU_TOPK ? C : GPU_TOPK;
+    ck_assert_int_eq(engine_cuda_topk(e, s, &idx, &prob), k);
     double worst = 0;
     for (int i = 0; i < n; i++) {
-        const float *got = e->logits[s] + (size_t)i * RESNET18_CLASSES;
-        const float *ref = pool_logits + (size_t)which[i] * RESNET18_CLASSES;
-        double rel = testutil_rel_l2(got, ref, RESNET18_CLASSES);
+        const float *got = e->logits[s] + (size_t)i * C;
+        const float *ref = m->logits + (size_t)which[i] * C;
+        double rel = testutil_rel_l2(got, ref, (size_t)C);
         worst = rel > worst ? rel : worst;
-        ck_assert_msg(rel <= (fp16 ? 5e-3 : 1e-5), "%s n=%d slot %d image %d: rel L2 %.3g",
+        ck_assert_msg(rel <= (fp16 ? 5e-3 : 1e-5), "%s %s n=%d slot %d image %d: rel L2 %.3g", m->file,
                       fp16 ? "fp16" : "fp32", n, s, i, rel);
         if (fp16) {
             int a, b;
-            testutil_topk(got, RESNET18_CLASSES, 1, &a);
-            testutil_topk(ref, RESNET18_CLASSES, 1, &b);
+            testutil_topk(got, C, 1, &a);
+            testutil_topk(ref, C, 1, &b);
             ck_assert_msg(a == b, "fp16 n=%d image %d: top-1 %d vs CPU %d", n, i, a, b);
-            ck_assert_msg(overlap5(got, ref) >= 4, "fp16 n=%d image %d: top-5 overlap %d", n, i, overlap5(got, ref));
+            ck_assert_msg(overlap5(got, ref, C) >= k - 1, "fp16 n=%d image %d: top-%d overlap %d", n, i, k,
+                          overlap5(got, ref, C));
         }
         /* The GPU's own top-k agrees with the logits it returned. */
         int top[GPU_TOPK];
-        testutil_topk(got, RESNET18_CLASSES, GPU_TOPK, top);
-        ck_assert_int_eq(idx[i * GPU_TOPK], top[0]);
-        ck_assert(prob[i * GPU_TOPK] > 0 && prob[i * GPU_TOPK] <= 1);
-        for (int r = 1; r < GPU_TOPK; r++)
-            ck_assert(prob[i * GPU_TOPK + r] <= prob[i * GPU_TOPK + r - 1]);
+        testutil_topk(got, C, k, top);
+        ck_assert_int_eq(idx[i * k], top[0]);
+        ck_assert(prob[i * k] > 0 && prob[i * k] <= 1);
+        for (int r = 1; r < k; r++) {
+            ck_assert(idx[i * k + r] >= 0 && idx[i * k + r] < C);
+            ck_assert(prob[i * k + r] <= prob[i * k + r - 1]);
+        }
     }
-    fprintf(stderr, "  %s n=%3d slot %d: worst rel L2 %.3g\n", fp16 ? "fp16" : "fp32", n, s, worst);
+    fprintf(stderr, "  %s %s n=%3d slot %d: worst rel L2 %.3g\n", m->file, fp16 ? "fp16" : "fp32", n, s, worst);
 }
 
-static void run_precision(engine_precision p)
+static void run_model(model_ref *m, engine_precision p, int small_batches)
 {
     static const int full[] = {1, 2, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
-    const int *batches = quick ? small : full;
-    int nb = quick ? 3 : 7, max = quick ? 17 : 300, fp16 = p == ENGINE_PRECISION_FP16;
+    small_batches |= quick;
+    const int *batches = small_batches ? small : full;
+    int nb = small_batches ? 3 : 7, max = small_batches ? 17 : 300, fp16 = p == ENGINE_PRECISION_FP16;
     char err[256];
-    setup_once();
+    setup_once(m);
     engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2};
-    engine *e = engine_create(&weights, &cfg, err, sizeof err);
+    engine *e = engine_create(&m->w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(e->nslots, 2);
     ck_assert_int_eq(e->precision, p);
+    ck_assert_int_eq(e->classes, m->w.classes);
     ck_assert(e->ops->device_memory(e->ctx) > 0 && e->ops->pinned_memory(e->ctx) > 0);
     int *w0 = malloc(sizeof(int) * max), *w1 = malloc(sizeof(int) * max);
     ck_assert(w0 && w1);
@@ -125,7 +158,7 @@ static void run_precision(engine_precision p)
         fill_slot(e, s, n, w0);
         ck_assert_msg(engine_submit(e, s, n, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_wait(e, s, err, sizeof err) == 0, "%s", err);
-        check_slot(e, s, n, w0, fp16);
+        check_slot(e, s, n, w0, fp16, m);
     }
     /* Both slots in flight: different batches, then waited in reverse order. */
     for (int i = 0; i + 1 < nb; i++) {
@@ -136,8 +169,8 @@ static void run_precision(engine_precision p)
         ck_assert_msg(engine_submit(e, 1, n1, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_wait(e, 1, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_wait(e, 0, err, sizeof err) == 0, "%s", err);
-        check_slot(e, 0, n0, w0, fp16);
-        check_slot(e, 1, n1, w1, fp16);
+        check_slot(e, 0, n0, w0, fp16, m);
+        check_slot(e, 1, n1, w1, fp16, m);
     }
     free(w0);
     free(w1);
@@ -146,22 +179,36 @@ static void run_precision(engine_precision p)
 
 START_TEST(fp32_matches_cpu_engine_within_1e5)
 {
-    run_precision(ENGINE_PRECISION_FP32);
+    run_model(&imagenet, ENGINE_PRECISION_FP32, 0);
 }
 END_TEST
 
 START_TEST(fp16_matches_cpu_engine_within_5e3_same_top1)
 {
-    run_precision(ENGINE_PRECISION_FP16);
+    run_model(&imagenet, ENGINE_PRECISION_FP16, 0);
+}
+END_TEST
+
+START_TEST(fine_tuned_10_class_head_matches_cpu_engine_fp32_and_fp16)
+{
+    run_model(&ft10, ENGINE_PRECISION_FP32, 1);
+    run_model(&ft10, ENGINE_PRECISION_FP16, 1);
+}
+END_TEST
+
+START_TEST(head_of_3_classes_ranks_only_3_on_the_gpu)
+{
+    run_model(&head3, ENGINE_PRECISION_FP32, 1);
+    run_model(&head3, ENGINE_PRECISION_FP16, 1);
 }
 END_TEST
 
 START_TEST(default_precision_is_fp16_and_layer_times_cover_every_op)
 {
     char err[256];
-    setup_once();
+    setup_once(&imagenet);
     engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .max_batch = 8};
-    engine *e = engine_create(&weights, &cfg, err, sizeof err);
+    engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(e->precision, ENGINE_PRECISION_FP16);
     gpu_layer_time t[64];
@@ -179,9 +226,9 @@ END_TEST
 START_TEST(rejects_bad_slot_and_batch)
 {
     char err[256];
-    setup_once();
+    setup_once(&imagenet);
     engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = 4};
-    engine *e = engine_create(&weights, &cfg, err, sizeof err);
+    engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(engine_submit(e, 2, 1, err, sizeof err), -1);
     ck_assert_int_eq(engine_submit(e, 0, 5, err, sizeof err), -1);
@@ -204,19 +251,25 @@ int main(void)
      * under compute-sanitizer, whose racecheck is slow. */
     Suite *s = suite_create("engine_cuda");
     TCase *fp32 = tcase_create("fp32"), *fp16 = tcase_create("fp16"), *api = tcase_create("api");
+    TCase *heads = tcase_create("heads");
     tcase_set_timeout(fp32, 1200);
     tcase_set_timeout(fp16, 1200);
+    tcase_set_timeout(heads, 1200);
     tcase_set_timeout(api, 600);
     tcase_add_test(fp32, fp32_matches_cpu_engine_within_1e5);
     tcase_add_test(fp16, fp16_matches_cpu_engine_within_5e3_same_top1);
+    tcase_add_test(heads, fine_tuned_10_class_head_matches_cpu_engine_fp32_and_fp16);
+    tcase_add_test(heads, head_of_3_classes_ranks_only_3_on_the_gpu);
     tcase_add_test(api, default_precision_is_fp16_and_layer_times_cover_every_op);
     tcase_add_test(api, rejects_bad_slot_and_batch);
     suite_add_tcase(s, fp32);
     suite_add_tcase(s, fp16);
+    suite_add_tcase(s, heads);
     suite_add_tcase(s, api);
     int rc = testutil_run(s);
-    weights_free(&weights);
+    model_free(&imagenet);
+    model_free(&ft10);
+    model_free(&head3);
     free(pool);
-    free(pool_logits);
     return rc;
 }

@@ -293,7 +293,9 @@ static void compare_paths(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file
 {
     char err[512], why[256];
     static uint8_t gpu_crops[MAX_BATCH * CROP_BYTES], cpu_crops[MAX_BATCH * CROP_BYTES];
-    static float gpu_logits[MAX_BATCH * RESNET18_CLASSES];
+    const size_t C = (size_t)e->classes;
+    float *gpu_logits = malloc(MAX_BATCH * C * sizeof(float));
+    ck_assert_ptr_nonnull(gpu_logits);
     const uint8_t *ptrs[MAX_BATCH];
     size_t lens[MAX_BATCH];
     int ws[MAX_BATCH], hs[MAX_BATCH];
@@ -316,19 +318,19 @@ static void compare_paths(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file
         ck_assert_msg(nfb == 0 && calls == 0, "the device failed on %d images", nfb);
         ck_assert_msg(engine_submit(e, 0, m, err, sizeof err) == 0 && engine_wait(e, 0, err, sizeof err) == 0, "%s",
                       err);
-        memcpy(gpu_logits, e->logits[0], (size_t)m * RESNET18_CLASSES * sizeof(float));
+        memcpy(gpu_logits, e->logits[0], (size_t)m * C * sizeof(float));
         ck_assert_msg(gpu_test_engine_device_input(e, 0, m, gpu_crops, err, sizeof err) == 0, "%s", err);
 
         memcpy(e->input[0], cpu_crops, (size_t)m * CROP_BYTES);
         ck_assert_msg(engine_submit(e, 0, m, err, sizeof err) == 0 && engine_wait(e, 0, err, sizeof err) == 0, "%s",
                       err);
         for (int i = 0; i < m; i++) {
-            const float *lg = gpu_logits + (size_t)i * RESNET18_CLASSES;
-            const float *lc = e->logits[0] + (size_t)i * RESNET18_CLASSES;
+            const float *lg = gpu_logits + (size_t)i * C;
+            const float *lc = e->logits[0] + (size_t)i * C;
             int tg, tc;
-            testutil_topk(lg, RESNET18_CLASSES, 1, &tg);
-            testutil_topk(lc, RESNET18_CLASSES, 1, &tc);
-            double rel = testutil_rel_l2(lg, lc, RESNET18_CLASSES);
+            testutil_topk(lg, (int)C, 1, &tg);
+            testutil_topk(lc, (int)C, 1, &tc);
+            double rel = testutil_rel_l2(lg, lc, C);
             fd->top1_agree += tg == tc;
             fd->sum_rel_l2 += rel;
             if (rel > fd->worst_rel_l2)
@@ -351,6 +353,7 @@ static void compare_paths(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file
             fd->images++;
         }
     }
+    free(gpu_logits);
 }
 
 static void report(const char *set, const fidelity *fd)

@@ -68,19 +68,27 @@ START_TEST(content_type_parameters_honour_quoting)
 }
 END_TEST
 
-START_TEST(top_k_accepts_only_1_to_1000)
+START_TEST(top_k_accepts_only_1_to_the_model_classes)
 {
     int k = 5;
-    ck_assert_int_eq(request_parse_top_k("1", &k), 0);
+    ck_assert_int_eq(request_parse_top_k("1", 1000, &k), 0);
     ck_assert_int_eq(k, 1);
-    ck_assert_int_eq(request_parse_top_k("1000", &k), 0);
+    ck_assert_int_eq(request_parse_top_k("1000", 1000, &k), 0);
     ck_assert_int_eq(k, 1000);
     /* L8: one rule for leading zeros, whatever their number: refused. */
     const char *bad[] = { "", "0", "1001", "-1", "5x", " 5", "99999", "1e2", "05", "0005", "00005",
-                          "000000000005", "+5", "5%005" };
+                          "000000000005", "+5", "5%005", "99999999999999999999999" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(request_parse_top_k(bad[i], &k) == -1, "'%s' accepted", bad[i]);
+        ck_assert_msg(request_parse_top_k(bad[i], 1000, &k) == -1, "'%s' accepted", bad[i]);
     ck_assert_int_eq(k, 1000);
+    /* A fine-tuned head: the bound is its class count, either way of 1000. */
+    ck_assert_int_eq(request_parse_top_k("10", 10, &k), 0);
+    ck_assert_int_eq(k, 10);
+    ck_assert_int_eq(request_parse_top_k("11", 10, &k), -1);
+    ck_assert_int_eq(request_parse_top_k("5", 3, &k), -1);
+    ck_assert_int_eq(request_parse_top_k("21841", 21841, &k), 0);
+    ck_assert_int_eq(k, 21841);
+    ck_assert_int_eq(request_parse_top_k("21842", 21841, &k), -1);
 }
 END_TEST
 
@@ -214,7 +222,7 @@ START_TEST(unescape_decodes_everything_but_nul)
     int k = 0;
     char q[] = "5%005";
     request_unescape(q);
-    ck_assert_int_eq(request_parse_top_k(q, &k), -1);
+    ck_assert_int_eq(request_parse_top_k(q, 1000, &k), -1);
 }
 END_TEST
 
@@ -299,7 +307,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("parse");
     tcase_add_test(tc, content_types_map_to_body_kinds);
     tcase_add_test(tc, content_type_parameters_honour_quoting);
-    tcase_add_test(tc, top_k_accepts_only_1_to_1000);
+    tcase_add_test(tc, top_k_accepts_only_1_to_the_model_classes);
     tcase_add_test(tc, empty_multipart_body_is_refused);
     tcase_add_test(tc, unescape_decodes_everything_but_nul);
     tcase_add_test(tc, multipart_finds_image_fields_in_order);

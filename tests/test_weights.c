@@ -104,9 +104,10 @@ static void stf_layout(stf *s)
     s->data_len = off;
 }
 
-/* Every tensor of torchvision's resnet18 state_dict, float ones in dtype,
- * with num_batches_tracked (I64, shape []) as torch writes it. */
-static void stf_resnet18(stf *s, const char *dtype)
+/* Every tensor of torchvision's resnet18 state_dict with a head of
+ * `classes`, float ones in dtype, with num_batches_tracked (I64, shape []) as
+ * torch writes it. */
+static void stf_resnet18(stf *s, const char *dtype, uint64_t classes)
 {
     static const char *const bn_fields[4] = {"weight", "bias", "running_mean", "running_var"};
     char name[80];
@@ -122,8 +123,8 @@ static void stf_resnet18(stf *s, const char *dtype)
         snprintf(name, sizeof name, "%s.num_batches_tracked", d->bn);
         stf_add(s, name, "I64", 0, 0, 0, 0, 0);
     }
-    stf_add(s, "fc.weight", dtype, 2, RESNET18_CLASSES, RESNET18_FEATURES, 0, 0);
-    stf_add(s, "fc.bias", dtype, 1, RESNET18_CLASSES, 0, 0, 0);
+    stf_add(s, "fc.weight", dtype, 2, classes, RESNET18_FEATURES, 0, 0);
+    stf_add(s, "fc.bias", dtype, 1, classes, 0, 0, 0);
     stf_layout(s);
 }
 
@@ -328,9 +329,11 @@ static void check_fold(const resnet18_weights *w, stf *s, const float *vals)
                     }
         }
     }
-    const float *fw = vals + stf_find(s, "fc.weight")->first, *fb = vals + stf_find(s, "fc.bias")->first;
-    ck_assert(memcmp(w->fc_w, fw, sizeof(float) * RESNET18_CLASSES * RESNET18_FEATURES) == 0);
-    ck_assert(memcmp(w->fc_b, fb, sizeof(float) * RESNET18_CLASSES) == 0);
+    const tspec *tw = stf_find(s, "fc.weight");
+    ck_assert_int_eq(w->classes, (int)tw->shape[0]);
+    const float *fw = vals + tw->first, *fb = vals + stf_find(s, "fc.bias")->first;
+    ck_assert(memcmp(w->fc_w, fw, sizeof(float) * (size_t)w->classes * RESNET18_FEATURES) == 0);
+    ck_assert(memcmp(w->fc_b, fb, sizeof(float) * (size_t)w->classes) == 0);
 }
 
 /* The sha256sum tool's digest of path, as an outside check of ours. */
@@ -417,11 +420,11 @@ static void check_patterns(const resnet18_weights *w, stf *s, const float *vals,
 
 /* Writes the patterned resnet18 file in dtype (with every 16-bit value for
  * F16 and BF16) and checks its load: the fold, the transpose, the digest. */
-static void load_patterned(const char *dtype)
+static void load_patterned(const char *dtype, uint64_t classes)
 {
     stf *s = calloc(1, sizeof *s);
     ck_assert(s != NULL);
-    stf_resnet18(s, dtype);
+    stf_resnet18(s, dtype, classes);
     float *vals = stf_values(s);
     uint8_t *data = stf_encode(s, vals);
     uint64_t npat = 0;
@@ -450,19 +453,28 @@ static void load_patterned(const char *dtype)
 
 START_TEST(test_f32_file_loads_folded_and_transposed)
 {
-    load_patterned("F32");
+    load_patterned("F32", RESNET18_IMAGENET_CLASSES);
 }
 END_TEST
 
 START_TEST(test_f16_file_loads_and_every_finite_f16_converts_exactly)
 {
-    load_patterned("F16");
+    load_patterned("F16", RESNET18_IMAGENET_CLASSES);
 }
 END_TEST
 
 START_TEST(test_bf16_file_loads_and_every_finite_bf16_converts_exactly)
 {
-    load_patterned("BF16");
+    load_patterned("BF16", RESNET18_IMAGENET_CLASSES);
+}
+END_TEST
+
+/* A fine-tuned head: the class count is fc.weight's rows, whatever it is. */
+START_TEST(test_class_count_comes_from_fc_weight)
+{
+    load_patterned("F32", 10);
+    load_patterned("BF16", 1);
+    load_patterned("F16", 1001);
 }
 END_TEST
 
@@ -484,12 +496,17 @@ static void expect_error(const char *path, const char *want)
 }
 
 /* The zero-filled valid set, as a struct to spoil before writing. */
-static stf *valid_set(void)
+static stf *valid_set_with_head(uint64_t classes)
 {
     stf *s = calloc(1, sizeof *s);
     ck_assert(s != NULL);
-    stf_resnet18(s, "F32");
+    stf_resnet18(s, "F32", classes);
     return s;
+}
+
+static stf *valid_set(void)
+{
+    return valid_set_with_head(RESNET18_IMAGENET_CLASSES);
 }
 
 static void expect_stf_error(stf *s, const char *want)
@@ -701,12 +718,31 @@ START_TEST(test_wrong_shape_is_an_error)
     stf *s = valid_set();
     stf_find(s, "fc.weight")->shape[1] = 511;
     stf_layout(s);
-    expect_stf_error(s, "tensor fc.weight: wrong shape [1000, 511], expected [1000, 512]");
+    expect_stf_error(s, "tensor fc.weight: wrong shape [1000, 511], expected [classes, 512]");
     s = valid_set();
     tspec *t = stf_find(s, "layer2.0.downsample.0.weight");
     t->ndim = 2; /* [128, 64]: the 1x1 kernel squeezed out */
     stf_layout(s);
     expect_stf_error(s, "tensor layer2.0.downsample.0.weight: wrong shape [128, 64], expected [128, 64, 1, 1]");
+}
+END_TEST
+
+START_TEST(test_bad_heads_are_errors)
+{
+    stf *s = valid_set_with_head(10);
+    stf_find(s, "fc.bias")->shape[0] = 1000;
+    stf_layout(s);
+    expect_stf_error(s, "tensor fc.bias: wrong shape [1000], expected [10]");
+    s = valid_set_with_head(10);
+    tspec *t = stf_find(s, "fc.weight");
+    t->ndim = 3;
+    t->shape[2] = 1;
+    stf_layout(s);
+    expect_stf_error(s, "tensor fc.weight: wrong shape [10, 512, 1], expected [classes, 512]");
+    expect_stf_error(valid_set_with_head(0), "tensor fc.weight: 0 classes, expected 1 to 100000");
+    /* Sparse on disk: the bound is checked before any fc value is read. */
+    expect_stf_error(valid_set_with_head(RESNET18_MAX_CLASSES + 1),
+                     "tensor fc.weight: 100001 classes, expected 1 to 100000");
 }
 END_TEST
 
@@ -783,7 +819,7 @@ START_TEST(test_f16_inf_and_nan_are_errors)
     for (int k = 0; k < 3; k++) {
         stf *s = calloc(1, sizeof *s);
         ck_assert(s != NULL);
-        stf_resnet18(s, "F16");
+        stf_resnet18(s, "F16", RESNET18_IMAGENET_CLASSES);
         const char *path = tmp_path("f16bad.safetensors");
         long off = stf_write(s, path, NULL);
         uint8_t b[2] = {(uint8_t)bad[k], (uint8_t)(bad[k] >> 8)};
@@ -826,8 +862,9 @@ START_TEST(test_synthetic_is_deterministic_and_seeded)
         differ += memcmp(a.conv[i].w, c.conv[i].w, n * sizeof(float)) != 0;
     }
     ck_assert_int_eq(differ, RESNET18_NUM_CONVS);
-    ck_assert(memcmp(a.fc_w, b.fc_w, sizeof(float) * RESNET18_CLASSES * RESNET18_FEATURES) == 0);
-    ck_assert(memcmp(a.fc_b, c.fc_b, sizeof(float) * RESNET18_CLASSES) != 0);
+    ck_assert_int_eq(a.classes, RESNET18_IMAGENET_CLASSES);
+    ck_assert(memcmp(a.fc_w, b.fc_w, sizeof(float) * RESNET18_IMAGENET_CLASSES * RESNET18_FEATURES) == 0);
+    ck_assert(memcmp(a.fc_b, c.fc_b, sizeof(float) * RESNET18_IMAGENET_CLASSES) != 0);
     weights_free(&a);
     weights_free(&b);
     weights_free(&c);
@@ -992,7 +1029,7 @@ static void check_reference(const char *file, resnet18_weights *w)
     }
     size_t n;
     float *fc = ref_tensor(bytes, len, "fc.weight", &n);
-    ck_assert_uint_eq(n, (size_t)RESNET18_CLASSES * RESNET18_FEATURES);
+    ck_assert_uint_eq(n, (size_t)w->classes * RESNET18_FEATURES);
     ck_assert(memcmp(fc, w->fc_w, n * sizeof *fc) == 0);
     free(fc);
     free(bytes);
@@ -1002,8 +1039,28 @@ START_TEST(test_reference_f32_loads_and_folds)
 {
     resnet18_weights w;
     check_reference("weights.safetensors", &w);
+    ck_assert_int_eq(w.classes, 1000);
     /* torchvision's BN folding really does something here: scales differ from 1. */
     ck_assert(w.conv[0].b[0] != 0);
+    weights_free(&w);
+}
+END_TEST
+
+/* reference.py's 10-class fine-tune: the class count comes from the file,
+ * and the head is the file's, bias included. */
+START_TEST(test_reference_fine_tune_reports_10_classes)
+{
+    resnet18_weights w;
+    check_reference("ft10/weights.safetensors", &w);
+    ck_assert_int_eq(w.classes, 10);
+    size_t len = 0, n;
+    uint8_t *bytes = testutil_read_file(testutil_ref_path("ft10/weights.safetensors"), &len);
+    ck_assert(bytes != NULL);
+    float *fb = ref_tensor(bytes, len, "fc.bias", &n);
+    ck_assert_uint_eq(n, 10);
+    ck_assert(memcmp(fb, w.fc_b, n * sizeof *fb) == 0);
+    free(fb);
+    free(bytes);
     weights_free(&w);
 }
 END_TEST
@@ -1023,7 +1080,8 @@ static void check_reduced(const char *file, double tol)
         ck_assert_msg(ew < tol && ew > 0, "%s: %s weight rel L2 %g", file, d->name, ew);
         ck_assert_msg(eb < tol, "%s: %s bias rel L2 %g", file, d->bn, eb);
     }
-    double e = testutil_rel_l2(w.fc_w, w32.fc_w, (size_t)RESNET18_CLASSES * RESNET18_FEATURES);
+    ck_assert_int_eq(w.classes, w32.classes);
+    double e = testutil_rel_l2(w.fc_w, w32.fc_w, (size_t)w.classes * RESNET18_FEATURES);
     ck_assert_msg(e < tol && e > 0, "%s: fc rel L2 %g", file, e);
     weights_free(&w);
     weights_free(&w32);
@@ -1049,6 +1107,7 @@ int main(void)
     tcase_add_test(tc, test_f32_file_loads_folded_and_transposed);
     tcase_add_test(tc, test_f16_file_loads_and_every_finite_f16_converts_exactly);
     tcase_add_test(tc, test_bf16_file_loads_and_every_finite_bf16_converts_exactly);
+    tcase_add_test(tc, test_class_count_comes_from_fc_weight);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");
@@ -1071,6 +1130,7 @@ int main(void)
     tcase_add_test(tc, test_size_not_matching_shape_is_an_error);
     tcase_add_test(tc, test_missing_tensor_is_an_error);
     tcase_add_test(tc, test_wrong_shape_is_an_error);
+    tcase_add_test(tc, test_bad_heads_are_errors);
     tcase_add_test(tc, test_malformed_entry_fields_are_errors);
     tcase_add_test(tc, test_extra_tensors_are_ignored_but_checked);
     tcase_add_test(tc, test_bad_values_are_errors);
@@ -1097,6 +1157,7 @@ int main(void)
         tc = tcase_create("reference");
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, test_reference_f32_loads_and_folds);
+        tcase_add_test(tc, test_reference_fine_tune_reports_10_classes);
         tcase_add_test(tc, test_reference_f16_equals_f32_within_rounding);
         tcase_add_test(tc, test_reference_bf16_equals_f32_within_rounding);
         suite_add_tcase(s, tc);

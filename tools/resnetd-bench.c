@@ -341,7 +341,7 @@ static int bench_engine_batch(engine *e, int batch, int iters, engine_result *r,
     r->ms_min = ms[0];
     r->ms_max = ms[iters - 1];
     r->img_per_s = batch * 1000.0 / r->ms_per_batch;
-    r->gflops = r->img_per_s * 2.0 * resnet18_macs_per_image() / 1e9;
+    r->gflops = r->img_per_s * 2.0 * resnet18_macs_per_image(e->classes) / 1e9;
     r->gpu_ms = r->h2d_ms = r->d2h_ms = 0;
 #ifdef HAVE_CUDA
     if (e->device == ENGINE_DEVICE_CUDA) {
@@ -894,8 +894,8 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
 {
     if (!o->decode_only) {
         int cuda = info->device == ENGINE_DEVICE_CUDA;
-        printf("engine: %s, %s, weights %s, %d warm-up + %d timed batches (median)\n",
-               engine_device_name(info->device), engine_precision_name(info->precision), o->weights,
+        printf("engine: %s, %s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
+               engine_device_name(info->device), engine_precision_name(info->precision), o->weights, info->classes,
                BENCH_WARMUP, o->iters);
         if (cuda)
             printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU)\n");
@@ -908,7 +908,7 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
                    res[i].gflops);
             if (cuda && res[i].gpu_ms > 0)
                 printf(" %10.3f %10.1f %10.1f %9.3f %9.3f", res[i].gpu_ms, res[i].batch * 1000.0 / res[i].gpu_ms,
-                       res[i].batch / res[i].gpu_ms * 2.0 * resnet18_macs_per_image() / 1e9, res[i].h2d_ms,
+                       res[i].batch / res[i].gpu_ms * 2.0 * resnet18_macs_per_image(info->classes) / 1e9, res[i].h2d_ms,
                        res[i].d2h_ms);
             printf("\n");
         }
@@ -964,6 +964,7 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "device", json_string(engine_device_name(info->device)));
         json_object_set_new(root, "precision", json_string(engine_precision_name(info->precision)));
         json_object_set_new(root, "weights", json_string(o->weights));
+        json_object_set_new(root, "classes", json_integer(info->classes));
         json_object_set_new(root, "threads", json_integer(o->ecfg.threads));
         json_object_set_new(root, "iters", json_integer(o->iters));
         for (int i = 0; i < o->nbatches; i++) {

@@ -21,7 +21,8 @@
 
 typedef struct classify_opts {
     const char *weights, *labels, *dump_dir;
-    int top_k, json, logits, fast;
+    int top_k;                  /* 0: the default, 5 or all classes of a smaller head */
+    int json, logits, fast;
     unsigned long long max_pixels;
     engine_config ecfg;
 } classify_opts;
@@ -33,11 +34,11 @@ static void usage(FILE *f)
             "Classify JPEG files with ResNet18.\n\n"
             "  --weights FILE       safetensors weights (torchvision names); 'synthetic' for random\n"
             "  --labels FILE        class names, one a line (default: %s)\n"
-            "  --top-k K            labels to print per file, 1..1000 (default 5)\n"
+            "  --top-k K            labels to print per file, 1..the model's classes (default 5)\n"
             "  --device D           cpu, cuda, cuda:N or auto (default auto)\n"
             "  --precision P        fp32 or fp16 (default: fp32 on cpu, fp16 on cuda)\n"
             "  --json               one JSON object per file\n"
-            "  --logits             add the 1000 raw logits to the JSON\n"
+            "  --logits             add the raw logits (one per class) to the JSON\n"
             "  --dump-input DIR     write each preprocessed tensor as DIR/NAME.npy\n"
             "                       (float32 [3,224,224], normalised)\n"
             "  --fast               DCT-domain downscaling for large images (not bit-exact)\n"
@@ -79,7 +80,6 @@ static int parse_args(int argc, char **argv, classify_opts *o)
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
-    o->top_k = 5;
     o->max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS;
     o->ecfg.device = ENGINE_DEVICE_AUTO;
     int c;
@@ -89,8 +89,8 @@ static int parse_args(int argc, char **argv, classify_opts *o)
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_LABELS: o->labels = optarg; break;
         case OPT_TOPK:
-            if (parse_int(optarg, 1, RESNET18_CLASSES, &v) != 0) {
-                fprintf(stderr, "resnetd-classify: --top-k must be 1..%d, got '%s'\n", RESNET18_CLASSES, optarg);
+            if (parse_int(optarg, 1, RESNET18_MAX_CLASSES, &v) != 0) {
+                fprintf(stderr, "resnetd-classify: --top-k must be 1..%d, got '%s'\n", RESNET18_MAX_CLASSES, optarg);
                 return -1;
             }
             o->top_k = (int)v;
@@ -171,10 +171,11 @@ static int dump_input(const char *dir, const char *file, const uint8_t *img)
     return 0;
 }
 
-static void print_result(const classify_opts *o, const labels *lb, const char *file, const float *logits)
+/* top has room for o->top_k entries. */
+static void print_result(const classify_opts *o, const labels *lb, const char *file, const float *logits,
+                         int classes, topk_entry *top)
 {
-    topk_entry top[RESNET18_CLASSES];
-    int k = topk_softmax(logits, RESNET18_CLASSES, o->top_k, top);
+    int k = topk_softmax(logits, classes, o->top_k, top);
     if (!o->json) {
         printf("%s:\n", file);
         for (int i = 0; i < k; i++)
@@ -189,7 +190,7 @@ static void print_result(const classify_opts *o, const labels *lb, const char *f
     json_object_set_new(obj, "predictions", preds);
     if (o->logits) {
         json_t *l = json_array();
-        for (int i = 0; i < RESNET18_CLASSES; i++)
+        for (int i = 0; i < classes; i++)
             json_array_append_new(l, json_real(logits[i]));
         json_object_set_new(obj, "logits", l);
     }
@@ -226,17 +227,31 @@ int main(int argc, char **argv)
     labels lb;
     engine *e = NULL;
     preprocess_ctx *pp = NULL;
+    topk_entry *top = NULL;
     memset(&w, 0, sizeof w);
     memset(&lb, 0, sizeof lb);
 
-    if (labels_load(o.labels, RESNET18_CLASSES, &lb, err, sizeof err) != 0) {
-        fprintf(stderr, "resnetd-classify: %s\n", err);
-        return 1;
-    }
+    /* Weights first: their head sets how many class names the labels need. */
     int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
                                                    : weights_load(o.weights, &w, err, sizeof err);
     if (wrc != 0) {
         fprintf(stderr, "resnetd-classify: %s\n", err);
+        return 1;
+    }
+    if (labels_load(o.labels, w.classes, &lb, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd-classify: labels: %s; weights %s\n", err, o.weights);
+        status = 1;
+        goto out;
+    }
+    if (o.top_k > w.classes) {
+        fprintf(stderr, "resnetd-classify: --top-k %d is more than the model's %d classes\n", o.top_k, w.classes);
+        status = 1;
+        goto out;
+    }
+    if (o.top_k == 0)
+        o.top_k = w.classes < 5 ? w.classes : 5;
+    if (!(top = malloc((size_t)o.top_k * sizeof *top))) {
+        fprintf(stderr, "resnetd-classify: out of memory\n");
         status = 1;
         goto out;
     }
@@ -293,11 +308,13 @@ int main(int argc, char **argv)
             goto out;
         }
         for (int i = 0; i < n; i++)
-            print_result(&o, &lb, files[batch_file[i]], e->logits[0] + (size_t)i * RESNET18_CLASSES);
+            print_result(&o, &lb, files[batch_file[i]], e->logits[0] + (size_t)i * (size_t)e->classes, e->classes,
+                         top);
     }
 out:
     if (fflush(stdout) != 0)
         status = 1;
+    free(top);
     preprocess_destroy(pp);
     engine_destroy(e);
     weights_free(&w);
