@@ -34,6 +34,8 @@ typedef enum {
     REQ_ANSWERED,           /* a response is queued (or the connection is being dropped) */
 } request_state;
 
+struct v2_infer;
+
 typedef struct request_part {
     const uint8_t *data;
     size_t len;
@@ -66,6 +68,13 @@ typedef struct request {
     decode_job job;         /* embedded: submitting to the decode pool allocates nothing */
     uint64_t deadline_us;   /* arrival (start_us) + request_timeout_ms */
     topk_entry *topk;       /* [nimages][top_k], written by the completion thread */
+    /* Open Inference Protocol v2 requests (daemon/v2.h): */
+    int v2_route;           /* its v2_route; V2_NOT_V2 (0) for the others */
+    long v2_header_len;     /* Inference-Header-Content-Length, -1: none */
+    struct v2_infer *v2;    /* the parsed inference request, freed by the server */
+    float *logits;          /* v2: [nimages][classes], written by the completion thread */
+    int classes;
+    size_t answer_header_len;   /* v2: the answer's Inference-Header-Content-Length, 0: none */
     atomic_int pending;     /* images not yet reported by the pipeline */
 
     pthread_mutex_t mu;     /* guards the fields below: reports race per image */
