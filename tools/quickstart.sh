@@ -14,8 +14,10 @@ build_pkgs="build-essential autoconf automake pkg-config libmicrohttpd-dev libja
 run_pkgs="curl python-matplotlib-data"
 # Reference tests: torchvision on Debian's python3, cjpeg for restart-marker
 # JPEGs and decode bombs, promtool and systemd-analyze for the ops checks,
-# clang and its runtime (libFuzzer) for tests/fuzz.
-test_pkgs="python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
+# clang and its runtime (libFuzzer) for tests/fuzz, python3-venv for the
+# Triton client test (tests/test_tritonclient.sh installs tritonclient from
+# PyPI into a venv once, and skips when it cannot).
+test_pkgs="python3-venv python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
   python-matplotlib-data prometheus systemd gnuplot-nox clang libclang-rt-dev"
 
 install_missing() {
