@@ -234,7 +234,30 @@ const pipeline_sink server_sink = { .done = sink_done, .fail = sink_fail };
 static const char memory_full_msg[] =
     "the request bodies being received fill the server's body memory (body_memory_bytes); retry later";
 
-static enum MHD_Result body_begin(server *s, request *r, struct MHD_Connection *c);
+/* What every body route checks from the headers. */
+static enum MHD_Result body_begin(server *s, request *r, struct MHD_Connection *c)
+{
+    /* Refuse an announced oversize body before reading any of it, and one
+     * the body memory cannot hold now. Nothing is reserved: the buffer
+     * grows (and is charged) as the bytes arrive. */
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        errno = 0;
+        char *end;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno == ERANGE || n > (unsigned long long)s->max_body_bytes) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "request body of %s bytes is over the limit of %ld", cl, s->max_body_bytes);
+            return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
+        }
+        if (budget_used(s->bodies) + n > budget_cap(s->bodies))
+            return send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 1);
+        r->expect = (size_t)n;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+    return MHD_YES;
+}
 
 static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connection *c)
 {
@@ -280,30 +303,6 @@ static enum MHD_Result v2_begin(server *s, request *r, struct MHD_Connection *c)
     return body_begin(s, r, c);
 }
 
-/* What every body route checks from the headers. */
-static enum MHD_Result body_begin(server *s, request *r, struct MHD_Connection *c)
-{
-    /* Refuse an announced oversize body before reading any of it, and one
-     * the body memory cannot hold now. Nothing is reserved: the buffer
-     * grows (and is charged) as the bytes arrive. */
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-        errno = 0;
-        char *end;
-        unsigned long long n = strtoull(cl, &end, 10);
-        if (errno == ERANGE || n > (unsigned long long)s->max_body_bytes) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "request body of %s bytes is over the limit of %ld", cl, s->max_body_bytes);
-            return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
-        }
-        if (budget_used(s->bodies) + n > budget_cap(s->bodies))
-            return send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 1);
-        r->expect = (size_t)n;
-    }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->fd = ci ? ci->connect_fd : -1;
-    return MHD_YES;
-}
 
 static enum MHD_Result classify_body(server *s, request *r, const char *data, size_t n)
 {
@@ -338,8 +337,48 @@ static enum MHD_Result classify_body(server *s, request *r, const char *data, si
  * decoding is checked here, the request's slots are reserved (or 503), and
  * the connection is suspended until the pipeline has reported every image
  * (or the decode failed). */
-static enum MHD_Result submit_images(server *s, request *r, struct MHD_Connection *c, int n);
-static int refuse_body(server *s, request *r, struct MHD_Connection *c, enum MHD_Result *rc);
+/* The body's checks that need no parsing: over the limit, over the
+ * budget, empty. Answers and returns 1 when one fails. */
+static int refuse_body(server *s, request *r, struct MHD_Connection *c, enum MHD_Result *rc)
+{
+    char msg[128];
+    if (r->too_large) {
+        snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
+        *rc = send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
+    } else if (r->over_budget) {   /* its body was dropped: checked before the empty body */
+        *rc = send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 0);
+    } else if (r->len == 0) {
+        *rc = send_error(s, r, c, 400, "empty_body", r->v2_route != V2_NOT_V2
+                         ? "the request body is empty; send the inference request JSON"
+                         : "the request body is empty; send the JPEG bytes", 0, NULL, 0);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Reserves the request's n queue slots (or 503) and readies it for the
+ * decode pool. */
+static enum MHD_Result submit_images(server *s, request *r, struct MHD_Connection *c, int n)
+{
+    if (queue_reserve(s->q, n, r->slots) != 0)
+        return send_error(s, r, c, 503, "queue_full", "the queue is full; retry later", retry_after(s), NULL, 0);
+
+    r->nimages = n;
+    r->accepted = 1;
+    r->state = REQ_SUBMITTING;
+    r->deadline_us = r->start_us + (uint64_t)s->request_timeout_ms * 1000u;
+    r->job.owner = r;
+    /* Suspended on the next call, not this one. libmicrohttpd 0.9.75 does
+     * not update a connection's poll interest when it suspends it: one
+     * suspended in this call, which ends the reading of the request, is
+     * polled for reading again when resumed, and a client that has shut
+     * down its sending side (it still waits for the answer) reads as
+     * closed, so the answer was never sent. Returning without a response
+     * lets libmicrohttpd finish this turn (the request is complete: no
+     * more reading) and call again at once. */
+    return MHD_YES;
+}
 
 static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connection *c)
 {
@@ -377,25 +416,6 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
     return submit_images(s, r, c, n);
 }
 
-/* The body's checks that need no parsing: over the limit, over the
- * budget, empty. Answers and returns 1 when one fails. */
-static int refuse_body(server *s, request *r, struct MHD_Connection *c, enum MHD_Result *rc)
-{
-    char msg[128];
-    if (r->too_large) {
-        snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
-        *rc = send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
-    } else if (r->over_budget) {   /* its body was dropped: checked before the empty body */
-        *rc = send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 0);
-    } else if (r->len == 0) {
-        *rc = send_error(s, r, c, 400, "empty_body", r->v2_route != V2_NOT_V2
-                         ? "the request body is empty; send the inference request JSON"
-                         : "the request body is empty; send the JPEG bytes", 0, NULL, 0);
-    } else {
-        return 0;
-    }
-    return 1;
-}
 
 /* A complete v2 inference request: parsed here, then queued like a
  * /classify request's images. */
@@ -431,28 +451,6 @@ static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c
     return submit_images(s, r, c, n);
 }
 
-/* Reserves the request's n queue slots (or 503) and readies it for the
- * decode pool. */
-static enum MHD_Result submit_images(server *s, request *r, struct MHD_Connection *c, int n)
-{
-    if (queue_reserve(s->q, n, r->slots) != 0)
-        return send_error(s, r, c, 503, "queue_full", "the queue is full; retry later", retry_after(s), NULL, 0);
-
-    r->nimages = n;
-    r->accepted = 1;
-    r->state = REQ_SUBMITTING;
-    r->deadline_us = r->start_us + (uint64_t)s->request_timeout_ms * 1000u;
-    r->job.owner = r;
-    /* Suspended on the next call, not this one. libmicrohttpd 0.9.75 does
-     * not update a connection's poll interest when it suspends it: one
-     * suspended in this call, which ends the reading of the request, is
-     * polled for reading again when resumed, and a client that has shut
-     * down its sending side (it still waits for the answer) reads as
-     * closed, so the answer was never sent. Returning without a response
-     * lets libmicrohttpd finish this turn (the request is complete: no
-     * more reading) and call again at once. */
-    return MHD_YES;
-}
 
 static enum MHD_Result classify_suspend(server *s, request *r, struct MHD_Connection *c)
 {
