@@ -140,7 +140,7 @@ static int fill_slot(batcher *b, int slot, int n, int *staged)
             b->sink->fail(it->req, it->image, 499, "client_gone", "the client closed the connection");
             continue;
         }
-        if (!it->jpeg)
+        if (!it->jpeg && !it->f32)   /* an FP32 image is read where it is (infer_submit) */
             memcpy(input + (size_t)kept * RESNET18_INPUT_BYTES, queue_slot(b->q, it->slot), RESNET18_INPUT_BYTES);
         queue_release(b->q, &it->slot, 1);
         if (it->jpeg)

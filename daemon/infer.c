@@ -266,6 +266,8 @@ void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged
     b->n = n;
     b->staged = staged;
     b->submit_us = clock_now_us();
+    for (int i = 0; i < n; i++)
+        x->e->input_f32[slot][i] = items[i].f32;
     b->failed = engine_submit(x->e, slot, n, b->err, sizeof b->err) != 0;
     metrics_add_batches_in_flight(1);
     metrics_engine_in_flight(x->metrics_id, 1);

@@ -48,7 +48,8 @@ engine *infer_engine(infer *x);
 served_model *infer_model(infer *x);
 
 /* Submits the first n images of the slot; items[i] describes image i (an
- * item with req == NULL is run but not reported). staged: the device
+ * item with req == NULL is run but not reported; one with f32 is given to
+ * the engine as that FP32 tensor instead of the slot's pixels). staged: the device
  * decoder filled the slot's input (devjpeg_stage). Outcomes arrive through
  * the sink from the completion thread. */
 void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged);

@@ -17,6 +17,10 @@ typedef struct queue_item {
      * the crop is in the slot. */
     const uint8_t *jpeg;
     size_t jpeg_len;
+    /* An image that came as a normalised FP32 tensor ([3][224][224], owned
+     * by the request like jpeg): the engine reads it instead of the slot,
+     * which is reserved but unused. NULL for pixels. */
+    const float *f32;
     int w, h;
     int fd;                 /* client socket, polled for disconnects; -1 = none */
     uint64_t enqueued_us;   /* clock_now_us() when queued */

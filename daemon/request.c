@@ -19,6 +19,7 @@ request *request_create(void)
     }
     r->fd = -1;
     r->top_k = REQUEST_DEFAULT_TOP_K;
+    r->v2_header_len = -1;
     atomic_init(&r->pending, 0);
     return r;
 }

@@ -33,6 +33,8 @@ typedef enum {
     REQ_ANSWERED,           /* a response is queued (or the connection is being dropped) */
 } request_state;
 
+struct v2_infer;
+
 typedef struct request_part {
     const uint8_t *data;
     size_t len;
@@ -69,6 +71,13 @@ typedef struct request {
      * by the server when the request ends): a reload between two of its
      * batches still labels every image right. */
     struct served_model *models[REQUEST_MAX_IMAGES];
+    /* Open Inference Protocol v2 requests (daemon/v2.h): */
+    int v2_route;           /* its v2_route; V2_NOT_V2 (0) for the others */
+    long v2_header_len;     /* Inference-Header-Content-Length, -1: none */
+    struct v2_infer *v2;    /* the parsed inference request, freed by the server */
+    float *logits;          /* v2: [nimages][classes], written by the completion thread */
+    int classes;
+    size_t answer_header_len;   /* v2: the answer's Inference-Header-Content-Length, 0: none */
     atomic_int pending;     /* images not yet reported by the pipeline */
 
     pthread_mutex_t mu;     /* guards the fields below: reports race per image */

@@ -64,13 +64,6 @@ char *response_error(int status, const char *code, const char *message, size_t *
     return dump(json_pack("{s:{s:i, s:s, s:s}}", "error", "status", status, "code", code, "message", message), len);
 }
 
-char *response_v2_error(const char *message, size_t *len)
-{
-    char clean[1024];
-    message = utf8_sanitize(clean, sizeof clean, message);
-    return dump(json_pack("{s:s}", "error", message), len);
-}
-
 char *response_model(const response_service *svc, const served_model *m, size_t *len)
 {
     json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:b, s:i, s:i, s:{s:s, s:i}, s:{s:i, s:I, s:s, s:i, s:I},"

@@ -33,9 +33,6 @@ char *response_classify(const response_service *svc, const request *r, uint64_t 
 /* {"error":{"status":..,"code":..,"message":..}} */
 char *response_error(int status, const char *code, const char *message, size_t *len);
 
-/* The Open Inference Protocol's error body: {"error": message}. */
-char *response_v2_error(const char *message, size_t *len);
-
 /* /v1/models/resnet18 for model m, the one served now. */
 char *response_model(const response_service *svc, const served_model *m, size_t *len);
 

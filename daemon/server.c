@@ -18,10 +18,18 @@
  *      images into the slots and push them to the batcher's queue; when the
  *      last image is reported (or decoding failed) the connection resumes
  *      and a final call answers.
+ * POST /v2/models/resnet18[/versions/1]/infer (the Open Inference Protocol,
+ * daemon/v2.h) takes the same three steps: its body is parsed at step 3,
+ * on the HTTP thread (its limits bound the work), and its images take the
+ * same decode pool, queue and batcher; pixel and FP32 tensors are resized
+ * or passed on there instead of decoded. Errors on /v2 paths have the
+ * protocol's {"error": "..."} body.
+ *
  * HTTP threads never decode: libmicrohttpd gives each thread its own set of
  * connections, unevenly, and decoding there left threads idle while others
  * had a backlog. Every request is freed in on_completed, which also counts
  * it. */
+#include <config.h>  /* autoconf's (PACKAGE_VERSION), not daemon/config.h */
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -39,9 +47,14 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
+#include "daemon/v2.h"
 #include "model/clock.h"
 
-enum { ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL, ROUTE_LOAD };
+enum {
+    ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL,
+    ROUTE_V2_SERVER, ROUTE_V2_LIVE, ROUTE_V2_READY, ROUTE_V2_MODEL, ROUTE_V2_MODEL_READY, ROUTE_V2_INFER,
+    ROUTE_LOAD,
+};
 
 static const struct {
     const char *path;
@@ -52,9 +65,21 @@ static const struct {
     [ROUTE_READYZ] = { "/readyz", "GET, HEAD" },
     [ROUTE_METRICS] = { "/metrics", "GET, HEAD" },
     [ROUTE_MODEL] = { "/v1/models/resnet18", "GET, HEAD" },
+    /* v2 paths are matched by v2_route_of; these name them in messages. */
+    [ROUTE_V2_SERVER] = { "/v2", "GET, HEAD" },
+    [ROUTE_V2_LIVE] = { "/v2/health/live", "GET, HEAD" },
+    [ROUTE_V2_READY] = { "/v2/health/ready", "GET, HEAD" },
+    [ROUTE_V2_MODEL] = { "/v2/models/resnet18", "GET, HEAD" },
+    [ROUTE_V2_MODEL_READY] = { "/v2/models/resnet18/ready", "GET, HEAD" },
+    [ROUTE_V2_INFER] = { "/v2/models/resnet18/infer", "POST" },
     [ROUTE_LOAD] = { "/v2/repository/models/resnet18/load", "POST" },
 };
-#define NROUTES ((int)(sizeof routes / sizeof routes[0]))
+
+/* Routes that take a body (POST), the others being GETs. */
+static int takes_body(int route)
+{
+    return route == ROUTE_CLASSIFY || route == ROUTE_V2_INFER || route == ROUTE_LOAD;
+}
 
 struct server {
     struct MHD_Daemon *d;
@@ -68,6 +93,7 @@ struct server {
     budget *bodies;
     conn_table *conns;
     long max_body_bytes;
+    long max_pixels;
     long request_timeout_ms;
     int port;
     atomic_int warm;
@@ -111,6 +137,11 @@ static enum MHD_Result send_body(server *s, request *r, struct MHD_Connection *c
         ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow) == MHD_YES;
     if (close_conn || atomic_load(&s->draining))
         ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
+    if (body && r->answer_header_len > 0) {
+        char hl[32];
+        snprintf(hl, sizeof hl, "%zu", r->answer_header_len);
+        ok = ok && MHD_add_response_header(resp, "Inference-Header-Content-Length", hl) == MHD_YES;
+    }
     enum MHD_Result rc = ok ? MHD_queue_response(c, (unsigned)status, resp) : MHD_NO;
     MHD_destroy_response(resp);
     r->state = REQ_ANSWERED;
@@ -145,8 +176,19 @@ static enum MHD_Result send_error(server *s, request *r, struct MHD_Connection *
     if (why != METRICS_REJECT_COUNT)
         metrics_reject(why);
     size_t len = 0;
-    char *body = response_error(status, code, message, &len);
+    char *body = r->v2_route != V2_NOT_V2 ? v2_response_error(message, &len)
+                                          : response_error(status, code, message, &len);
     return send_body(s, r, c, status, body, len, "application/json", retry_after, allow, close_conn);
+}
+
+/* The served model's class count now (a reload may change it): what a
+ * request is sized for when it arrives. */
+static int classes(server *s)
+{
+    served_model *m = infer_model(s->inf[0]);
+    int n = m->classes;
+    served_model_unref(m);
+    return n;
 }
 
 static int retry_after(server *s)
@@ -169,15 +211,18 @@ static void sink_done(void *req, int image, const float *logits, int classes, se
                       const pipeline_timing *t)
 {
     request *r = req;
-    if (r->top_k > classes) {
-        /* top_k was checked against the model the request arrived under;
-         * a reload to one with fewer classes has replaced it since. */
+    if (r->logits ? classes != r->classes : r->top_k > classes) {
+        /* The request was sized (top_k, v2 outputs) for the model it arrived
+         * under; a reload to one with other classes has replaced it since. */
         request_fail(r, 503, "model_changed", "the model changed while this request waited; retry");
         image_reported(r);
         return;
     }
     r->models[image] = served_model_ref(model);
-    topk_softmax(logits, classes, r->top_k, r->topk + (size_t)image * (size_t)r->top_k);
+    if (r->logits)
+        memcpy(r->logits + (size_t)image * (size_t)r->classes, logits, (size_t)r->classes * sizeof *logits);
+    else
+        topk_softmax(logits, classes, r->top_k, r->topk + (size_t)image * (size_t)r->top_k);
     metrics_observe_queue((double)t->queue_us / 1e6);
     pthread_mutex_lock(&r->mu);
     if (t->queue_us > r->queue_us)
@@ -207,34 +252,9 @@ const pipeline_sink server_sink = { .done = sink_done, .fail = sink_fail };
 static const char memory_full_msg[] =
     "the request bodies being received fill the server's body memory (body_memory_bytes); retry later";
 
-static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connection *c)
+/* What every body route checks from the headers. */
+static enum MHD_Result body_begin(server *s, request *r, struct MHD_Connection *c)
 {
-    if (atomic_load(&s->draining))
-        return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
-
-    served_model *m = infer_model(s->inf[0]);
-    const int classes = m->classes;
-    served_model_unref(m);
-    const char *k = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "top_k");
-    if (k && request_parse_top_k(k, classes, &r->top_k) != 0) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "top_k must be a whole number from 1 to %d (the model's classes)", classes);
-        return send_error(s, r, c, 400, "bad_parameter", msg, 0, NULL, 1);
-    }
-    if (!k && r->top_k > classes)
-        r->top_k = classes;
-
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    int rc = request_parse_content_type(ct, &r->body_kind, r->boundary, sizeof r->boundary);
-    if (rc == -1) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "content type '%.100s' is not image/jpeg or multipart/form-data", ct);
-        return send_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);
-    }
-    if (rc == -2)
-        return send_error(s, r, c, 400, "invalid_multipart", "multipart/form-data without a valid boundary",
-                          0, NULL, 1);
-
     /* Refuse an announced oversize body before reading any of it, and one
      * the body memory cannot hold now. Nothing is reserved: the buffer
      * grows (and is charged) as the bytes arrive. */
@@ -256,6 +276,56 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
     r->fd = ci ? ci->connect_fd : -1;
     return MHD_YES;
 }
+
+static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connection *c)
+{
+    if (atomic_load(&s->draining))
+        return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
+
+    const int nclasses = classes(s);
+    const char *k = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "top_k");
+    if (k && request_parse_top_k(k, nclasses, &r->top_k) != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "top_k must be a whole number from 1 to %d (the model's classes)", nclasses);
+        return send_error(s, r, c, 400, "bad_parameter", msg, 0, NULL, 1);
+    }
+    if (!k && r->top_k > nclasses)
+        r->top_k = nclasses;
+
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    int rc = request_parse_content_type(ct, &r->body_kind, r->boundary, sizeof r->boundary);
+    if (rc == -1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "content type '%.100s' is not image/jpeg or multipart/form-data", ct);
+        return send_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);
+    }
+    if (rc == -2)
+        return send_error(s, r, c, 400, "invalid_multipart", "multipart/form-data without a valid boundary",
+                          0, NULL, 1);
+    return body_begin(s, r, c);
+}
+
+/* POST .../infer's headers: the v2 body is JSON, optionally followed by
+ * binary tensor data (Inference-Header-Content-Length says where). */
+static enum MHD_Result v2_begin(server *s, request *r, struct MHD_Connection *c)
+{
+    if (atomic_load(&s->draining))
+        return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (ct && strncasecmp(ct, "application/json", 16) != 0 && strncasecmp(ct, "application/octet-stream", 24) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "content type '%.100s' is not application/json or application/octet-stream", ct);
+        return send_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);
+    }
+    const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    if (hl && (r->v2_header_len = v2_parse_header_length(hl, (size_t)s->max_body_bytes)) < 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "Inference-Header-Content-Length '%.60s' is not a length up to max_body_bytes", hl);
+        return send_error(s, r, c, 400, "bad_request", msg, 0, NULL, 1);
+    }
+    return body_begin(s, r, c);
+}
+
 
 static enum MHD_Result classify_body(server *s, request *r, const char *data, size_t n)
 {
@@ -290,18 +360,55 @@ static enum MHD_Result classify_body(server *s, request *r, const char *data, si
  * decoding is checked here, the request's slots are reserved (or 503), and
  * the connection is suspended until the pipeline has reported every image
  * (or the decode failed). */
+/* The body's checks that need no parsing: over the limit, over the
+ * budget, empty. Answers and returns 1 when one fails. */
+static int refuse_body(server *s, request *r, struct MHD_Connection *c, enum MHD_Result *rc)
+{
+    char msg[128];
+    if (r->too_large) {
+        snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
+        *rc = send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
+    } else if (r->over_budget) {   /* its body was dropped: checked before the empty body */
+        *rc = send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 0);
+    } else if (r->len == 0) {
+        *rc = send_error(s, r, c, 400, "empty_body", r->v2_route != V2_NOT_V2
+                         ? "the request body is empty; send the inference request JSON"
+                         : "the request body is empty; send the JPEG bytes", 0, NULL, 0);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Reserves the request's n queue slots (or 503) and readies it for the
+ * decode pool. */
+static enum MHD_Result submit_images(server *s, request *r, struct MHD_Connection *c, int n)
+{
+    if (queue_reserve(s->q, n, r->slots) != 0)
+        return send_error(s, r, c, 503, "queue_full", "the queue is full; retry later", retry_after(s), NULL, 0);
+
+    r->nimages = n;
+    r->accepted = 1;
+    r->state = REQ_SUBMITTING;
+    r->deadline_us = r->start_us + (uint64_t)s->request_timeout_ms * 1000u;
+    r->job.owner = r;
+    /* Suspended on the next call, not this one. libmicrohttpd 0.9.75 does
+     * not update a connection's poll interest when it suspends it: one
+     * suspended in this call, which ends the reading of the request, is
+     * polled for reading again when resumed, and a client that has shut
+     * down its sending side (it still waits for the answer) reads as
+     * closed, so the answer was never sent. Returning without a response
+     * lets libmicrohttpd finish this turn (the request is complete: no
+     * more reading) and call again at once. */
+    return MHD_YES;
+}
+
 static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connection *c)
 {
     char msg[384], why[256];
-    if (r->too_large) {
-        snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
-        return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
-    }
-    if (r->over_budget)   /* its body was dropped: checked before the empty body */
-        return send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 0);
-    if (r->len == 0)
-        return send_error(s, r, c, 400, "empty_body", "the request body is empty; send the JPEG bytes",
-                          0, NULL, 0);
+    enum MHD_Result rc;
+    if (refuse_body(s, r, c, &rc))
+        return rc;
     int n;
     if (r->body_kind == REQ_BODY_RAW) {
         r->parts[0].data = r->body;
@@ -329,24 +436,44 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
     r->topk = malloc((size_t)n * (size_t)r->top_k * sizeof *r->topk);
     if (!r->topk)
         return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 0);
-    if (queue_reserve(s->q, n, r->slots) != 0)
-        return send_error(s, r, c, 503, "queue_full", "the queue is full; retry later", retry_after(s), NULL, 0);
-
-    r->nimages = n;
-    r->accepted = 1;
-    r->state = REQ_SUBMITTING;
-    r->deadline_us = r->start_us + (uint64_t)s->request_timeout_ms * 1000u;
-    r->job.owner = r;
-    /* Suspended on the next call, not this one. libmicrohttpd 0.9.75 does
-     * not update a connection's poll interest when it suspends it: one
-     * suspended in this call, which ends the reading of the request, is
-     * polled for reading again when resumed, and a client that has shut
-     * down its sending side (it still waits for the answer) reads as
-     * closed, so the answer was never sent. Returning without a response
-     * lets libmicrohttpd finish this turn (the request is complete: no
-     * more reading) and call again at once. */
-    return MHD_YES;
+    return submit_images(s, r, c, n);
 }
+
+
+/* A complete v2 inference request: parsed here, then queued like a
+ * /classify request's images. */
+static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c)
+{
+    enum MHD_Result rc;
+    if (refuse_body(s, r, c, &rc))
+        return rc;
+    char msg[384];
+    const char *code = "bad_request";
+    v2_limits lim = {
+        .max_images = REQUEST_MAX_IMAGES < queue_capacity(s->q) ? REQUEST_MAX_IMAGES : queue_capacity(s->q),
+        .max_pixels = (uint64_t)s->max_pixels,
+        .classes = classes(s),
+    };
+    if (!(r->v2 = calloc(1, sizeof *r->v2)))
+        return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 0);
+    int status = v2_parse_infer(r->body, r->len, r->v2_header_len, &lim, s->bodies, r->v2, r->parts, &code, msg,
+                                sizeof msg);
+    if (status != 0)
+        return send_error(s, r, c, status, code, msg, status == 503 ? 1 : 0, NULL, 0);
+    int n = r->v2->n;
+    if (r->v2->kind == V2_IN_JPEG)
+        for (int i = 0; i < n; i++)
+            if (r->parts[i].len == 0) {
+                snprintf(msg, sizeof msg, "input 'jpeg': element %d is empty", i);
+                return send_error(s, r, c, 400, "empty_body", msg, 0, NULL, 0);
+            }
+    r->classes = classes(s);
+    r->logits = malloc((size_t)n * (size_t)r->classes * sizeof *r->logits);
+    if (!r->logits)
+        return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 0);
+    return submit_images(s, r, c, n);
+}
+
 
 static enum MHD_Result classify_suspend(server *s, request *r, struct MHD_Connection *c)
 {
@@ -418,6 +545,76 @@ static int gpu_route(server *s, const preprocess_info *info, request *r, int i, 
     return 1;
 }
 
+/* Pushes r's n images, in their slots or described by items, to the
+ * batcher's queue. */
+static void push_images(server *s, request *r, queue_item *items, int n)
+{
+    uint64_t now = clock_now_us();
+    for (int i = 0; i < n; i++) {
+        items[i].enqueued_us = now;
+        items[i].deadline_us = r->deadline_us;
+    }
+    atomic_store(&r->pending, n);
+    queue_push(s->q, items, n);
+}
+
+/* A v2 request's pixel or FP32 tensors: pixels are resized and cropped
+ * into their slots as decoded JPEGs are (preprocess_resize_crop, so the
+ * same pixels give /classify's answer), with the resize's scratch charged
+ * to the memory budget; FP32 images go as they are. */
+static void tensor_images(server *s, request *r)
+{
+    const v2_infer *v = r->v2;
+    const int n = v->n;
+    queue_item items[REQUEST_MAX_IMAGES];
+    uint8_t *scratch = NULL;
+    size_t scratch_bytes = 0;
+    char msg[256];
+    if (v->kind == V2_IN_PIXELS) {
+        scratch_bytes = preprocess_scratch_bytes(v->w, v->h);
+        if (scratch_bytes + r->cap > budget_cap(s->bodies)) {
+            snprintf(msg, sizeof msg, "resizing %dx%d pixels needs %zu bytes, with the request's body more than "
+                     "body_memory_bytes (%zu)", v->w, v->h, scratch_bytes, budget_cap(s->bodies));
+            decode_failed(s, r, 413, "too_large", msg);
+            return;
+        }
+        if (budget_try_acquire(s->bodies, scratch_bytes) != 0) {
+            decode_failed(s, r, 503, "memory_full", "the memory budget is full; retry later");
+            return;
+        }
+        if (!(scratch = malloc(scratch_bytes ? scratch_bytes : 1))) {
+            budget_release(s->bodies, scratch_bytes);
+            decode_failed(s, r, 500, "internal", "out of memory");
+            return;
+        }
+    }
+    const size_t image_bytes = (size_t)v->w * (size_t)v->h * 3;
+    for (int i = 0; i < n; i++) {
+        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
+        if (v->kind == V2_IN_TENSOR) {
+            items[i].f32 = v->tensor + (size_t)i * RESNET18_INPUT_BYTES;
+            continue;
+        }
+        if (atomic_load(&s->decodes_cancelled) || clock_now_us() >= r->deadline_us) {
+            free(scratch);
+            budget_release(s->bodies, scratch_bytes);
+            if (atomic_load(&s->decodes_cancelled))
+                decode_failed(s, r, 503, "shutting_down", "the server stopped while this request was resized");
+            else
+                decode_failed(s, r, 504, "timeout", "request_timeout_ms passed while resizing its images");
+            return;
+        }
+        uint64_t t0 = clock_now_us();
+        preprocess_resize_crop(v->pixels + (size_t)i * image_bytes, v->w, v->h, queue_slot(s->q, r->slots[i]),
+                               scratch);
+        r->decode_us += clock_now_us() - t0;
+    }
+    free(scratch);
+    budget_release(s->bodies, scratch_bytes);
+    request_drop_body(r);   /* the crops are in the slots; FP32 tensors are the v2_infer's */
+    push_images(s, r, items, n);
+}
+
 /* Decodes every image of r into its slot (or, with GPU decoding, checks it
  * and leaves it compressed for the batcher) and pushes them to the
  * batcher's queue, or answers the request. A CPU decode stops when the
@@ -431,6 +628,10 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
     }
     if (clock_now_us() >= r->deadline_us) {
         decode_failed(s, r, 504, "timeout", "the request waited for a decoder past request_timeout_ms");
+        return;
+    }
+    if (r->v2 && r->v2->kind != V2_IN_JPEG) {
+        tensor_images(s, r);
         return;
     }
     int n = r->nimages, compressed = 0;
@@ -504,14 +705,7 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
      * GPU still has JPEGs in it to decode. */
     if (compressed == 0)
         request_drop_body(r);
-
-    uint64_t now = clock_now_us();
-    for (int i = 0; i < n; i++) {
-        items[i].enqueued_us = now;
-        items[i].deadline_us = r->deadline_us;
-    }
-    atomic_store(&r->pending, n);
-    queue_push(s->q, items, n);
+    push_images(s, r, items, n);
 }
 
 /* The decode pool's run. */
@@ -545,6 +739,12 @@ static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connect
         return send_error(s, r, c, r->fail_status, r->fail_code, r->fail_msg, ra, NULL, 0);
     }
     size_t len = 0;
+    if (r->v2) {
+        char *body = v2_response_infer(r->v2, r->logits, r->classes, &r->models[0]->lab, &len,
+                                       &r->answer_header_len);
+        return send_body(s, r, c, 200, body, len, r->answer_header_len ? "application/octet-stream"
+                                                                        : "application/json", 0, NULL, 0);
+    }
     char *body = response_classify(s->svc, r, clock_now_us() - r->start_us, &len);
     return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
 }
@@ -574,12 +774,37 @@ static int is_ready(server *s, const char **why)
     return 0;
 }
 
+/* A probe's 200: an empty body, as the protocol's health endpoints answer. */
+static enum MHD_Result send_empty(server *s, request *r, struct MHD_Connection *c)
+{
+    return send_body(s, r, c, 200, strdup(""), 0, "text/plain", 0, NULL, 0);
+}
+
 static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *c)
 {
     size_t len = 0;
     const char *why;
     char *body;
     switch (r->route) {
+    case ROUTE_V2_SERVER:
+        body = v2_response_server(PACKAGE_VERSION, &len);
+        return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
+    case ROUTE_V2_LIVE:
+        return send_empty(s, r, c);
+    case ROUTE_V2_READY:
+    case ROUTE_V2_MODEL_READY:
+        if (!is_ready(s, &why)) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "not ready: %s", why);
+            return send_error(s, r, c, 503, "not_ready", msg, 1, NULL, 0);
+        }
+        return send_empty(s, r, c);
+    case ROUTE_V2_MODEL: {
+        char platform[64];
+        snprintf(platform, sizeof platform, "resnetd_%s", s->svc->device);
+        body = v2_response_model(classes(s), platform, &len);
+        return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
+    }
     case ROUTE_HEALTHZ:
         body = response_status("ok", &len);
         return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
@@ -617,13 +842,6 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
 
 #define LOAD_MAX_BODY 65536
 
-static enum MHD_Result send_v2_error(server *s, request *r, struct MHD_Connection *c, int status, const char *msg)
-{
-    size_t len = 0;
-    char *body = response_v2_error(msg, &len);
-    return send_body(s, r, c, status, body, len, "application/json", status == 503 ? retry_after(s) : 0, NULL, 0);
-}
-
 /* Past 64 KiB the rest is read and dropped, and answered 413 at the end. */
 static enum MHD_Result load_body(request *r, const char *data, size_t n)
 {
@@ -643,14 +861,14 @@ static enum MHD_Result load_check(server *s, request *r, struct MHD_Connection *
 {
     char why[256];
     if (r->too_large)
-        return send_v2_error(s, r, c, 413, "the load request's body is larger than 64 KiB");
+        return send_error(s, r, c, 413, "too_large", "the load request's body is larger than 64 KiB", 0, NULL, 0);
     if (r->over_budget)
-        return send_v2_error(s, r, c, 503, memory_full_msg);
+        return send_error(s, r, c, 503, "memory_full", memory_full_msg, retry_after(s), NULL, 0);
     if (reload_parse_request(r->body, r->len, why, sizeof why) != 0)
-        return send_v2_error(s, r, c, 400, why);
+        return send_error(s, r, c, 400, "bad_request", why, 0, NULL, 0);
     request_drop_body(r);
     if (atomic_load(&s->draining))
-        return send_v2_error(s, r, c, 503, "the server is shutting down");
+        return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 0);
     r->state = REQ_SUBMITTING;
     return MHD_YES;
 }
@@ -681,7 +899,7 @@ static enum MHD_Result load_answer(server *s, request *r, struct MHD_Connection 
     atomic_fetch_sub(&s->suspended, 1);
     r->state = REQ_ANSWERED;
     if (r->fail_status)
-        return send_v2_error(s, r, c, r->fail_status, r->fail_msg);
+        return send_error(s, r, c, r->fail_status, "load_failed", r->fail_msg, 0, NULL, 0);
     char *empty = calloc(1, 1);
     return send_body(s, r, c, 200, empty, 0, "application/json", 0, NULL, 0);
 }
@@ -761,12 +979,34 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
 {
     enum MHD_Result rc;
     r->state = REQ_RECEIVING;
+    r->v2_route = v2_route_of(url);   /* before any answer: /v2 errors have the protocol's body */
     if (refuse_framing(s, r, c, version, &rc))
         return rc;
     r->route = -1;
-    for (int i = 0; i < NROUTES; i++)
+    for (int i = 0; i < ROUTE_V2_SERVER; i++)
         if (strcmp(url, routes[i].path) == 0)
             r->route = i;
+    /* The repository extension's load: under /v2 but not a model path. */
+    if (strcmp(url, routes[ROUTE_LOAD].path) == 0)
+        r->route = ROUTE_LOAD;
+    static const int v2_routes[] = {
+        [V2_SERVER_META] = ROUTE_V2_SERVER, [V2_LIVE] = ROUTE_V2_LIVE, [V2_READY] = ROUTE_V2_READY,
+        [V2_MODEL_META] = ROUTE_V2_MODEL, [V2_MODEL_READY] = ROUTE_V2_MODEL_READY, [V2_INFER] = ROUTE_V2_INFER,
+    };
+    switch (r->v2_route) {
+    case V2_NOT_V2:
+        break;
+    case V2_UNKNOWN_MODEL: {
+        char msg[200];
+        snprintf(msg, sizeof msg, "unknown model or version: %.120s (this server has " V2_MODEL_NAME " version "
+                 V2_MODEL_VERSION ")", url);
+        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(c));
+    }
+    case V2_UNKNOWN_PATH:
+        break;   /* 404 below, unless it is the load */
+    default:
+        r->route = v2_routes[r->v2_route];
+    }
     if (r->route < 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "no such path: %.120s", url);
@@ -774,15 +1014,14 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
     }
     int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-    int posted = r->route == ROUTE_CLASSIFY || r->route == ROUTE_LOAD;
-    if (posted ? !is_post : !is_get) {
+    if (takes_body(r->route) ? !is_post : !is_get) {
         char msg[160];
         snprintf(msg, sizeof msg, "%.20s is not allowed on %s; use %s", method, routes[r->route].path,
                  routes[r->route].allow);
         return send_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow,
                           is_post || has_body(c));
     }
-    if (!posted && has_body(c)) {
+    if (!takes_body(r->route) && has_body(c)) {
         /* Answered unread, so a GET never costs body memory. */
         char msg[160];
         snprintf(msg, sizeof msg, "%s takes no request body", routes[r->route].path);
@@ -790,9 +1029,9 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
     }
     /* GETs are answered on the next call, once the request is complete:
      * libmicrohttpd closes any connection answered from this first call. */
-    if (r->route != ROUTE_CLASSIFY)
+    if (!takes_body(r->route) || r->route == ROUTE_LOAD)
         return MHD_YES;   /* a load's body is read as it comes */
-    rc = classify_begin(s, r, c);
+    rc = r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c) : v2_begin(s, r, c);
     if (r->state == REQ_RECEIVING)
         conn_set_phase(s->conns, conn_of(c), CONN_BODY);
     return rc;
@@ -837,17 +1076,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         conn_add_body(s->conns, conn_of(c), n);
-        if (r->state != REQ_RECEIVING)
+        if (r->state != REQ_RECEIVING || !takes_body(r->route))
             return MHD_YES;
-        return r->route == ROUTE_CLASSIFY ? classify_body(s, r, upload_data, n)
-               : r->route == ROUTE_LOAD   ? load_body(r, upload_data, n)
-                                          : MHD_YES;
+        return r->route == ROUTE_LOAD ? load_body(r, upload_data, n) : classify_body(s, r, upload_data, n);
     }
     if (r->state == REQ_RECEIVING) {
         conn_set_phase(s->conns, conn_of(c), CONN_SERVER);
         return r->route == ROUTE_CLASSIFY ? classify_submit(s, r, c)
-               : r->route == ROUTE_LOAD   ? load_check(s, r, c)
-                                          : answer_get(s, r, c);
+               : r->route == ROUTE_V2_INFER ? v2_submit(s, r, c)
+               : r->route == ROUTE_LOAD     ? load_check(s, r, c)
+                                            : answer_get(s, r, c);
     }
     if (r->state == REQ_SUBMITTING)
         return r->route == ROUTE_LOAD ? load_suspend(s, r, c) : classify_suspend(s, r, c);
@@ -898,6 +1136,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         atomic_fetch_sub(&s->suspended, 1);
     for (int i = 0; i < r->nimages; i++)
         served_model_unref(r->models[i]);
+    if (r->v2) {
+        v2_infer_free(r->v2);
+        free(r->v2);
+    }
+    free(r->logits);
     request_free(r);
     /* A kept-alive connection waits for its next request's headers. */
     conn_set_phase(s->conns, cn, CONN_HEADERS);
@@ -972,6 +1215,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->dj = dj;
     s->bodies = bodies;
     s->max_body_bytes = cfg->max_body_bytes;
+    s->max_pixels = cfg->max_pixels;
     s->request_timeout_ms = cfg->request_timeout_ms;
     atomic_init(&s->warm, 0);
     atomic_init(&s->draining, 0);

@@ -7,7 +7,10 @@
 // nothing and never synchronise the device.
 //
 // Buffers. Per slot: a stream, a pinned uint8 NHWC input (engine.input[s],
-// max_batch x 224 x 224 x 3), its device copy, device and pinned logits
+// max_batch x 224 x 224 x 3), its device copy, a device buffer for images
+// that come as normalised FP32 tensors (engine.input_f32: copied from the
+// caller's pageable memory at submit, max_batch x 3 x 224 x 224, 4x the
+// uint8 input) with the per-image map `which` the graph reads to place them, device and pinned logits
 // (engine.logits[s]) and top-k results. Shared by all slots: the weights and
 // the activation buffers, assigned to tensors by plan_buffers so that
 // tensors whose lifetimes do not overlap share memory.
@@ -52,6 +55,9 @@ typedef struct cuda_slot {
     cudaEvent_t computed;  // after this slot's graph
     cudaEvent_t done;      // after its output copies
     uint8_t *h_in, *d_in;  // [max_batch][224][224][3]
+    float *d_f32;          // [max_batch][3][224][224]: FP32 input images
+    int *h_which, *d_which;  // [max_batch]: i when image i is in d_f32, else -1
+    int which_set;         // d_which names some image (else it is all -1)
     float *h_logits, *d_logits;  // [max_batch][classes]
     int *h_idx, *d_idx;          // [max_batch][topk]
     float *h_prob, *d_prob;      // [max_batch][topk]
@@ -300,6 +306,8 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
 
     const conv_plan *plan = ce->plan[bucket_for(ce, n)];
     CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), (long)n * RESNET18_IMG * RESNET18_IMG, st));
+    CUDA_TRY(place_f32_launch(ce->fp16, sl->d_f32, sl->d_which, tensor_ptr(ce, T_IMG), n,
+                              RESNET18_IMG * RESNET18_IMG, st));
     MARK();
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
@@ -479,6 +487,31 @@ static int bucket_for(const cuda_engine *ce, int n)
 
 /* ---- engine_ops ---------------------------------------------------------- */
 
+// Enqueues on the slot's stream the copies of its FP32 input images and of
+// the map that places them (skipped while no batch has had any).
+static int stage_f32(cuda_engine *ce, int s, int n, char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[s];
+    const size_t plane = (size_t)3 * RESNET18_IMG * RESNET18_IMG;
+    int nf = 0;
+    for (int i = 0; i < ce->pub.max_batch; i++) {
+        const float *src = i < n ? ce->pub.input_f32[s][i] : NULL;
+        sl->h_which[i] = src ? i : -1;
+        if (src) {
+            CUDA_TRY(cudaMemcpyAsync(sl->d_f32 + (size_t)i * plane, src, plane * sizeof(float),
+                                     cudaMemcpyHostToDevice, sl->stream));
+            nf++;
+        }
+    }
+    if (nf > 0 || sl->which_set)
+        CUDA_TRY(cudaMemcpyAsync(sl->d_which, sl->h_which, (size_t)ce->pub.max_batch * sizeof(int),
+                                 cudaMemcpyHostToDevice, sl->stream));
+    sl->which_set = nf > 0;
+    return 0;
+fail:
+    return -1;
+}
+
 static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
 {
     cuda_engine *ce = (cuda_engine *)ctx;
@@ -497,6 +530,8 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
         CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice,
                                  sl->stream));
     }
+    if (stage_f32(ce, s, n, err, errlen) != 0)
+        goto fail;
     if (ce->last_slot >= 0 && ce->last_slot != s)
         CUDA_TRY(cudaStreamWaitEvent(sl->stream, ce->slot[ce->last_slot].computed, 0));
     CUDA_TRY(cudaGraphLaunch(sl->graph[b], sl->stream));
@@ -555,6 +590,10 @@ static void cuda_destroy(void *ctx)
         if (sl->stream)
             cudaStreamDestroy(sl->stream);
         cudaFreeHost(sl->h_in);
+        cudaFreeHost(sl->h_which);
+        cudaFree(sl->d_which);
+        cudaFree(sl->d_f32);
+        free(ce->pub.input_f32[s]);
         cudaFreeHost(sl->h_logits);
         cudaFreeHost(sl->h_idx);
         cudaFreeHost(sl->h_prob);
@@ -593,6 +632,14 @@ static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
     CUDA_TRY(cudaEventCreateWithFlags(&sl->computed, cudaEventDisableTiming));
     CUDA_TRY(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming | cudaEventBlockingSync));
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_in, nb * RESNET18_INPUT_BYTES));
+    CUDA_TRY(host_alloc(ce, (void **)&sl->h_which, nb * sizeof(int)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_which, nb * sizeof(int)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_f32, nb * 3 * RESNET18_IMG * RESNET18_IMG * sizeof(float)));
+    CUDA_TRY(cudaMemset(sl->d_which, 0xff, nb * sizeof(int)));   // all -1: no FP32 image
+    if (!(ce->pub.input_f32[s] = (const float **)calloc(nb, sizeof(float *)))) {
+        snprintf(err, errlen, "cuda engine: out of memory");
+        return -1;
+    }
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_logits, nb * classes * sizeof(float)));
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_idx, nb * topk * sizeof(int)));
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_prob, nb * topk * sizeof(float)));

@@ -63,6 +63,12 @@ cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const
 // uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
 // fourth channel zero: the stem reads 16-byte chunks of whole pixels.
 cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st);
+// Images that came as normalised FP32 tensors: for each of the n images
+// with which[i] >= 0, out's image i becomes in[which[i]] ([3][hw] CHW FP32)
+// in out's [hw][4] layout (FP16 or FP32, fourth channel zero), replacing
+// what normalize_launch wrote. Images with which[i] < 0 are left alone.
+cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw,
+                             cudaStream_t st);
 // 3x3 stride-2 pad-1 max pool, NHWC; c % 8 == 0.
 cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh,
                            int ow, cudaStream_t st);

@@ -58,6 +58,57 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
     return cudaGetLastError();
 }
 
+// An FP32 input image, CHW: one thread per pixel gathers its three planes.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, T *__restrict__ out, int n,
+                     int hw);
+
+template <>
+__global__ void __launch_bounds__(256)
+    place_f32_kernel<float>(const float *__restrict__ in, const int *__restrict__ which, float *__restrict__ out,
+                            int n, int hw)
+{
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= (long)n * hw)
+        return;
+    int src = which[p / hw];
+    if (src < 0)
+        return;
+    const float *q = in + (long)src * 3 * hw + p % hw;
+    reinterpret_cast<float4 *>(out)[p] = make_float4(q[0], q[hw], q[2 * (long)hw], 0.f);
+}
+
+template <>
+__global__ void __launch_bounds__(256)
+    place_f32_kernel<__half>(const float *__restrict__ in, const int *__restrict__ which, __half *__restrict__ out,
+                             int n, int hw)
+{
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= (long)n * hw)
+        return;
+    int src = which[p / hw];
+    if (src < 0)
+        return;
+    const float *q = in + (long)src * 3 * hw + p % hw;
+    __half2 lo = __floats2half2_rn(q[0], q[hw]);
+    __half2 hi = __floats2half2_rn(q[2 * (long)hw], 0.f);
+    uint2 v;
+    v.x = *reinterpret_cast<uint32_t *>(&lo);
+    v.y = *reinterpret_cast<uint32_t *>(&hi);
+    reinterpret_cast<uint2 *>(out)[p] = v;
+}
+
+cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw, cudaStream_t st)
+{
+    unsigned blocks = (unsigned)(((long)n * hw + 255) / 256);
+    if (fp16)
+        place_f32_kernel<__half><<<blocks, 256, 0, st>>>(in, which, (__half *)out, n, hw);
+    else
+        place_f32_kernel<float><<<blocks, 256, 0, st>>>(in, which, (float *)out, n, hw);
+    return cudaGetLastError();
+}
+
 /* ---- 3x3/2 max pool, pad 1 ------------------------------------------- */
 
 // A vector of V channels: 8 halves or 4 floats, 16 bytes.

@@ -5,7 +5,12 @@
  * normalised: normalisation is the engine's first step) and an output buffer
  * of logits ([max_batch][classes] FP32). The class count is the weights'
  * (a fine-tuned head has any number); an engine keeps the one it was
- * created with, so read it from the engine, never from a constant. The caller fills a slot, calls
+ * created with, so read it from the engine, never from a constant. An
+ * image may instead come as the normalised FP32 tensor torchvision's
+ * transform gives ([3][224][224] CHW, as the Open Inference Protocol's FP32
+ * input): the caller points input_f32[slot][i] at it and the engine takes
+ * it in place of image i's uint8 pixels and their normalisation, so its
+ * logits are those of that exact tensor. The caller fills a slot, calls
  * engine_submit(), and later engine_wait() on that slot; different slots may
  * be in flight at once, so a double-buffered engine overlaps them. A slot is
  * used by one thread at a time. Buffers are allocated at creation; after
@@ -57,6 +62,11 @@ typedef struct engine {
     int nslots;
     int classes;               /* logits per image: the weights' class count */
     uint8_t *input[ENGINE_MAX_SLOTS];   /* [max_batch][224][224][3] */
+    /* [max_batch] per slot, all NULL at creation: non-NULL input_f32[s][i]
+     * is image i as a [3][224][224] FP32 tensor, already normalised (the
+     * caller's memory, valid until wait returns); NULL: image i is in
+     * input[s]. The caller sets the first n entries before each submit. */
+    const float **input_f32[ENGINE_MAX_SLOTS];
     float *logits[ENGINE_MAX_SLOTS];    /* [max_batch][classes] */
 } engine;
 

@@ -563,16 +563,26 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
     }
 }
 
-/* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std. */
+/* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std;
+ * an image given as a normalised FP32 CHW tensor is only transposed. */
 static void normalize_unit(cpu_engine *e, int u, int tid)
 {
     const int img = RESNET18_IMG;
+    const size_t plane = (size_t)img * img;
     int lo, hi;
     (void)tid;
     split_range(e->job.n * img, e->job.small_units, u, &lo, &hi);   /* image rows */
     for (int row = lo; row < hi; row++) {
-        const uint8_t *in = e->pub.input[e->job.slot] + (size_t)row * img * 3;
         float *out = e->act[e->buf[T_IMAGE]] + at(row / img, row % img, 0, img, 3, e->pad[T_IMAGE]);
+        const float *chw = e->pub.input_f32[e->job.slot][row / img];
+        if (chw) {
+            const float *src = chw + (size_t)(row % img) * img;
+            for (int x = 0; x < img; x++)
+                for (int c = 0; c < 3; c++)
+                    out[x * 3 + c] = src[c * plane + (size_t)x];
+            continue;
+        }
+        const uint8_t *in = e->pub.input[e->job.slot] + (size_t)row * img * 3;
         for (int i = 0; i < img * 3; i += 3)
             for (int c = 0; c < 3; c++)
                 out[i + c] = e->lut[c][in[i + c]];
@@ -743,6 +753,7 @@ static void cpu_destroy(void *ctx)
         free(e->act[i]);
     for (int s = 0; s < e->pub.nslots; s++) {
         free(e->pub.input[s]);
+        free(e->pub.input_f32[s]);
         free(e->pub.logits[s]);
     }
     free(e->fc_w);
@@ -995,8 +1006,9 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     }
     for (int s = 0; s < e->pub.nslots; s++) {
         e->pub.input[s] = malloc(mb * RESNET18_INPUT_BYTES);
+        e->pub.input_f32[s] = calloc(mb, sizeof *e->pub.input_f32[s]);
         e->pub.logits[s] = alloc_floats(mb * (size_t)w->classes);
-        if (!e->pub.input[s] || !e->pub.logits[s])
+        if (!e->pub.input[s] || !e->pub.input_f32[s] || !e->pub.logits[s])
             goto oom;
     }
     e->feat = alloc_floats(mb * RESNET18_FEATURES);

@@ -2,19 +2,38 @@
 #include <math.h>
 #include "model/topk.h"
 
+/* The maximum and the sum of exp(logit - max): one definition for both
+ * functions, so their scores agree bit for bit. */
+static double softmax_sum(const float *logits, int n, float *mx)
+{
+    *mx = logits[0];
+    for (int i = 1; i < n; i++)
+        if (logits[i] > *mx)
+            *mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)logits[i] - *mx);
+    return sum;
+}
+
+void topk_softmax_all(const float *logits, int n, float *probs)
+{
+    if (n <= 0)
+        return;
+    float mx;
+    double sum = softmax_sum(logits, n, &mx);
+    for (int i = 0; i < n; i++)
+        probs[i] = (float)(exp((double)logits[i] - mx) / sum);
+}
+
 int topk_softmax(const float *logits, int n, int k, topk_entry *out)
 {
     if (k > n)
         k = n;
     if (k <= 0 || n <= 0)
         return 0;
-    float mx = logits[0];
-    for (int i = 1; i < n; i++)
-        if (logits[i] > mx)
-            mx = logits[i];
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)logits[i] - mx);
+    float mx;
+    double sum = softmax_sum(logits, n, &mx);
     /* Insertion into a sorted list of k: k is small (<= n, usually 5). */
     int have = 0;
     for (int i = 0; i < n; i++) {

@@ -11,4 +11,8 @@ typedef struct topk_entry {
  * index first). k is clamped to n. Returns the number written. */
 int topk_softmax(const float *logits, int n, int k, topk_entry *out);
 
+/* The softmax of all n logits, each exactly the score topk_softmax gives
+ * that class. */
+void topk_softmax_all(const float *logits, int n, float *probs);
+
 #endif

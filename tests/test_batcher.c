@@ -257,9 +257,12 @@ static int fake_submit(void *ctx, int slot, int n, char *err, size_t errlen)
         snprintf(err, errlen, "fake engine: injected failure");
         return -1;
     }
-    /* "Logits": image i's first pixel, so a test can see which image ran. */
+    /* "Logits": image i's first pixel (or first value, for an FP32 image),
+     * so a test can see which image ran. */
     for (int i = 0; i < n; i++)
-        f->e->logits[slot][(size_t)i * FAKE_CLASSES] = f->e->input[slot][(size_t)i * RESNET18_INPUT_BYTES];
+        f->e->logits[slot][(size_t)i * FAKE_CLASSES] = f->e->input_f32[slot][i]
+                                                           ? f->e->input_f32[slot][i][0]
+                                                           : f->e->input[slot][(size_t)i * RESNET18_INPUT_BYTES];
     int now = atomic_fetch_add(&f->in_flight, 1) + 1;
     int max = atomic_load(&f->max_in_flight);
     while (now > max && !atomic_compare_exchange_weak(&f->max_in_flight, &max, now))
@@ -295,6 +298,7 @@ static engine *fake_engine_create(fake_engine *f, int nslots, int max_batch)
     e->classes = FAKE_CLASSES;
     for (int s = 0; s < nslots; s++) {
         e->input[s] = calloc((size_t)max_batch, RESNET18_INPUT_BYTES);
+        e->input_f32[s] = calloc((size_t)max_batch, sizeof *e->input_f32[s]);
         e->logits[s] = calloc((size_t)max_batch * FAKE_CLASSES, sizeof(float));
     }
     f->e = e;
@@ -305,6 +309,7 @@ static void fake_engine_free(engine *e)
 {
     for (int s = 0; s < e->nslots; s++) {
         free(e->input[s]);
+        free(e->input_f32[s]);
         free(e->logits[s]);
     }
     free(e);
@@ -348,14 +353,22 @@ static void reset_counts(void)
     atomic_store(&fail_status, 0);
 }
 
+/* "FP32 tensors" whose first value is their image's id. */
+static float f32_images[NIMAGES];
+
+/* Images first..first+n; every third comes as an FP32 tensor (v2's "input"),
+ * its queue slot filled with a wrong id, so only the tensor gives its id. */
 static void push_images(queue *q, int first, int n)
 {
     for (int id = first; id < first + n; id++) {
         int slot;
         ck_assert_int_eq(queue_reserve(q, 1, &slot), 0);
-        memset(queue_slot(q, slot), id, RESNET18_INPUT_BYTES);
+        int as_f32 = id % 3 == 2;
+        memset(queue_slot(q, slot), as_f32 ? 0xee : id, RESNET18_INPUT_BYTES);
+        f32_images[id] = (float)id;
         uint64_t now = clock_now_us();
         queue_item it = { .req = (void *)(intptr_t)(id + 1), .image = 0, .slot = slot, .fd = -1,
+                          .f32 = as_f32 ? &f32_images[id] : NULL,
                           .enqueued_us = now, .deadline_us = now + 60000000u };
         queue_push(q, &it, 1);
     }

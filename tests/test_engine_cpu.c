@@ -1,8 +1,9 @@
 /* Tests model/engine_cpu.c against torchvision's FP32 logits (tests/ref),
  * on every GEMM back end this CPU can run (avx512, blas): random images,
  * the torchvision input tensors of the test JPEGs, F16/BF16 weight files, a
- * 10-class fine-tuned head, and max-batch enforcement with batch-size
- * independence. Output buffers are
+ * 10-class fine-tuned head, max-batch enforcement with batch-size
+ * independence, and images given as normalised FP32 tensors
+ * (engine.input_f32) beside uint8 ones. Output buffers are
  * poisoned with NaN before every run, so stale logits cannot pass. */
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include "model/engine.h"
 #include "model/npy.h"
+#include "model/preprocess.h"
 #include "model/resnet18.h"
 #include "tests/testutil.h"
 
@@ -209,6 +211,105 @@ START_TEST(jpeg_crops_match_torchvision_logits_10_class_head)
 }
 END_TEST
 
+/* torchvision's own input tensors (input/NAME.npy) given as FP32 inputs,
+ * interleaved with uint8 images whose pixels are random garbage for the
+ * FP32 slots: the logits match torchvision's on those tensors. */
+START_TEST(fp32_input_tensors_match_torchvision_logits)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    load_weights("weights.safetensors", &w);
+    npy_array ref;
+    load_npy("logits.npy", "<f4", &ref);
+    size_t len;
+    char *list = (char *)testutil_read_file(testutil_ref_path("jpegs.txt"), &len);
+    ck_assert_msg(list != NULL, "cannot read jpegs.txt");
+    list[len] = '\0';
+    const int n = 3;
+    engine *e = make_engine(_i, &w, n);
+    weights_free(&w);
+    if (!e) {
+        free(list);
+        npy_free(&ref);
+        return;
+    }
+    npy_array t[3];
+    int rows[3], got = 0, row = 0;
+    char *save = NULL;
+    for (char *name = strtok_r(list, "\n", &save); name && got < n; name = strtok_r(NULL, "\n", &save), row++) {
+        char rel[512];
+        snprintf(rel, sizeof rel, "input/%s.npy", name);
+        load_npy(rel, "<f4", &t[got]);
+        ck_assert_uint_eq(t[got].count, (size_t)RESNET18_INPUT_BYTES);
+        rows[got++] = row;
+    }
+    ck_assert_int_eq(got, n);
+    uint8_t *noise = malloc((size_t)n * RESNET18_INPUT_BYTES);
+    ck_assert_ptr_nonnull(noise);
+    for (size_t i = 0; i < (size_t)n * RESNET18_INPUT_BYTES; i++)
+        noise[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (int i = 0; i < n; i++)
+        e->input_f32[0][i] = t[i].data;
+    run(e, 0, noise, n);
+    for (int i = 0; i < n; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s fp32 input row %d", backends[_i], rows[i]);
+        expect_logits(e->logits[0] + (size_t)i * (size_t)e->classes,
+                      (const float *)ref.data + (size_t)rows[i] * (size_t)e->classes, 1, e->classes, REL_L2_MAX,
+                      what);
+        e->input_f32[0][i] = NULL;
+        npy_free(&t[i]);
+    }
+    free(noise);
+    free(list);
+    npy_free(&ref);
+    engine_destroy(e);
+}
+END_TEST
+
+/* normalise(pixels) given as an FP32 input gives bit-identical logits to
+ * the pixels themselves, in any position of a mixed batch. */
+START_TEST(fp32_input_of_normalised_pixels_equals_uint8_path)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    load_weights("weights.safetensors", &w);
+    npy_array img;
+    load_npy("random_u8.npy", "|u1", &img);
+    int n = (int)img.shape[0] < 4 ? (int)img.shape[0] : 4;
+    ck_assert_int_ge(n, 2);
+    engine *e = make_engine(_i, &w, n);
+    weights_free(&w);
+    if (!e) {
+        npy_free(&img);
+        return;
+    }
+    float *want = malloc((size_t)n * (size_t)e->classes * sizeof(float));
+    float *chw = malloc((size_t)n * RESNET18_INPUT_BYTES * sizeof(float));
+    uint8_t *mixed = malloc((size_t)n * RESNET18_INPUT_BYTES);
+    ck_assert(want && chw && mixed);
+    run(e, 1, img.data, n);
+    memcpy(want, e->logits[1], (size_t)n * (size_t)e->classes * sizeof(float));
+    memcpy(mixed, img.data, (size_t)n * RESNET18_INPUT_BYTES);
+    for (int i = 0; i < n; i += 2) {
+        preprocess_normalize_chw((const uint8_t *)img.data + (size_t)i * RESNET18_INPUT_BYTES,
+                                 chw + (size_t)i * RESNET18_INPUT_BYTES);
+        memset(mixed + (size_t)i * RESNET18_INPUT_BYTES, 0x5a, RESNET18_INPUT_BYTES);
+        e->input_f32[1][i] = chw + (size_t)i * RESNET18_INPUT_BYTES;
+    }
+    run(e, 1, mixed, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(memcmp(e->logits[1] + (size_t)i * (size_t)e->classes, want + (size_t)i * (size_t)e->classes,
+                             (size_t)e->classes * sizeof(float)) == 0, "%s image %d (%s) differs", backends[_i], i,
+                      i % 2 == 0 ? "fp32" : "uint8");
+    free(want);
+    free(chw);
+    free(mixed);
+    npy_free(&img);
+    engine_destroy(e);
+}
+END_TEST
+
 START_TEST(batch_outside_1_to_max_is_rejected)
 {
     resnet18_weights w;
@@ -321,6 +422,8 @@ static Suite *engine_cpu_suite(void)
     tcase_add_loop_test(tc, bf16_weights_match_torchvision_bf16_rounded_weights, 0, NBACKENDS);
     tcase_add_loop_test(tc, fine_tuned_10_class_head_matches_torchvision, 0, NBACKENDS);
     tcase_add_loop_test(tc, jpeg_crops_match_torchvision_logits_10_class_head, 0, NBACKENDS);
+    tcase_add_loop_test(tc, fp32_input_tensors_match_torchvision_logits, 0, NBACKENDS);
+    tcase_add_loop_test(tc, fp32_input_of_normalised_pixels_equals_uint8_path, 0, NBACKENDS);
     tcase_add_loop_test(tc, batch_outside_1_to_max_is_rejected, 0, NBACKENDS);
     tcase_add_loop_test(tc, any_batch_size_gives_per_image_logits, 0, NBACKENDS);
     tcase_add_loop_test(tc, thread_count_does_not_change_logits, 0, NBACKENDS);

@@ -1,5 +1,6 @@
 /* The CUDA engine against the CPU engine, with the reference weights and
- * random images: FP32 within rel L2 1e-5 per image; FP16 within 5e-3 with
+ * random images, every third given as its normalised FP32 tensor
+ * (engine.input_f32): FP32 within rel L2 1e-5 per image; FP16 within 5e-3 with
  * the same top-1 and a top-5 overlap of at least 4. Batches of 1, 2, 3, 17,
  * 64, 255 and max (300, not a power of two) through both slots, including
  * two slots in flight at once; logits poisoned before every run. Also checks
@@ -16,6 +17,7 @@
 #include <string.h>
 #include "gpu/gpu.h"
 #include "model/engine.h"
+#include "model/preprocess.h"
 #include "model/resnet18.h"
 #include "tests/testutil.h"
 
@@ -33,6 +35,7 @@ static model_ref imagenet = {.file = "weights.safetensors"};
 static model_ref ft10 = {.file = "ft10/weights.safetensors"};
 static model_ref head3 = {.file = "ft10/weights.safetensors", .head = 3};
 static uint8_t *pool;        /* [POOL][224*224*3] */
+static float *pool_f32;      /* [POOL][3][224][224]: the pool normalised, as FP32 inputs */
 static int quick;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -52,6 +55,11 @@ static void setup_once(model_ref *m)
         ck_assert(pool);
         for (size_t i = 0; i < (size_t)POOL * RESNET18_INPUT_BYTES; i++)
             pool[i] = (uint8_t)rng_u32();
+        pool_f32 = malloc((size_t)POOL * RESNET18_INPUT_BYTES * sizeof(float));
+        ck_assert_ptr_nonnull(pool_f32);
+        for (int i = 0; i < POOL; i++)
+            preprocess_normalize_chw(pool + (size_t)i * RESNET18_INPUT_BYTES,
+                                     pool_f32 + (size_t)i * RESNET18_INPUT_BYTES);
     }
     if (m->logits)
         return;
@@ -90,13 +98,23 @@ static int overlap5(const float *a, const float *b, int classes)
 }
 
 /* Fills slot s with n images drawn at random from the pool; which[] records
- * the draw. Poisons the slot's logits (all bits set: NaN). */
+ * the draw. Every third image (1, 4, ...) goes in as the normalised FP32
+ * tensor (engine.input_f32), with random bytes where its pixels would be,
+ * so its logits are right only if the FP32 input replaced them. Poisons
+ * the slot's logits (all bits set: NaN). */
 static void fill_slot(engine *e, int s, int n, int *which)
 {
     for (int i = 0; i < n; i++) {
         which[i] = (int)(rng_u32() % POOL);
-        memcpy(e->input[s] + (size_t)i * RESNET18_INPUT_BYTES, pool + (size_t)which[i] * RESNET18_INPUT_BYTES,
-               RESNET18_INPUT_BYTES);
+        uint8_t *dst = e->input[s] + (size_t)i * RESNET18_INPUT_BYTES;
+        if (i % 3 == 1) {
+            for (size_t j = 0; j < RESNET18_INPUT_BYTES; j++)
+                dst[j] = (uint8_t)rng_u32();
+            e->input_f32[s][i] = pool_f32 + (size_t)which[i] * RESNET18_INPUT_BYTES;
+        } else {
+            memcpy(dst, pool + (size_t)which[i] * RESNET18_INPUT_BYTES, RESNET18_INPUT_BYTES);
+            e->input_f32[s][i] = NULL;
+        }
     }
     memset(e->logits[s], 0xff, (size_t)e->max_batch * (size_t)e->classes * sizeof(float));
 }
@@ -271,5 +289,6 @@ int main(void)
     model_free(&ft10);
     model_free(&head3);
     free(pool);
+    free(pool_f32);
     return rc;
 }
