@@ -290,6 +290,21 @@ int main(int argc, char **argv)
         pinned_bytes += eng[i]->ops->pinned_memory ? eng[i]->ops->pinned_memory(eng[i]->ctx) : 0;
     }
     weights_free(&w);   /* the engines hold their own copies */
+    /* decode = auto: the server leaves a JPEG compressed for whichever
+     * engine takes it, so either every engine has a device decoder or none
+     * does. */
+    int with_decoder = 0;
+    for (int i = 0; i < ndev; i++)
+        with_decoder += djs[i] != NULL;
+    if (with_decoder > 0 && with_decoder < ndev) {
+        log_info("decode = auto: only %d of %d GPUs have a device JPEG decoder; decoding JPEGs on the CPU",
+                 with_decoder, ndev);
+        for (int i = 0; i < ndev; i++) {
+            gpu_bytes -= djs[i] ? devjpeg_device_memory(djs[i]) : 0;
+            devjpeg_destroy(djs[i]);
+            djs[i] = NULL;
+        }
+    }
     engine *e = eng[0];
     devjpeg *dj = djs[0];
     batcher_policy policy;
@@ -383,6 +398,7 @@ int main(int argc, char **argv)
     notify_send("STOPPING=1");
     metrics_set_ready(0);
     server_begin_drain(srv);
+    reloader_drain(rl);
     queue_set_flush(q, 1);
     if (wait_for_zero(srv, server_active, rc.drain_timeout_ms) != 0) {
         /* Not yet decoded: 503 (decodes under way finish and are queued). */

@@ -123,6 +123,7 @@ struct reloader {
     waiter waiting[RELOAD_MAX_WAITING];
     int nwaiting;
     int asked;                  /* a reload is due (SIGHUP asks with no waiter) */
+    int draining;               /* the server drains: no new reload starts */
     int stopping;
 };
 
@@ -235,7 +236,7 @@ static void *reloader_main(void *arg)
     waiter batch[RELOAD_MAX_WAITING];
     pthread_mutex_lock(&rl->mu);
     for (;;) {
-        while (!rl->asked && !rl->stopping)
+        while ((!rl->asked || rl->draining) && !rl->stopping)
             pthread_cond_wait(&rl->cv, &rl->mu);
         if (rl->stopping)
             break;
@@ -248,9 +249,13 @@ static void *reloader_main(void *arg)
 
         char msg[1536];
         log_info("reload: loading");
-        notify_send("RELOADING=1");   /* systemctl reload waits for READY=1 */
+        notify_send("RELOADING=1");   /* systemd shows the unit reloading until READY=1 */
         int rc = reload_once(rl, msg, sizeof msg);
-        notify_send("READY=1");
+        pthread_mutex_lock(&rl->mu);
+        int draining = rl->draining;
+        pthread_mutex_unlock(&rl->mu);
+        if (!draining)   /* after STOPPING=1, READY=1 would tell systemd the opposite */
+            notify_send("READY=1");
         metrics_add_model_load(rc == 0);
         if (rc == 0)
             log_info("reload: now serving %s", msg);
@@ -285,6 +290,8 @@ reloader *reloader_start(int argc, char **argv, const config *given, infer *cons
     int rc = pthread_create(&rl->thread, NULL, reloader_main, rl);
     if (rc != 0) {
         snprintf(err, errlen, "reloader: cannot start thread: %s", strerror(rc));
+        pthread_cond_destroy(&rl->cv);
+        pthread_mutex_destroy(&rl->mu);
         free(rl);
         return NULL;
     }
@@ -295,7 +302,7 @@ int reloader_request(reloader *rl, reload_done_fn done, void *cls)
 {
     pthread_mutex_lock(&rl->mu);
     int rc = -1;
-    if (!rl->stopping && (!done || rl->nwaiting < RELOAD_MAX_WAITING)) {
+    if (!rl->stopping && !rl->draining && (!done || rl->nwaiting < RELOAD_MAX_WAITING)) {
         if (done)
             rl->waiting[rl->nwaiting++] = (waiter){ done, cls };
         rl->asked = 1;
@@ -304,6 +311,19 @@ int reloader_request(reloader *rl, reload_done_fn done, void *cls)
     }
     pthread_mutex_unlock(&rl->mu);
     return rc;
+}
+
+void reloader_drain(reloader *rl)
+{
+    waiter refused[RELOAD_MAX_WAITING];
+    pthread_mutex_lock(&rl->mu);
+    rl->draining = 1;
+    int n = rl->nwaiting;
+    memcpy(refused, rl->waiting, (size_t)n * sizeof *refused);
+    rl->nwaiting = 0;
+    pthread_mutex_unlock(&rl->mu);
+    for (int i = 0; i < n; i++)
+        refused[i].done(refused[i].cls, RELOAD_REFUSED, "the server is shutting down");
 }
 
 void reloader_stop(reloader *rl)
@@ -316,7 +336,7 @@ void reloader_stop(reloader *rl)
     pthread_mutex_unlock(&rl->mu);
     pthread_join(rl->thread, NULL);
     for (int i = 0; i < rl->nwaiting; i++)
-        rl->waiting[i].done(rl->waiting[i].cls, -1, "the server is shutting down");
+        rl->waiting[i].done(rl->waiting[i].cls, RELOAD_REFUSED, "the server is shutting down");
     rl->nwaiting = 0;
 }
 

@@ -52,7 +52,10 @@ int reload_parse_request(const uint8_t *body, size_t len, char *why, size_t whyl
 struct infer;
 
 /* done(cls, 0, message) after a successful reload, done(cls, -1, why)
- * after a failed one; called on the reloader thread (or in reloader_stop). */
+ * after a failed one, done(cls, RELOAD_REFUSED, why) when it was not tried
+ * (the server drains); called on the reloader thread, or in
+ * reloader_drain / reloader_stop. */
+#define RELOAD_REFUSED (-2)
 typedef void (*reload_done_fn)(void *cls, int rc, const char *message);
 
 typedef struct reloader reloader;
@@ -69,8 +72,12 @@ reloader *reloader_start(int argc, char **argv, const config *given, struct infe
  * stopping. Never blocks on the reload itself. */
 int reloader_request(reloader *rl, reload_done_fn done, void *cls);
 
+/* The server drains: new requests are refused, those waiting are answered
+ * RELOAD_REFUSED now (so the drain does not wait for another reload), and
+ * a reload under way finishes and answers its own. */
+void reloader_drain(reloader *rl);
 /* Lets a reload under way finish, answers requests not yet started with
- * "shutting down" and joins the thread. */
+ * RELOAD_REFUSED and joins the thread. */
 void reloader_stop(reloader *rl);
 void reloader_destroy(reloader *rl);
 

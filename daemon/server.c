@@ -449,10 +449,13 @@ static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c
         return rc;
     char msg[384];
     const char *code = "bad_request";
+    /* Read once: a reload may change it, and the classification count
+     * parsed against it must bound the answer's top-k. */
+    r->classes = classes(s);
     v2_limits lim = {
         .max_images = REQUEST_MAX_IMAGES < queue_capacity(s->q) ? REQUEST_MAX_IMAGES : queue_capacity(s->q),
         .max_pixels = (uint64_t)s->max_pixels,
-        .classes = classes(s),
+        .classes = r->classes,
     };
     if (!(r->v2 = calloc(1, sizeof *r->v2)))
         return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 0);
@@ -467,7 +470,6 @@ static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c
                 snprintf(msg, sizeof msg, "input 'jpeg': element %d is empty", i);
                 return send_error(s, r, c, 400, "empty_body", msg, 0, NULL, 0);
             }
-    r->classes = classes(s);
     r->logits = malloc((size_t)n * (size_t)r->classes * sizeof *r->logits);
     if (!r->logits)
         return send_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 0);
@@ -740,8 +742,10 @@ static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connect
     }
     size_t len = 0;
     if (r->v2) {
-        char *body = v2_response_infer(r->v2, r->logits, r->classes, &r->models[0]->lab, &len,
-                                       &r->answer_header_len);
+        const labels *labs[REQUEST_MAX_IMAGES];
+        for (int i = 0; i < r->nimages; i++)
+            labs[i] = &r->models[i]->lab;   /* each image's: a reload may fall between its batches */
+        char *body = v2_response_infer(r->v2, r->logits, r->classes, labs, &len, &r->answer_header_len);
         return send_body(s, r, c, 200, body, len, r->answer_header_len ? "application/octet-stream"
                                                                         : "application/json", 0, NULL, 0);
     }
@@ -869,16 +873,19 @@ static enum MHD_Result load_check(server *s, request *r, struct MHD_Connection *
     request_drop_body(r);
     if (atomic_load(&s->draining))
         return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 0);
+    if (!atomic_load(&s->warm))   /* the engines are still being warmed up */
+        return send_error(s, r, c, 503, "not_ready", "the server is starting; load once it is ready", 1, NULL, 0);
     r->state = REQ_SUBMITTING;
     return MHD_YES;
 }
 
-/* On the reloader thread, with the connection suspended. */
+/* On the reloader thread, with the connection suspended: a failed load
+ * is the request's 400, a refused one (stopping, too many waiting) 503. */
 static void load_done(void *cls, int rc, const char *message)
 {
     request *r = cls;
     if (rc != 0) {
-        r->fail_status = 400;
+        r->fail_status = rc == RELOAD_REFUSED ? 503 : 400;
         snprintf(r->fail_msg, sizeof r->fail_msg, "%s", message);
     }
     MHD_resume_connection(r->conn);
@@ -890,7 +897,7 @@ static enum MHD_Result load_suspend(server *s, request *r, struct MHD_Connection
     atomic_fetch_add(&s->suspended, 1);
     MHD_suspend_connection(c);
     if (reloader_request(s->reload, load_done, r) != 0)
-        load_done(r, -1, "a reload is refused now: the server is stopping, or 64 load requests are waiting");
+        load_done(r, RELOAD_REFUSED, "a reload is refused now: the server is stopping, or 64 load requests are waiting");
     return MHD_YES;
 }
 
@@ -899,7 +906,8 @@ static enum MHD_Result load_answer(server *s, request *r, struct MHD_Connection 
     atomic_fetch_sub(&s->suspended, 1);
     r->state = REQ_ANSWERED;
     if (r->fail_status)
-        return send_error(s, r, c, r->fail_status, "load_failed", r->fail_msg, 0, NULL, 0);
+        return send_error(s, r, c, r->fail_status, r->fail_status == 503 ? "shutting_down" : "load_failed",
+                          r->fail_msg, r->fail_status == 503 ? retry_after(s) : 0, NULL, 0);
     char *empty = calloc(1, 1);
     return send_body(s, r, c, 200, empty, 0, "application/json", 0, NULL, 0);
 }
@@ -1130,7 +1138,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     /* Gone between the submit and the suspend: its slots were reserved
      * but never handed on. Gone after a resume, before the answer: it no
      * longer waits in the pipeline. */
-    if (r->state == REQ_SUBMITTING && r->route == ROUTE_CLASSIFY)
+    if (r->state == REQ_SUBMITTING && r->route != ROUTE_LOAD)   /* /classify and v2 infer reserve slots */
         queue_release(s->q, r->slots, r->nimages);
     else if (r->state == REQ_QUEUED)
         atomic_fetch_sub(&s->suspended, 1);

@@ -634,7 +634,7 @@ static void output_values(const v2_output *o, const float *logits, int classes, 
 /* One output: its JSON description (data inline, or its size) and, when
  * binary, its bytes appended to bin. */
 static json_t *output_json(const v2_infer *v, const v2_output *o, const float *logits, int classes,
-                           const labels *lab, float *vals, topk_entry *top, bytes *bin)
+                           const labels *const *labs, float *vals, topk_entry *top, bytes *bin)
 {
     int n = v->n, k = o->classification;
     json_t *j = json_pack("{s:s, s:s, s:[i,i]}", "name", output_names[o->kind], "datatype", k ? "BYTES" : "FP32",
@@ -656,8 +656,9 @@ static json_t *output_json(const v2_infer *v, const v2_output *o, const float *l
         }
         /* Ranked by the output's own values, as Triton does; the softmax is
          * monotonic, so both outputs rank the classes alike. */
-        topk_softmax(vals, classes, k, top);
-        for (int r = 0; r < k; r++) {
+        int ranked = topk_softmax(vals, classes, k, top);
+        const labels *lab = labs ? labs[i] : NULL;
+        for (int r = 0; r < ranked; r++) {
             char s[512];
             int idx = top[r].index;
             int sl = snprintf(s, sizeof s, "%f:%d:%s", (double)vals[idx], idx,
@@ -689,8 +690,8 @@ oom:
     return NULL;
 }
 
-char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *lab, size_t *len,
-                        size_t *json_len)
+char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *const *labs,
+                        size_t *len, size_t *json_len)
 {
     bytes bin = { 0 };
     char *out = NULL;
@@ -703,7 +704,7 @@ char *v2_response_infer(const v2_infer *v, const float *logits, int classes, con
     if (v->id && json_object_set_new(root, "id", json_string(v->id)) != 0)
         goto done;
     for (int i = 0; i < v->noutputs; i++) {
-        json_t *o = output_json(v, &v->outputs[i], logits, classes, lab, vals, top, &bin);
+        json_t *o = output_json(v, &v->outputs[i], logits, classes, labs, vals, top, &bin);
         if (!o || json_array_append_new(outs, o) != 0)
             goto done;
     }

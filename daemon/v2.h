@@ -100,11 +100,11 @@ char *v2_response_server(const char *version, size_t *len);
  * output shapes. */
 char *v2_response_model(int classes, const char *platform, size_t *len);
 
-/* The inference response for v's n images, logits[n][classes]: the JSON
- * document, then each binary output's bytes in output order. *json_len is
- * the JSON's length when any output is binary (the
- * Inference-Header-Content-Length to send), else 0. */
-char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *lab, size_t *len,
-                        size_t *json_len);
+/* The inference response for v's n images, logits[n][classes], labs[i]
+ * image i's labels (NULL: none): the JSON document, then each binary
+ * output's bytes in output order. *json_len is the JSON's length when any
+ * output is binary (the Inference-Header-Content-Length to send), else 0. */
+char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *const *labs,
+                        size_t *len, size_t *json_len);
 
 #endif

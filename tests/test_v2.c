@@ -225,8 +225,9 @@ START_TEST(responses_carry_outputs_as_asked)
     const float logits[8] = { 1, 3, 2, 0, -1, -1, 5, -1 };
     const char *names[4] = { "a", "b", "c", "d" };
     labels lab = { .names = (char **)names, .count = 4 };
+    const labels *labs[2] = { &lab, &lab };
     size_t len, jl;
-    char *body = v2_response_infer(&v, logits, 4, &lab, &len, &jl);
+    char *body = v2_response_infer(&v, logits, 4, labs, &len, &jl);
     ck_assert_ptr_nonnull(body);
     ck_assert_uint_eq(len, jl + 2 * 4 * sizeof(float));
     json_error_t je;
