@@ -226,10 +226,49 @@ def check_reload_to_a_fine_tune(opts):
     return "%d requests from 16 clients, all 200; answers moved to the 10-class fine-tune's labels" % len(answers)
 
 
+def check_drain_answers_waiting_loads(opts):
+    # Two load requests, the second waiting behind the first's reload, then
+    # SIGTERM: the waiting one is answered 503 at once (the drain does not
+    # run another reload for it), the running one finishes (200), exit 0.
+    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
+    cfg = os.path.join(tmp, "resnetd.conf")
+    write_config(cfg, os.path.join(opts.ref, "weights.safetensors"), opts.labels)
+    d = Daemon(opts, "--max-batch-size", "32", config=cfg)   # a slow warm-up: the reload takes a while
+    out = {}
+
+    def load(name):
+        st, _, data = d.request("POST", LOAD, b"", {"Content-Type": "application/json"})
+        out[name] = (st, data)
+    try:
+        first = threading.Thread(target=load, args=("first",))
+        first.start()
+        deadline = time.time() + 30
+        while "reload: loading" not in d.text() and time.time() < deadline:
+            time.sleep(0.01)
+        second = threading.Thread(target=load, args=("second",))
+        second.start()
+        time.sleep(0.2)
+        t0 = time.time()
+        d.proc.send_signal(signal.SIGTERM)
+        second.join(60)
+        first.join(60)
+        rc = d.proc.wait(60)
+        took = time.time() - t0
+    finally:
+        log = d.text()
+        d.stop()
+    assert rc == 0, (rc, log[-1500:])
+    assert out["second"][0] == 503 and "shutting down" in json.loads(out["second"][1])["error"], out
+    assert out["first"][0] in (200, 503), out
+    assert log.count("reload: loading") == 1, log[-1500:]   # no second reload for the refused one
+    return "running load %d, waiting load 503 at the drain; one reload; exit 0 in %.1f s" % (out["first"][0], took)
+
+
 CHECKS = [
     ("reload_under_load", check_reload_under_load, False),
     ("failed_reload_keeps_serving", check_failed_reload_keeps_serving, False),
     ("reload_to_a_fine_tune", check_reload_to_a_fine_tune, False),
+    ("drain_answers_waiting_loads", check_drain_answers_waiting_loads, False),
 ]
 
 
