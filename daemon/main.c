@@ -131,16 +131,6 @@ static int create_devjpeg(const config *rc, engine *e, devjpeg **out)
     return 0;
 }
 
-static int warm_up(engine *e, char *err, size_t errlen)
-{
-    /* A full batch of mid-grey images: touches every buffer the engine
-     * will use, so the first client does not pay for it. */
-    memset(e->input[0], 128, (size_t)e->max_batch * RESNET18_INPUT_BYTES);
-    if (engine_submit(e, 0, e->max_batch, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
-        return -1;
-    return 0;
-}
-
 static int sig_pipe[2] = { -1, -1 };
 static volatile sig_atomic_t signals_seen;
 
@@ -373,7 +363,7 @@ int main(int argc, char **argv)
 
     uint64_t t0 = clock_now_us();
     for (int i = 0; i < ndev; i++) {
-        if (warm_up(eng[i], err, sizeof err) != 0) {
+        if (engine_warm_up(eng[i], err, sizeof err) != 0) {
             log_error("warm-up batch failed on %s: %s", engines, err);
             return 1;
         }

@@ -148,14 +148,6 @@ static void warn_unapplied(const config *given, const config *fresh)
         log_warn("reload: changed option(s) %s need a restart; not applied", names);
 }
 
-static int warm_up(engine *e, char *err, size_t errlen)
-{
-    memset(e->input[0], 128, (size_t)e->max_batch * RESNET18_INPUT_BYTES);
-    if (engine_submit(e, 0, e->max_batch, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
-        return -1;
-    return 0;
-}
-
 /* One reload; 0, or -1 with why in err. */
 static int reload_once(reloader *rl, char *msg, size_t msglen)
 {
@@ -196,7 +188,7 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
             snprintf(msg, msglen, "engine on %s: %s", label, err);
             goto fail;
         }
-        if (warm_up(e[built], err, sizeof err) != 0) {
+        if (engine_warm_up(e[built], err, sizeof err) != 0) {
             snprintf(msg, msglen, "warm-up batch on %s: %s", label, err);
             built++;
             goto fail;

@@ -181,6 +181,12 @@ static enum MHD_Result send_error(server *s, request *r, struct MHD_Connection *
     return send_body(s, r, c, status, body, len, "application/json", retry_after, allow, close_conn);
 }
 
+/* Images one request may carry: 64, or fewer when the queue holds fewer. */
+static int max_images(server *s)
+{
+    return REQUEST_MAX_IMAGES < queue_capacity(s->q) ? REQUEST_MAX_IMAGES : queue_capacity(s->q);
+}
+
 /* The served model's class count now (a reload may change it): what a
  * request is sized for when it arrives. */
 static int classes(server *s)
@@ -423,9 +429,8 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
             return send_error(s, r, c, 400, "missing_image", "multipart request has no 'image' field",
                               0, NULL, 0);
     }
-    if (n > REQUEST_MAX_IMAGES || n > queue_capacity(s->q)) {
-        snprintf(msg, sizeof msg, "%d images in one request; the limit is %d", n,
-                 REQUEST_MAX_IMAGES < queue_capacity(s->q) ? REQUEST_MAX_IMAGES : queue_capacity(s->q));
+    if (n > max_images(s)) {
+        snprintf(msg, sizeof msg, "%d images in one request; the limit is %d", n, max_images(s));
         return send_error(s, r, c, 413, "too_many_images", msg, 0, NULL, 0);
     }
     for (int i = 0; i < n; i++)
@@ -453,7 +458,7 @@ static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c
      * parsed against it must bound the answer's top-k. */
     r->classes = classes(s);
     v2_limits lim = {
-        .max_images = REQUEST_MAX_IMAGES < queue_capacity(s->q) ? REQUEST_MAX_IMAGES : queue_capacity(s->q),
+        .max_images = max_images(s),
         .max_pixels = (uint64_t)s->max_pixels,
         .classes = r->classes,
     };

@@ -108,6 +108,11 @@ struct resize_job {
 // in planes 1 and 2; gpu/chroma_rebuild.h), which resize_crop_launch then
 // upsamples as libjpeg does. Images below 3x3 are left as RGB.
 void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int vs);
+// The plane half of a job: format, Y (or RGB) planes w x h at y (rows w
+// apart, planes w*h apart), chroma cw x ch at u and v (rows cpitch apart,
+// samples cstep apart); no rebuild.
+void resize_job_planes(resize_job *j, int fmt, const uint8_t *y, int w, int h, const uint8_t *u, const uint8_t *v,
+                       int cw, int ch, int cpitch, int cstep);
 // Rebuilds the planes of every job with `rebuild` set; the others are left.
 cudaError_t chroma_rebuild_launch(const resize_job *d_jobs, int njobs, cudaStream_t st);
 // PIL-exact bilinear antialiased resize + crop of njobs images; d_jobs in

@@ -201,12 +201,11 @@ static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int
         }
         return (3 * luma + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     }
-    int cw = w, ch = h;
-    j->fmt = RESIZE_SRC_YUV444;
+    int cw = w, ch = h, fmt = RESIZE_SRC_YUV444;
     if (css == NVJPEG_CSS_GRAY) {
-        j->fmt = RESIZE_SRC_GRAY;
+        fmt = RESIZE_SRC_GRAY;
     } else if (css == NVJPEG_CSS_422 || css == NVJPEG_CSS_420) {
-        j->fmt = css == NVJPEG_CSS_422 ? RESIZE_SRC_YUV422 : RESIZE_SRC_YUV420;
+        fmt = css == NVJPEG_CSS_422 ? RESIZE_SRC_YUV422 : RESIZE_SRC_YUV420;
         cw = (w + 1) / 2;
         ch = css == NVJPEG_CSS_420 ? (h + 1) / 2 : h;
     }
@@ -217,18 +216,7 @@ static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int
     out->pitch[1] = (size_t)cw;
     out->channel[2] = base + luma + chroma;
     out->pitch[2] = (size_t)cw;
-    j->src = base;
-    j->u = out->channel[1];
-    j->v = out->channel[2];
-    j->plane = (long)luma;
-    j->w = w;
-    j->h = h;
-    j->pitch = w;
-    j->cw = cw;
-    j->ch = ch;
-    j->cpitch = cw;
-    j->cstep = 1;
-    j->rebuild = NULL;
+    resize_job_planes(j, fmt, base, w, h, out->channel[1], out->channel[2], cw, ch, cw, 1);
     return ((luma + 2 * chroma) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 

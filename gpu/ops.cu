@@ -11,41 +11,33 @@
 __constant__ float kMean[3] = {0.485f, 0.456f, 0.406f};
 __constant__ float kStd[3] = {0.229f, 0.224f, 0.225f};
 
-template <typename T>
-__global__ void __launch_bounds__(256)
-    normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix);
-
-template <>
-__global__ void __launch_bounds__(256)
-    normalize_kernel<float>(const uint8_t *__restrict__ in, float *__restrict__ out, long npix)
+// Pixel p of an NHWC4 image: three channels and a zero, as four floats or
+// four halves (one 16- or 8-byte store).
+__device__ static inline void store_pixel4(float *out, long p, float c0, float c1, float c2)
 {
-    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= npix)
-        return;
-    const uint8_t *q = in + p * 3;
-    float4 v;
-    v.x = ((float)q[0] / 255.0f - kMean[0]) / kStd[0];
-    v.y = ((float)q[1] / 255.0f - kMean[1]) / kStd[1];
-    v.z = ((float)q[2] / 255.0f - kMean[2]) / kStd[2];
-    v.w = 0.f;
-    reinterpret_cast<float4 *>(out)[p] = v;
+    reinterpret_cast<float4 *>(out)[p] = make_float4(c0, c1, c2, 0.f);
 }
 
-template <>
-__global__ void __launch_bounds__(256)
-    normalize_kernel<__half>(const uint8_t *__restrict__ in, __half *__restrict__ out, long npix)
+__device__ static inline void store_pixel4(__half *out, long p, float c0, float c1, float c2)
 {
-    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= npix)
-        return;
-    const uint8_t *q = in + p * 3;
-    __half2 lo = __floats2half2_rn(((float)q[0] / 255.0f - kMean[0]) / kStd[0],
-                                   ((float)q[1] / 255.0f - kMean[1]) / kStd[1]);
-    __half2 hi = __floats2half2_rn(((float)q[2] / 255.0f - kMean[2]) / kStd[2], 0.f);
+    __half2 lo = __floats2half2_rn(c0, c1);
+    __half2 hi = __floats2half2_rn(c2, 0.f);
     uint2 v;
     v.x = *reinterpret_cast<uint32_t *>(&lo);
     v.y = *reinterpret_cast<uint32_t *>(&hi);
     reinterpret_cast<uint2 *>(out)[p] = v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix)
+{
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npix)
+        return;
+    const uint8_t *q = in + p * 3;
+    store_pixel4(out, p, ((float)q[0] / 255.0f - kMean[0]) / kStd[0], ((float)q[1] / 255.0f - kMean[1]) / kStd[1],
+                 ((float)q[2] / 255.0f - kMean[2]) / kStd[2]);
 }
 
 cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st)
@@ -62,12 +54,7 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
 template <typename T>
 __global__ void __launch_bounds__(256)
     place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, T *__restrict__ out, int n,
-                     int hw);
-
-template <>
-__global__ void __launch_bounds__(256)
-    place_f32_kernel<float>(const float *__restrict__ in, const int *__restrict__ which, float *__restrict__ out,
-                            int n, int hw)
+                     int hw)
 {
     long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= (long)n * hw)
@@ -76,27 +63,7 @@ __global__ void __launch_bounds__(256)
     if (src < 0)
         return;
     const float *q = in + (long)src * 3 * hw + p % hw;
-    reinterpret_cast<float4 *>(out)[p] = make_float4(q[0], q[hw], q[2 * (long)hw], 0.f);
-}
-
-template <>
-__global__ void __launch_bounds__(256)
-    place_f32_kernel<__half>(const float *__restrict__ in, const int *__restrict__ which, __half *__restrict__ out,
-                             int n, int hw)
-{
-    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= (long)n * hw)
-        return;
-    int src = which[p / hw];
-    if (src < 0)
-        return;
-    const float *q = in + (long)src * 3 * hw + p % hw;
-    __half2 lo = __floats2half2_rn(q[0], q[hw]);
-    __half2 hi = __floats2half2_rn(q[2 * (long)hw], 0.f);
-    uint2 v;
-    v.x = *reinterpret_cast<uint32_t *>(&lo);
-    v.y = *reinterpret_cast<uint32_t *>(&hi);
-    reinterpret_cast<uint2 *>(out)[p] = v;
+    store_pixel4(out, p, q[0], q[hw], q[2 * (long)hw]);
 }
 
 cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw, cudaStream_t st)

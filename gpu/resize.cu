@@ -198,26 +198,33 @@ __global__ void chroma_rebuild_kernel(const resize_job *jobs)
     }
 }
 
-void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int vs)
+void resize_job_planes(resize_job *j, int fmt, const uint8_t *y, int w, int h, const uint8_t *u, const uint8_t *v,
+                       int cw, int ch, int cpitch, int cstep)
 {
-    long plane = (long)w * h;
-    j->src = base;
-    j->u = base + plane;
-    j->v = base + 2 * plane;
-    j->plane = plane;
+    j->fmt = fmt;
+    j->src = y;
+    j->u = u;
+    j->v = v;
+    j->plane = (long)w * h;
     j->w = w;
     j->h = h;
     j->pitch = w;
-    j->cstep = 1;
+    j->cw = cw;
+    j->ch = ch;
+    j->cpitch = cpitch;
+    j->cstep = cstep;
     j->rebuild = NULL;
-    j->fmt = RESIZE_SRC_RGB;
-    if (w < 3 || h < 3 || (vs != 1 && vs != 2))
+}
+
+void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int vs)
+{
+    long plane = (long)w * h;
+    if (w < 3 || h < 3 || (vs != 1 && vs != 2)) {
+        resize_job_planes(j, RESIZE_SRC_RGB, base, w, h, base + plane, base + 2 * plane, w, h, w, 1);
         return;
-    j->fmt = vs == 2 ? RESIZE_SRC_YUV420 : RESIZE_SRC_YUV422;
-    j->cw = (w + 1) / 2;
-    j->ch = (h + vs - 1) / vs;
-    j->cpitch = w * vs;
-    j->cstep = 2;
+    }
+    resize_job_planes(j, vs == 2 ? RESIZE_SRC_YUV420 : RESIZE_SRC_YUV422, base, w, h, base + plane,
+                      base + 2 * plane, (w + 1) / 2, (h + vs - 1) / vs, w * vs, 2);
     j->rebuild = base;
 }
 

@@ -74,6 +74,14 @@ void engine_destroy(engine *e)
         e->ops->destroy(e->ctx);
 }
 
+int engine_warm_up(engine *e, char *err, size_t errlen)
+{
+    memset(e->input[0], 128, (size_t)e->max_batch * RESNET18_INPUT_BYTES);
+    if (engine_submit(e, 0, e->max_batch, err, errlen) != 0 || engine_wait(e, 0, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
 int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *err, size_t errlen)
 {
     if (n < 1 || n > e->max_batch) {

@@ -77,6 +77,11 @@ int engine_submit(engine *e, int slot, int n, char *err, size_t errlen);
 int engine_wait(engine *e, int slot, char *err, size_t errlen);
 void engine_destroy(engine *e);
 
+/* One full batch of mid-grey images on slot 0: touches every buffer the
+ * engine will use, so the first request (after start-up or a reload) does
+ * not pay for it. */
+int engine_warm_up(engine *e, char *err, size_t errlen);
+
 /* Convenience for tools and tests: copies n images into slot 0, runs them,
  * and copies the logits out (n * e->classes floats). */
 int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *err, size_t errlen);

@@ -27,6 +27,15 @@ def write_config(path, weights, labels, extra=""):
     os.rename(path + ".tmp", path)   # a reload never reads half a file
 
 
+def reference_daemon(opts, *args):
+    """A daemon whose configuration file (in a fresh temp dir) names the
+    reference weights and labels: (daemon, config path, temp dir)."""
+    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
+    cfg = os.path.join(tmp, "resnetd.conf")
+    write_config(cfg, os.path.join(opts.ref, "weights.safetensors"), opts.labels)
+    return Daemon(opts, *args, config=cfg), cfg, tmp
+
+
 def answer_key(res):
     """What identifies a model's answer: version, marker and predictions."""
     preds = res["results"][0]["predictions"]
@@ -81,11 +90,8 @@ def check_reload_under_load(opts):
     # to the reference weights: every request answered 200, each client's
     # answers move from version 1 to 2 to 3 and never back, and each
     # version's answers are its weights' (v1 == v3 == the reference's).
-    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
-    cfg = os.path.join(tmp, "resnetd.conf")
     ref_weights = os.path.join(opts.ref, "weights.safetensors")
-    write_config(cfg, ref_weights, opts.labels)
-    d = Daemon(opts, "--max-batch-size", "8", "--max-queue-delay-us", "2000", config=cfg)
+    d, cfg, _ = reference_daemon(opts, "--max-batch-size", "8", "--max-queue-delay-us", "2000")
     body = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
     load = None
     try:
@@ -140,11 +146,7 @@ def check_failed_reload_keeps_serving(opts):
     # the load endpoint answers 400 naming the problem, SIGHUP logs it, and
     # the running model keeps answering as before. A changed option that a
     # reload cannot apply is named in the log.
-    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
-    cfg = os.path.join(tmp, "resnetd.conf")
-    ref_weights = os.path.join(opts.ref, "weights.safetensors")
-    write_config(cfg, ref_weights, opts.labels)
-    d = Daemon(opts, config=cfg)
+    d, cfg, tmp = reference_daemon(opts)
     body = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
     try:
         status, _, data = d.request("POST", "/classify", body, JPG)
@@ -187,10 +189,7 @@ def check_reload_to_a_fine_tune(opts):
     # From the 1000-class reference to reference.py's 10-class fine-tune and
     # its labels, under 16 clients: all 200, and the answers switch to the
     # fine-tune's classes (the top_k bound with them).
-    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
-    cfg = os.path.join(tmp, "resnetd.conf")
-    write_config(cfg, os.path.join(opts.ref, "weights.safetensors"), opts.labels)
-    d = Daemon(opts, "--max-batch-size", "8", config=cfg)
+    d, cfg, _ = reference_daemon(opts, "--max-batch-size", "8")
     body = read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg"))
     ft = os.path.join(opts.ref, "ft10")
     with open(os.path.join(ft, "labels.txt"), encoding="utf-8") as f:
@@ -230,10 +229,7 @@ def check_drain_answers_waiting_loads(opts):
     # Two load requests, the second waiting behind the first's reload, then
     # SIGTERM: the waiting one is answered 503 at once (the drain does not
     # run another reload for it), the running one finishes (200), exit 0.
-    tmp = tempfile.mkdtemp(prefix="resnetd-reload-")
-    cfg = os.path.join(tmp, "resnetd.conf")
-    write_config(cfg, os.path.join(opts.ref, "weights.safetensors"), opts.labels)
-    d = Daemon(opts, "--max-batch-size", "32", config=cfg)   # a slow warm-up: the reload takes a while
+    d, _, _ = reference_daemon(opts, "--max-batch-size", "32")   # a slow warm-up: the reload takes a while
     out = {}
 
     def load(name):
