@@ -56,12 +56,12 @@ if [ "$what" != tests ]; then
         say "$(grep '^gpus' "$OUT/gpus.txt")"
     fi
     t0=$(date +%s)
-    sh ../tools/e2e-bench.sh --device cuda --corpus corpus --client-threads 4 --no-pin --concurrency "64 256 512" \
+    sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus corpus --client-threads 4 --no-pin --concurrency "64 256 512" \
         --out e2e-out ${E2E_ARGS:-} >"$OUT/e2e.txt" 2>&1
     say "e2e: rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E '^(best e2e|e2e /|GPU decode-only|decode-only:|torchvision)' "$OUT/e2e.txt" | tee -a "$summary"
     if [ "$ngpu" -gt 1 ]; then   # the daemon on every GPU (device = cuda:all), same corpus
-        sh ../tools/e2e-bench.sh --device cuda --corpus corpus --client-threads 8 --no-pin --concurrency "256 512 1024" \
+        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus corpus --client-threads 8 --no-pin --concurrency "256 512 1024" \
             --no-anchor --daemon-arg --device=cuda:all --out e2e-all-out ${E2E_ARGS:-} >"$OUT/e2e-all.txt" 2>&1
         say "e2e, device = cuda:all ($ngpu GPUs): $(grep -E '^best e2e' "$OUT/e2e-all.txt")"
     fi
