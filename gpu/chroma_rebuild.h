@@ -76,8 +76,8 @@ CHROMA_REBUILD_FN int chroma_rebuild_luma(int r, int g, int b, int cb, int cr, i
     }
     int y0 = n ? (sum >= 0 ? (2 * sum + n) / (2 * n) : -((-2 * sum + n) / (2 * n))) : g - og;
     int best = -1, besty = 0;
-    /* y0, then outwards: ties go to the nearer one */
-    for (int k = 0; k < 5; k++) {
+    /* y0, then outwards: ties go to the nearer one; an exact Y ends it */
+    for (int k = 0; k < 5 && best != 0; k++) {
         int y = chroma_rebuild_clamp(y0 + ((k + 1) / 2) * (k & 1 ? -1 : 1));
         int e = chroma_rebuild_dist(r, y + orr) + chroma_rebuild_dist(g, y + og) + chroma_rebuild_dist(b, y + ob);
         if (best < 0 || e < best) {
@@ -90,33 +90,36 @@ CHROMA_REBUILD_FN int chroma_rebuild_luma(int r, int g, int b, int cb, int cr, i
 }
 
 typedef struct {
-    int cost, dist;         /* total error; squared distance from the estimate */
+    int cost;               /* total error, -1 before the first candidate */
     int cb, cr;
 } chroma_rebuild_best;
 
-/* Tries each (Cb, Cr) within reach of the estimate (cb0, cr0) into *best:
- * the smallest error, then the nearest to the estimate. */
-CHROMA_REBUILD_FN void chroma_rebuild_search(const uint8_t rgb[][3], int n, int cb0, int cr0, int reach,
+/* Tries each (Cb, Cr) within 1 of the estimate (cb0, cr0) into *best: the
+ * smallest error, then the nearest to the estimate. Candidates go nearest
+ * first, so a candidate stops as soon as its error reaches the best one's
+ * (it can no longer win) and the search as soon as one reproduces the block
+ * exactly: most blocks take one candidate instead of nine. */
+CHROMA_REBUILD_FN void chroma_rebuild_search(const uint8_t rgb[][3], int n, int cb0, int cr0,
                                              chroma_rebuild_best *best)
 {
-    for (int dcb = -reach; dcb <= reach; dcb++)
-        for (int dcr = -reach; dcr <= reach; dcr++) {
-            int cb = cb0 + dcb, cr = cr0 + dcr;
-            if (cb < 0 || cb > 255 || cr < 0 || cr > 255)
-                continue;
-            int cost = 0, d = (cb - cb0) * (cb - cb0) + (cr - cr0) * (cr - cr0);
-            for (int i = 0; i < n; i++) {
-                int e;
-                chroma_rebuild_luma(rgb[i][0], rgb[i][1], rgb[i][2], cb, cr, &e);
-                cost += e;
-            }
-            if (best->cost < 0 || cost < best->cost || (cost == best->cost && d < best->dist)) {
-                best->cost = cost;
-                best->dist = d;
-                best->cb = cb;
-                best->cr = cr;
-            }
+    static const signed char order[9][2] = {{0, 0}, {-1, 0}, {1, 0}, {0, -1}, {0, 1},
+                                            {-1, -1}, {-1, 1}, {1, -1}, {1, 1}};
+    for (int k = 0; k < 9 && best->cost != 0; k++) {
+        int cb = cb0 + order[k][0], cr = cr0 + order[k][1];
+        if (cb < 0 || cb > 255 || cr < 0 || cr > 255)
+            continue;
+        int cost = 0, i;
+        for (i = 0; i < n && (best->cost < 0 || cost < best->cost); i++) {
+            int e;
+            chroma_rebuild_luma(rgb[i][0], rgb[i][1], rgb[i][2], cb, cr, &e);
+            cost += e;
         }
+        if (i == n && (best->cost < 0 || cost < best->cost)) {
+            best->cost = cost;
+            best->cb = cb;
+            best->cr = cr;
+        }
+    }
 }
 
 /* n pixels (1..4) of one chroma block, rgb[i] = {R, G, B}: their shared
@@ -142,8 +145,8 @@ CHROMA_REBUILD_FN void chroma_rebuild_block(const uint8_t rgb[][3], int n, uint8
     float fcb = (0.71414f * mr - 2.11614f * mb) / det + 128.0f;
     float fcr = (0.34414f * mb - 2.11614f * mr) / det + 128.0f;
     int cb0 = chroma_rebuild_clamp((int)(fcb + 0.5f)), cr0 = chroma_rebuild_clamp((int)(fcr + 0.5f));
-    chroma_rebuild_best best = { -1, 0, cb0, cr0 };
-    chroma_rebuild_search(rgb, n, cb0, cr0, 1, &best);
+    chroma_rebuild_best best = { -1, cb0, cr0 };
+    chroma_rebuild_search(rgb, n, cb0, cr0, &best);
     int bcb = best.cb, bcr = best.cr;
     for (int i = 0; i < n; i++) {
         int e;

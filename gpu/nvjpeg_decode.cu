@@ -17,9 +17,11 @@
 //   hardware backend produces planar YUV at only ~2.6k img/s (its host
 //   side, 99.7% of the time inside nvjpegDecodeBatched).
 //
-// Ordering. All device work runs on one decode stream, in stage order.
-// Each engine slot has its own nvJPEG state, pinned job table and arena
-// (half of gpu_decode_memory with two slots): the batcher stages a slot
+// Ordering. Each engine slot has its own stream, nvJPEG state, pinned job
+// table and arena (half of gpu_decode_memory with two slots), and a slot's
+// device work runs on its stream in stage order. With one stream for both
+// slots the hardware decode of the next batch queued behind this batch's
+// rebuild and resize kernels; on two it overlaps them. The batcher stages a slot
 // only once the engine has finished that slot's previous batch (infer's
 // completion thread frees it after engine_wait), so nothing the slot holds
 // is still in use and no host synchronisation is needed. Stream order
@@ -96,6 +98,7 @@ typedef struct nvj_slot {
     nvjpegImage_t *outs;             // [max_batch] host
     cudaEvent_t start, staged;       // around the slot's last stage (timed)
     int timed;                       // start and staged recorded by the last stage
+    cudaStream_t stream;             // the slot's device work, in stage order
 } nvj_slot;
 
 typedef struct nvj_decoder {
@@ -103,7 +106,6 @@ typedef struct nvj_decoder {
     engine *e;
     int dev, max_batch;
     nvjpegHandle_t handle;
-    cudaStream_t stream;
     size_t arena_bytes, device_bytes;  // arena_bytes: per slot
     int exact;                       // YUV planes + libjpeg's upsampling, else the hardware's RGB
     nvjpegOutputFormat_t format;
@@ -227,12 +229,12 @@ static int decode_chunk(nvj_decoder *d, nvj_slot *sl, const uint8_t *const *jpeg
                         char *err, size_t errlen)
 {
     NVJPEG_TRY(nvjpegDecodeBatchedInitialize(d->handle, sl->state, m, 1, d->format));
-    if (nvjpegDecodeBatched(d->handle, sl->state, jpeg + i0, len + i0, sl->outs + i0, d->stream) ==
+    if (nvjpegDecodeBatched(d->handle, sl->state, jpeg + i0, len + i0, sl->outs + i0, sl->stream) ==
         NVJPEG_STATUS_SUCCESS)
         return 0;
     NVJPEG_TRY(nvjpegDecodeBatchedInitialize(d->handle, sl->state, 1, 1, d->format));
     for (int i = i0; i < i0 + m; i++)
-        if (nvjpegDecodeBatched(d->handle, sl->state, jpeg + i, len + i, sl->outs + i, d->stream) !=
+        if (nvjpegDecodeBatched(d->handle, sl->state, jpeg + i, len + i, sl->outs + i, sl->stream) !=
             NVJPEG_STATUS_SUCCESS) {
             d->failed[i] = 1;
             // A failed batch leaves the state to be reset.
@@ -263,10 +265,10 @@ static int nvj_stage(void *ctx, int s, int nhost, const uint8_t *const *jpeg, co
     if (sl->timed)
         CUDA_TRY(cudaEventSynchronize(sl->staged));
     sl->timed = 0;
-    CUDA_TRY(cudaEventRecord(sl->start, d->stream));
+    CUDA_TRY(cudaEventRecord(sl->start, sl->stream));
     if (nhost > 0)
         CUDA_TRY(cudaMemcpyAsync(d_in, h_in, (size_t)nhost * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice,
-                                 d->stream));
+                                 sl->stream));
     memset(d->failed, 0, (size_t)n);
     for (int i0 = 0; i0 < n;) {
         size_t off = 0;
@@ -291,12 +293,12 @@ static int nvj_stage(void *ctx, int s, int nhost, const uint8_t *const *jpeg, co
         if (decode_chunk(d, sl, jpeg, len, i0, m, err, errlen) != 0)
             goto fail;
         CUDA_TRY(cudaMemcpyAsync(sl->d_jobs + i0, sl->h_jobs + i0, (size_t)m * sizeof(resize_job),
-                                 cudaMemcpyHostToDevice, d->stream));
-        CUDA_TRY(chroma_rebuild_launch(sl->d_jobs + i0, m, d->stream));
-        CUDA_TRY(resize_crop_launch(sl->d_jobs + i0, m, d->stream));
+                                 cudaMemcpyHostToDevice, sl->stream));
+        CUDA_TRY(chroma_rebuild_launch(sl->d_jobs + i0, m, sl->stream));
+        CUDA_TRY(resize_crop_launch(sl->d_jobs + i0, m, sl->stream));
         i0 += m;
         if (i0 < n)
-            CUDA_TRY(cudaEventRecord(sl->chunk, d->stream));
+            CUDA_TRY(cudaEventRecord(sl->chunk, sl->stream));
     }
     // A failed image's crop above was made from whatever the arena held;
     // the CPU's crop, uploaded after it in stream order, replaces it.
@@ -307,9 +309,9 @@ static int nvj_stage(void *ctx, int s, int nhost, const uint8_t *const *jpeg, co
         uint8_t *host = h_in + (size_t)(nhost + i) * RESNET18_INPUT_BYTES;
         if (fallback(cls, i, host) == 0)
             CUDA_TRY(cudaMemcpyAsync(d_in + (size_t)(nhost + i) * RESNET18_INPUT_BYTES, host, RESNET18_INPUT_BYTES,
-                                     cudaMemcpyHostToDevice, d->stream));
+                                     cudaMemcpyHostToDevice, sl->stream));
     }
-    CUDA_TRY(cudaEventRecord(sl->staged, d->stream));
+    CUDA_TRY(cudaEventRecord(sl->staged, sl->stream));
     if (engine_cuda_input_staged(d->e, s, sl->staged) != 0) {
         snprintf(err, errlen, "device JPEG stage: the engine is not a CUDA engine");
         goto fail;
@@ -319,7 +321,7 @@ static int nvj_stage(void *ctx, int s, int nhost, const uint8_t *const *jpeg, co
 fail:
     // The batch is answered (and its bodies freed) when this returns: let
     // the work already queued, which may still read them, finish first.
-    cudaStreamSynchronize(d->stream);
+    cudaStreamSynchronize(sl->stream);
     return -1;
 }
 
@@ -339,7 +341,8 @@ static int nvj_sync(void *ctx, char *err, size_t errlen)
 {
     nvj_decoder *d = (nvj_decoder *)ctx;
     CUDA_TRY(cudaSetDevice(d->dev));
-    CUDA_TRY(cudaStreamSynchronize(d->stream));
+    for (int s = 0; s < d->e->nslots; s++)
+        CUDA_TRY(cudaStreamSynchronize(d->slot[s].stream));
     return 0;
 fail:
     return -1;
@@ -356,10 +359,13 @@ static void nvj_destroy(void *ctx)
     if (!d)
         return;
     cudaSetDevice(d->dev);
-    if (d->stream)
-        cudaStreamSynchronize(d->stream);
+    for (int s = 0; s < ENGINE_MAX_SLOTS; s++)
+        if (d->slot[s].stream)
+            cudaStreamSynchronize(d->slot[s].stream);
     for (int s = 0; s < ENGINE_MAX_SLOTS; s++) {
         nvj_slot *sl = &d->slot[s];
+        if (sl->stream)
+            cudaStreamDestroy(sl->stream);
         if (sl->state)
             nvjpegJpegStateDestroy(sl->state);
         cudaFreeHost(sl->h_jobs);
@@ -378,8 +384,6 @@ static void nvj_destroy(void *ctx)
     free(d->parsers);
     if (d->parsers_init)
         pthread_mutex_destroy(&d->parsers_mu);
-    if (d->stream)
-        cudaStreamDestroy(d->stream);
     if (d->handle)
         nvjpegDestroy(d->handle);
     free(d->failed);
@@ -441,7 +445,6 @@ extern "C" devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers,
     }
     NVJPEG_TRY(nvjpegSetDeviceMemoryPadding(NVJPEG_DEVICE_PADDING, d->handle));
     NVJPEG_TRY(nvjpegSetPinnedMemoryPadding(NVJPEG_PINNED_PADDING, d->handle));
-    CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
     d->failed = (uint8_t *)calloc(nb, 1);
     d->parsers = (nvjpegJpegStream_t *)calloc((size_t)checkers, sizeof *d->parsers);
     if (!d->failed || !d->parsers) {
@@ -453,6 +456,7 @@ extern "C" devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers,
     d->nparsers = checkers;
     for (int s = 0; s < e->nslots; s++) {
         nvj_slot *sl = &d->slot[s];
+        CUDA_TRY(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking));
         NVJPEG_TRY(nvjpegJpegStateCreate(d->handle, &sl->state));
         CUDA_TRY(cudaMalloc((void **)&sl->arena, d->arena_bytes));
         d->device_bytes += d->arena_bytes;
