@@ -209,9 +209,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "make-corpus: %s: %s\n", out, strerror(errno));
         return 1;
     }
-    tjhandle tj = tjInitCompress();
-    if (!tj) {
+    /* One handle per mode: TurboJPEG 2.1 keeps a progressive compression's
+     * scan script in the handle, and the next baseline image it writes is
+     * corrupt ("bad Huffman code"). */
+    tjhandle tjs[2] = {tjInitCompress(), tjInitCompress()};
+    if (!tjs[0] || !tjs[1]) {
         fprintf(stderr, "make-corpus: tjInitCompress: %s\n", tjGetErrorStr());
+        if (tjs[0])
+            tjDestroy(tjs[0]);
+        if (tjs[1])
+            tjDestroy(tjs[1]);
         return 1;
     }
     static const double aspects[] = {4.0 / 3, 3.0 / 2, 16.0 / 9, 1.0, 3.0 / 4, 2.0 / 3};
@@ -237,9 +244,9 @@ int main(int argc, char **argv)
         if (!rgb || render(&r, w, h, rgb) != 0) {
             fprintf(stderr, "make-corpus: out of memory\n");
             rc = 1;
-        } else if (tjCompress2(tj, rgb, w, 0, h, TJPF_RGB, &jpeg, &len, samp, quality,
+        } else if (tjCompress2(tjs[prog], rgb, w, 0, h, TJPF_RGB, &jpeg, &len, samp, quality,
                                TJFLAG_ACCURATEDCT | (prog ? TJFLAG_PROGRESSIVE : 0)) != 0) {
-            fprintf(stderr, "make-corpus: tjCompress2: %s\n", tjGetErrorStr2(tj));
+            fprintf(stderr, "make-corpus: tjCompress2: %s\n", tjGetErrorStr2(tjs[prog]));
             rc = 1;
         } else {
             char path[4096];
@@ -258,7 +265,8 @@ int main(int argc, char **argv)
         tjFree(jpeg);
         free(rgb);
     }
-    tjDestroy(tj);
+    tjDestroy(tjs[0]);
+    tjDestroy(tjs[1]);
     if (rc == 0)
         printf("make-corpus: %ld images (%d progressive) in %s, mean %.2f MP, %.0f KB, %.2f bits/pixel\n", count,
                nprog, out, total_px / count / 1e6, total_bytes / count / 1e3, 8 * total_bytes / total_px);
