@@ -95,6 +95,7 @@ struct server {
     long max_body_bytes;
     long max_pixels;
     long request_timeout_ms;
+    int assist_depth;       /* GPU decoding: queue depth past which the CPU decodes too; 0: never */
     int port;
     atomic_int warm;
     atomic_int draining;
@@ -644,6 +645,10 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
     int n = r->nimages, compressed = 0;
     queue_item items[REQUEST_MAX_IMAGES];
     decode_watch watch = { .s = s, .r = r };
+    /* A full batch per GPU already waits: the GPU decoder is the
+     * bottleneck and this thread is free, so it decodes this request
+     * itself and adds its throughput to the hardware's. */
+    const int assist = s->dj && s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth;
     for (int i = 0; i < n; i++) {
         /* Past the drain timeout, a long multi-image decode stops here
          * rather than holding the exit. */
@@ -655,7 +660,9 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
         items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
         preprocess_info info;
         preprocess_status st = preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why);
-        if (st == PREP_OK && s->dj && gpu_route(s, &info, r, i, &items[i])) {
+        if (st == PREP_OK && s->dj && assist) {
+            metrics_add_decode_fallback(DEVJPEG_SATURATED, 1);
+        } else if (st == PREP_OK && s->dj && gpu_route(s, &info, r, i, &items[i])) {
             r->decode_us += clock_now_us() - t0;
             compressed++;
             continue;
@@ -1230,6 +1237,8 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->max_body_bytes = cfg->max_body_bytes;
     s->max_pixels = cfg->max_pixels;
     s->request_timeout_ms = cfg->request_timeout_ms;
+    s->assist_depth = (int)(cfg->cpu_decode_assist == CONFIG_AUTO ? cfg->max_batch_size * ninf
+                                                                   : cfg->cpu_decode_assist);
     atomic_init(&s->warm, 0);
     atomic_init(&s->draining, 0);
     atomic_init(&s->active, 0);

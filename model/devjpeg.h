@@ -42,6 +42,7 @@ typedef enum {
     DEVJPEG_NO_EOI,         /* no EOI marker at the end: possibly truncated, which the CPU reports */
     DEVJPEG_BUSY,           /* every header parser in use (more checking threads than parsers) */
     DEVJPEG_DEVICE_ERROR,   /* the device decode failed (stage's per-image fallback) */
+    DEVJPEG_SATURATED,      /* not a failure: the device decoder had a backlog and a CPU was free */
     DEVJPEG_NREASONS
 } devjpeg_reason;
 
@@ -123,6 +124,7 @@ static inline const char *devjpeg_reason_name(devjpeg_reason r)
     case DEVJPEG_NO_EOI: return "no_eoi";
     case DEVJPEG_BUSY: return "busy";
     case DEVJPEG_DEVICE_ERROR: return "device_error";
+    case DEVJPEG_SATURATED: return "gpu_saturated";
     case DEVJPEG_NREASONS: break;
     }
     return "unknown";
