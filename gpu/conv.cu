@@ -17,6 +17,8 @@
 // instantiations; the engine times them per layer and batch (or asks
 // conv_plan_pick's cost model) and may split K when a layer has few tiles.
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "gpu/kernels.cuh"
 
 /* ===================================================================== */
@@ -381,6 +383,359 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         }
         *reinterpret_cast<uint4 *>(out + o) = ov;
     }
+}
+
+/* ===================================================================== */
+/* FP16 warpgroup kernel (sm_90a: wgmma)                                 */
+/* ===================================================================== */
+
+// Hopper's warpgroup MMA (wgmma.mma_async m64nNk16) reads both operands
+// straight from shared memory and runs asynchronously to the issuing
+// warps, where mma.sync needs every fragment moved to registers first
+// (ldmatrix) and tops out well below the tensor cores' rate on sm_90.
+// The tiles are loaded as in the mma.sync kernel (cp.async, the same
+// im2col addressing) but stored in the layout wgmma reads: K-major rows of
+// 64 halves (128 bytes) with the 128-byte swizzle (16-byte chunk c of row
+// r at chunk c ^ (r % 8)), so that no two rows of an 8-row group share a
+// bank. One warpgroup (4 warps) computes 64 rows of the CTA tile; one
+// wgmma group per k tile stays in flight while the next is issued, so the
+// loads run STAGES - 2 tiles ahead.
+//
+// wgmma exists only in sm_90a code: the compute_90 PTX pass compiles these
+// kernels empty, and conv_init marks them unusable on any other device.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define RESNETD_WGMMA 1
+#endif
+
+// Shared-memory matrix descriptor: start address, leading byte offset
+// (unused by swizzled K-major tiles), 1024 bytes between 8-row groups,
+// 128-byte swizzle.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence(void)
+{
+#ifdef RESNETD_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wgmma_commit(void)
+{
+#ifdef RESNETD_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait(void)
+{
+#ifdef RESNETD_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// cp.async wrote the tiles through the generic proxy; wgmma reads them
+// through the async proxy.
+__device__ __forceinline__ void fence_proxy_async_smem(void)
+{
+#ifdef RESNETD_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Keeps the compiler from moving accumulator reads or writes across the
+// asynchronous wgmma instructions that own them.
+template <int R>
+__device__ __forceinline__ void wgmma_pin(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x N] += A[64 x 16] * B[N x 16]^T, FP32 accumulators, both operands
+// K-major in shared memory.
+template <int N>
+struct wgmma_op;
+
+template <>
+struct wgmma_op<64> {
+    static __device__ __forceinline__ void mma(float (&d)[32], uint64_t da, uint64_t db)
+    {
+#ifdef RESNETD_WGMMA
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(1));
+#else
+        (void)d; (void)da; (void)db;
+#endif
+    }
+};
+
+template <>
+struct wgmma_op<128> {
+    static __device__ __forceinline__ void mma(float (&d)[64], uint64_t da, uint64_t db)
+    {
+#ifdef RESNETD_WGMMA
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(1));
+#else
+        (void)d; (void)da; (void)db;
+#endif
+    }
+};
+
+template <>
+struct wgmma_op<256> {
+    static __device__ __forceinline__ void mma(float (&d)[128], uint64_t da, uint64_t db)
+    {
+#ifdef RESNETD_WGMMA
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(1));
+#else
+        (void)d; (void)da; (void)db;
+#endif
+    }
+};
+
+template <int BM, int BN, int STAGES>
+struct wg_tile {
+    static constexpr int bk = 64;
+    static constexpr int threads = BM / 64 * 128;
+    static constexpr int stage_bytes = (BM + BN) * 128;
+    static constexpr int pipe_smem = STAGES * stage_bytes + 1024;  // +1024: aligning the base
+    static constexpr int epi_smem = BM * (BN + 8) * 4 + 1024;
+    static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
+};
+
+template <int BM, int BN, int STAGES>
+__global__ void __launch_bounds__(BM / 64 * 128, 1)
+    conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
+                              const __half *__restrict__ wgt, const float *__restrict__ bias,
+                              const __half *__restrict__ res, __half *__restrict__ out, int relu,
+                              float *__restrict__ partial, int kt_per_split)
+{
+#ifdef RESNETD_WGMMA
+    typedef wg_tile<BM, BN, STAGES> cfg;
+    constexpr int T = cfg::threads, BK = cfg::bk, KCH = BK / 8, ROW_STEP = T / KCH;
+    constexpr int A_PER = BM / ROW_STEP, B_PER = BN / ROW_STEP, NACC = BN / 2;
+    static_assert(BM % 64 == 0 && BM % ROW_STEP == 0 && BN % ROW_STEP == 0 && STAGES >= 3, "tile shape");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    // Swizzled tiles must start on 1024-byte boundaries.
+    unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3;  // warpgroup; warp within it
+    const int kc = tid % KCH, row0 = tid / KCH;
+
+    igemm_row<__half> arow[A_PER];
+#pragma unroll
+    for (int i = 0; i < A_PER; i++)
+        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
+    const __half *brow[B_PER];
+    bool bvalid[B_PER];
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int n = n0 + row0 + i * ROW_STEP;
+        bvalid[i] = n < N;
+        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
+    }
+
+    int KT = (K + BK - 1) / BK, kt0 = 0;
+    if (partial) {
+        kt0 = blockIdx.z * kt_per_split;
+        KT = min(KT - kt0, kt_per_split);
+    }
+    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
+    auto load_tile = [&](int stage) {  // the next k tile, in order
+        const int k = kit.k;
+        const bool kvalid = k < K;
+        const igemm_col col = kit.col;
+        igemm_kiter_next(s, kit, BK);
+        unsigned char *as = smem + stage * cfg::stage_bytes, *bs = as + BM * 128;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            int r = row0 + i * ROW_STEP;
+            bool v;
+            const __half *src = igemm_a_addr(s, arow[i], col, kvalid, &v);
+            cp_async16(as + r * 128 + ((kc ^ (r & 7)) << 4), v ? src : in, v);
+        }
+#pragma unroll
+        for (int i = 0; i < B_PER; i++) {
+            int r = row0 + i * ROW_STEP;
+            bool v = kvalid && bvalid[i];
+            cp_async16(bs + r * 128 + ((kc ^ (r & 7)) << 4), v ? brow[i] + k : wgt, v);
+        }
+    };
+
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; i++)
+        acc[i] = 0.f;
+    wgmma_pin(acc);
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 2; st++) {
+        if (st < KT)
+            load_tile(st);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES - 3>();
+        fence_proxy_async_smem();
+        // Tile kt is visible to every warp, and the stage refilled next
+        // was last read by the wgmma group of kt - 2, which each warpgroup
+        // finished (wait_group 1 at the end of kt - 1) before this barrier.
+        __syncthreads();
+        if (kt + STAGES - 2 < KT)
+            load_tile((kt + STAGES - 2) % STAGES);
+        cp_async_commit();
+        const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
+        const uint64_t da = wgmma_desc(as + wg * 64 * 128), db = wgmma_desc(as + BM * 128);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)  // +32 bytes of K per step: +2 in descriptor units
+            wgmma_op<BN>::mma(acc, da + 2 * kk, db + 2 * kk);
+        wgmma_commit();
+        wgmma_wait<1>();
+        wgmma_pin(acc);
+    }
+    wgmma_wait<0>();
+    wgmma_pin(acc);
+    cp_async_wait<0>();
+
+    // Accumulator i of this thread: row 16 * wq + lane / 4 (+ 8 for i % 4
+    // >= 2) of its warpgroup's 64, column 8 * (i / 4) + 2 * (lane % 4) +
+    // i % 2.
+    const int rbase = wg * 64 + wq * 16 + (lane >> 2), cbase = 2 * (lane & 3);
+    if (partial) {
+        float *p = partial + (size_t)blockIdx.z * M * N;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            int col = n0 + 8 * j + cbase;
+            if (col >= N)
+                continue;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = m0 + rbase + 8 * h;
+                if (row < M)
+                    *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
+                        make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+        }
+        return;
+    }
+
+    // Epilogue as in the mma.sync kernel: acc + bias staged in shared
+    // memory as FP32, then 8 channels of a row per thread with 16-byte
+    // residual loads and output stores.
+    constexpr int LDC = BN + 8;
+    float *Cs = reinterpret_cast<float *>(smem);
+    __syncthreads();  // every warpgroup is done with the tiles
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        int c = 8 * j + cbase;
+        float b0 = n0 + c < N ? bias[n0 + c] : 0.f, b1 = n0 + c < N ? bias[n0 + c + 1] : 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *reinterpret_cast<float2 *>(Cs + (rbase + 8 * h) * LDC + c) =
+                make_float2(acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
+    }
+    __syncthreads();
+    for (int id = tid; id < BM * BN / 8; id += T) {
+        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
+        int row = m0 + r, col = n0 + c;
+        if (row >= M || col >= N)
+            continue;
+        float v[8];
+        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c);
+        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c + 4);
+        size_t o = (size_t)row * N + col;
+        if (res) {
+            uint4 rv = *reinterpret_cast<const uint4 *>(res + o);
+            const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float2 f = __half22float2(rh[q]);
+                v[2 * q] += f.x;
+                v[2 * q + 1] += f.y;
+            }
+        }
+        uint4 ov;
+        __half2 *oh = reinterpret_cast<__half2 *>(&ov);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float a = v[2 * q], b = v[2 * q + 1];
+            if (relu) {
+                a = fmaxf(a, 0.f);
+                b = fmaxf(b, 0.f);
+            }
+            oh[q] = __floats2half2_rn(a, b);
+        }
+        *reinterpret_cast<uint4 *>(out + o) = ov;
+    }
+#else
+    (void)s; (void)in; (void)wgt; (void)bias; (void)res; (void)out; (void)relu; (void)partial;
+    (void)kt_per_split;
+#endif
 }
 
 /* ===================================================================== */
@@ -804,13 +1159,17 @@ struct f32_entry {
 
 #define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0},    \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB>}
+#define WG_TILE(BM, BN, ST)                                                                                  \
+    {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
+      0, 1, 0},                                                                                              \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST>}
 #define F32_TILE(BM, BN) \
-    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
+    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
     {{"3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                  \
-      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0},      \
+      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0}, \
      conv2d_igemm_3xtf32_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 
 static f16_entry kTilesF16[] = {
@@ -824,6 +1183,13 @@ static f16_entry kTilesF16[] = {
     F16_TILE(64, 128, 32, 2, 2, 4, 3),
     F16_TILE(64, 64, 64, 2, 2, 3, 3),
     F16_TILE(32, 64, 64, 1, 2, 3, 4),
+    WG_TILE(128, 128, 4),
+    WG_TILE(128, 128, 3),
+    WG_TILE(128, 64, 4),
+    WG_TILE(64, 128, 4),
+    WG_TILE(64, 64, 4),
+    WG_TILE(128, 256, 3),
+    WG_TILE(256, 64, 4),
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
@@ -852,9 +1218,23 @@ const conv_tile_info *conv_tile_get(int fp16, int tile)
 
 cudaError_t conv_init(void)
 {
+    // The sm_90a cubin, with the wgmma kernels, loads only on 9.0 devices.
+    // RESNETD_NO_WGMMA=1 leaves them out (to compare, or to rule them out).
+    const char *no_wgmma = getenv("RESNETD_NO_WGMMA");
+    int dev, major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess)
+        return e;
     for (int i = 0; i < NTILES_F16; i++) {
         conv_tile_info *t = &kTilesF16[i].info;
-        cudaError_t e = cudaFuncSetAttribute(kTilesF16[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
+        t->usable = !t->sm90a || (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0));
+        if (!t->usable)
+            continue;
+        e = cudaFuncSetAttribute(kTilesF16[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
         if (e == cudaSuccess)
             e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF16[i].fn, t->threads, t->smem);
         if (e != cudaSuccess)
@@ -862,7 +1242,8 @@ cudaError_t conv_init(void)
     }
     for (int i = 0; i < NTILES_F32; i++) {
         conv_tile_info *t = &kTilesF32[i].info;
-        cudaError_t e = t->smem > 0 ? cudaFuncSetAttribute(kTilesF32[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        t->usable = 1;
+        e = t->smem > 0 ? cudaFuncSetAttribute(kTilesF32[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                            t->smem)
                                     : cudaSuccess;
         if (e == cudaSuccess)
@@ -900,7 +1281,8 @@ int conv_plan_candidates(int fp16, const conv_shape *s, int num_sms, conv_plan *
 {
     int n = 0;
     for (int i = 0; i < conv_tile_count(fp16) && n < max; i++)
-        out[n++] = plan_for_tile(fp16, i, s, num_sms);
+        if (conv_tile_get(fp16, i)->usable)
+            out[n++] = plan_for_tile(fp16, i, s, num_sms);
     return n;
 }
 
@@ -914,6 +1296,8 @@ conv_plan conv_plan_pick(int fp16, const conv_shape *s, int num_sms)
     double best_t = 1e300;
     for (int i = 0; i < conv_tile_count(fp16); i++) {
         const conv_tile_info *t = conv_tile_get(fp16, i);
+        if (!t->usable)
+            continue;
         conv_plan p = plan_for_tile(fp16, i, s, num_sms);
         int per_sm = t->ctas_per_sm > 0 ? t->ctas_per_sm : 1;
         long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn) * p.splits;
@@ -942,7 +1326,7 @@ cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const
                         cudaStream_t st)
 {
     const conv_tile_info *t = conv_tile_get(fp16, p->tile);
-    if (!t || p->splits < 1 || (p->splits > 1 && !workspace))
+    if (!t || !t->usable || p->splits < 1 || (p->splits > 1 && !workspace))
         return cudaErrorInvalidValue;
     long M = (long)s->n * s->oh * s->ow;
     float *partial = p->splits > 1 ? workspace : NULL;

@@ -347,7 +347,7 @@ fail:
 
 /* ---- per-layer plans ---------------------------------------------------- */
 
-#define MAX_CANDIDATES 16
+#define MAX_CANDIDATES 24
 
 // Workspace for the largest split-K plan any candidate of any bucket uses.
 static size_t plans_workspace(cuda_engine *ce)

@@ -63,6 +63,14 @@ extern "C" const char *gpu_test_conv_tile_name(int fp16, int tile)
     return t ? t->name : "?";
 }
 
+extern "C" int gpu_test_conv_tile_usable(int fp16, int tile)
+{
+    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    if (!t || conv_init() != cudaSuccess)
+        return -1;
+    return t->usable;
+}
+
 extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
                              float *res, int relu, float *out, char *err, size_t errlen)
 {

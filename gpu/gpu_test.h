@@ -26,6 +26,9 @@ typedef struct gpu_test_conv_shape {
 /* The conv tile table: how many configurations, and their names. */
 int gpu_test_conv_tiles(int fp16);
 const char *gpu_test_conv_tile_name(int fp16, int tile);
+/* 1 when this device runs the tile (wgmma tiles need compute capability 9.0),
+ * 0 when not, -1 when the device cannot be queried. */
+int gpu_test_conv_tile_usable(int fp16, int tile);
 
 /* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.
  * splits > 1 splits K over that many CTAs (fewer when K is short) and adds

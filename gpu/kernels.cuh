@@ -36,6 +36,8 @@ struct conv_tile_info {
     int threads;
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
+    int sm90a;          // wgmma: runs only on compute capability 9.0
+    int usable;         // filled by conv_init: the current device runs it
 };
 int conv_tile_count(int fp16);
 const conv_tile_info *conv_tile_get(int fp16, int tile);

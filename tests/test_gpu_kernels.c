@@ -129,7 +129,14 @@ static int quick;
 
 static void check_all_conv(int fp16)
 {
-    for (int t = 0; t < gpu_test_conv_tiles(fp16); t++)
+    int checked = 0;
+    for (int t = 0; t < gpu_test_conv_tiles(fp16); t++) {
+        int usable = gpu_test_conv_tile_usable(fp16, t);
+        ck_assert_int_ge(usable, 0);
+        if (!usable) {
+            printf("conv tile %s: not for this device, skipped\n", gpu_test_conv_tile_name(fp16, t));
+            continue;
+        }
         for (int sh = 0; sh < NSHAPES; sh++) {
             if (quick && (sh == 4 || sh == 5))
                 continue;
@@ -137,6 +144,11 @@ static void check_all_conv(int fp16)
             check_conv(fp16, t, 1, sh, !(sh % 2), sh != 3);
             check_conv(fp16, t, 3, sh, 1, 1);  /* split-K, with a ragged last split where K allows */
         }
+        printf("conv %s tile %s: every shape within tolerance\n", fp16 ? "fp16" : "fp32",
+               gpu_test_conv_tile_name(fp16, t));
+        checked++;
+    }
+    ck_assert_int_gt(checked, 0);
 }
 
 START_TEST(conv_fp32_matches_reference_on_ragged_shapes_every_tile)
