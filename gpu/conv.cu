@@ -739,6 +739,165 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 }
 
 /* ===================================================================== */
+/* Layer1: 3x3 convs from an input patch in shared memory (sm_90a)       */
+/* ===================================================================== */
+
+// As an implicit GEMM, a 3x3 conv reads each input pixel from L2 nine
+// times (once per tap); with 64 output channels each 128-byte A row then
+// feeds only 64 x 64 MACs, and layer1 ran at ~230 TFLOP/s, bound by that
+// traffic. Here a CTA loads its input patch once and forms the nine A
+// tiles from it in shared memory.
+//
+// Output pixels are numbered on a grid as wide as the zero-padded input
+// (w + 2 columns, the last two of each row computed and dropped), so that
+// output m and tap (r, s) read padded-input pixel m + r * (w + 2) + s: the
+// A tile of a tap is 64 consecutive patch rows (one pixel's 64 channels =
+// one 128-byte swizzled row), which one wgmma descriptor addresses. The
+// weights (9 taps x 64 x 64) stay in shared memory; CTAs are persistent
+// and load the next tile's patch while this one computes.
+//
+// Only for 64 -> 64 channels, 3x3, stride 1, pad 1 (conv_halo_fits); no
+// split-K.
+#define HALO_BM 128
+#define HALO_PROWS 256  // patch rows: HALO_BM + 2 * (w + 2) + 2 must fit (w <= 61)
+#define HALO_WBYTES (9 * 64 * 128)
+#define HALO_LDC 72     // floats per row of the epilogue's staging tile
+#define HALO_SMEM (HALO_WBYTES + 2 * HALO_PROWS * 128 + HALO_BM * HALO_LDC * 4 + 1024)
+
+static int conv_halo_fits(const conv_shape *s)
+{
+    return s->c == 64 && s->k == 64 && s->kh == 3 && s->kw == 3 && s->stride == 1 && s->pad_h == 1 &&
+           s->pad_w == 1 && s->oh == s->h && s->ow == s->w && HALO_BM + 2 * (s->w + 2) + 2 <= HALO_PROWS;
+}
+
+__global__ void __launch_bounds__(256, 1)
+    conv3x3c64_halo_kernel(const conv_shape s, const __half *__restrict__ in, const __half *__restrict__ wgt,
+                           const float *__restrict__ bias, const __half *__restrict__ res,
+                           __half *__restrict__ out, int relu, float *__restrict__ partial, int kt_per_split)
+{
+    (void)partial;
+    (void)kt_per_split;
+#ifdef RESNETD_WGMMA
+    constexpr int T = 256, C = 64;
+    const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
+    const int tpi = (HP + HALO_BM - 1) / HALO_BM, ntiles = s.n * tpi;
+    const int prows = HALO_BM + 2 * PW + 2;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
+    unsigned char *const patches = smem + HALO_WBYTES;  // two buffers of HALO_PROWS rows
+    float *const cs = reinterpret_cast<float *>(patches + 2 * HALO_PROWS * 128);  // [HALO_BM][HALO_LDC]
+    const uint32_t wbase = (uint32_t)__cvta_generic_to_shared(smem);
+
+    // Weights, KRSC: tap t of output channel n is 64 contiguous halves.
+    for (int id = tid; id < 9 * 64 * 8; id += T) {
+        int t = id >> 9, n = (id >> 3) & 63, c = id & 7;
+        cp_async16(smem + t * 8192 + n * 128 + ((c ^ (n & 7)) << 4), wgt + n * 576 + t * 64 + c * 8, true);
+    }
+    cp_async_commit();
+    auto load_patch = [&](int tile, unsigned char *p) {
+        const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
+        const __half *base = in + (size_t)img * s.h * s.w * C;
+        for (int id = tid; id < prows * 8; id += T) {
+            int q = id >> 3, c = id & 7, lin = m0 + q;
+            int py = lin / PW, px = lin - py * PW;
+            int iy = py - 1, ix = px - 1;
+            bool v = (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;
+            cp_async16(p + q * 128 + ((c ^ (q & 7)) << 4), v ? base + ((size_t)iy * s.w + ix) * C + c * 8 : in, v);
+        }
+    };
+
+    int buf = 0;
+    if ((int)blockIdx.x < ntiles)
+        load_patch(blockIdx.x, patches);
+    cp_async_commit();
+    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        // Buffer buf ^ 1 was last read by the previous tile, finished by
+        // every warpgroup before the barrier that ended it.
+        if (tile + (int)gridDim.x < ntiles)
+            load_patch(tile + gridDim.x, patches + (buf ^ 1) * HALO_PROWS * 128);
+        cp_async_commit();
+        cp_async_wait<1>();  // the weights and this tile's patch
+        fence_proxy_async_smem();
+        __syncthreads();
+
+        float acc[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            acc[i] = 0.f;
+        wgmma_pin(acc);
+        wgmma_fence();
+        const uint32_t pbase = (uint32_t)__cvta_generic_to_shared(patches + buf * HALO_PROWS * 128) + wg * 64 * 128;
+#pragma unroll
+        for (int t = 0; t < 9; t++) {
+            // A starts mid-pattern (any row of the patch): the swizzle
+            // follows the absolute address bits, as the rows were stored,
+            // so the descriptor's base offset stays 0 (measured on an H100:
+            // base offset (a >> 7) & 7 gave rel L2 1.06).
+            const uint32_t a = pbase + ((t / 3) * PW + t % 3) * 128;
+            const uint64_t da = wgmma_desc(a), db = wgmma_desc(wbase + t * 8192);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_op<64>::mma(acc, da + 2 * kk, db + 2 * kk);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+
+        // Epilogue: acc + bias staged as FP32 in its own shared memory, then
+        // 8 channels of an output pixel per thread with 16-byte residual
+        // loads and stores.
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int col = 8 * j + 2 * (lane & 3);
+            const float b0 = bias[col], b1 = bias[col + 1];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<float2 *>(cs + (wg * 64 + wq * 16 + (lane >> 2) + 8 * h) * HALO_LDC + col) =
+                    make_float2(acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
+        }
+        __syncthreads();
+        const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
+        for (int id = tid; id < HALO_BM * 8; id += T) {
+            const int r = id >> 3, c = (id & 7) * 8, m = m0 + r;
+            const int oy = m / PW, ox = m - oy * PW;
+            if (m >= HP || ox >= s.w)
+                continue;
+            const size_t o = (((size_t)img * s.h + oy) * s.w + ox) * C + c;
+            float v[8];
+            *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(cs + r * HALO_LDC + c);
+            *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(cs + r * HALO_LDC + c + 4);
+            if (res) {
+                uint4 rv = *reinterpret_cast<const uint4 *>(res + o);
+                const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float2 f = __half22float2(rh[q]);
+                    v[2 * q] += f.x;
+                    v[2 * q + 1] += f.y;
+                }
+            }
+            uint4 ov;
+            __half2 *oh = reinterpret_cast<__half2 *>(&ov);
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                oh[q] = relu ? __floats2half2_rn(fmaxf(v[2 * q], 0.f), fmaxf(v[2 * q + 1], 0.f))
+                             : __floats2half2_rn(v[2 * q], v[2 * q + 1]);
+            *reinterpret_cast<uint4 *>(out + o) = ov;
+        }
+        // Buffer buf is refilled by the next tile's prefetch, and the
+        // staging tile by the next tile's accumulators.
+        __syncthreads();
+        buf ^= 1;
+    }
+    cp_async_wait<0>();
+#else
+    (void)s; (void)in; (void)wgt; (void)bias; (void)res; (void)out; (void)relu;
+#endif
+}
+
+/* ===================================================================== */
 /* FP32 SIMT kernel                                                      */
 /* ===================================================================== */
 
@@ -1159,17 +1318,17 @@ struct f32_entry {
 
 #define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0}, \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 #define WG_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
-      0, 1, 0},                                                                                              \
+      0, 1, 0, 0},                                                                                           \
      conv2d_igemm_wgmma_kernel<BM, BN, ST>}
 #define F32_TILE(BM, BN) \
-    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
+    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
     {{"3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                  \
-      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0}, \
+      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_3xtf32_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 
 static f16_entry kTilesF16[] = {
@@ -1190,6 +1349,7 @@ static f16_entry kTilesF16[] = {
     WG_TILE(64, 64, 4),
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
+    {{"wgmma_halo3x3c64", HALO_BM, 64, 64, 256, HALO_SMEM, 0, 1, 1, 0}, conv3x3c64_halo_kernel},
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
@@ -1203,6 +1363,14 @@ static f32_entry kTilesF32[] = {
 };
 #define NTILES_F16 ((int)(sizeof kTilesF16 / sizeof kTilesF16[0]))
 #define NTILES_F32 ((int)(sizeof kTilesF32 / sizeof kTilesF32[0]))
+
+static int g_num_sms = 1;  // of the device conv_init ran on: persistent grids
+
+int conv_tile_fits(int fp16, int tile, const conv_shape *s)
+{
+    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    return t && (!t->halo || conv_halo_fits(s));
+}
 
 int conv_tile_count(int fp16)
 {
@@ -1227,6 +1395,8 @@ cudaError_t conv_init(void)
         e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess)
         return e;
     for (int i = 0; i < NTILES_F16; i++) {
@@ -1264,7 +1434,7 @@ static conv_plan plan_for_tile(int fp16, int tile, const conv_shape *s, int num_
     long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
     int kt = (s->kh * s->kw * s->c + t->bk - 1) / t->bk;
     conv_plan p = {tile, 1, kt};
-    if (ctas * 2 <= slots) {
+    if (!t->halo && ctas * 2 <= slots) {
         long want = slots / ctas;
         int splits = (int)(want < 16 ? want : 16);
         if (splits > kt / 4)
@@ -1281,7 +1451,7 @@ int conv_plan_candidates(int fp16, const conv_shape *s, int num_sms, conv_plan *
 {
     int n = 0;
     for (int i = 0; i < conv_tile_count(fp16) && n < max; i++)
-        if (conv_tile_get(fp16, i)->usable)
+        if (conv_tile_get(fp16, i)->usable && conv_tile_fits(fp16, i, s))
             out[n++] = plan_for_tile(fp16, i, s, num_sms);
     return n;
 }
@@ -1296,7 +1466,7 @@ conv_plan conv_plan_pick(int fp16, const conv_shape *s, int num_sms)
     double best_t = 1e300;
     for (int i = 0; i < conv_tile_count(fp16); i++) {
         const conv_tile_info *t = conv_tile_get(fp16, i);
-        if (!t->usable)
+        if (!t->usable || t->halo)
             continue;
         conv_plan p = plan_for_tile(fp16, i, s, num_sms);
         int per_sm = t->ctas_per_sm > 0 ? t->ctas_per_sm : 1;
@@ -1331,6 +1501,13 @@ cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const
     long M = (long)s->n * s->oh * s->ow;
     float *partial = p->splits > 1 ? workspace : NULL;
     dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
+    if (t->halo) {  // persistent CTAs over the padded-grid tiles
+        if (!fp16 || p->splits != 1 || !conv_halo_fits(s))
+            return cudaErrorInvalidValue;
+        long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm);
+        long most = (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+        grid = dim3((unsigned)(tiles < most ? tiles : most), 1, 1);
+    }
     if (fp16)
         kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const __half *)in, (const __half *)w, bias,
                                                                  (const __half *)res, (__half *)out, relu, partial,

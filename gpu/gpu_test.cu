@@ -93,6 +93,10 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
         return -1;
     }
+    if (!conv_tile_fits(fp16, tile, &s))
+        return 1;
+    if (info->halo)
+        splits = 1;
     plan.kt_per_split = (s.kh * s.kw * s.c + info->bk - 1) / info->bk;
     if (splits > 1) {
         int kt = plan.kt_per_split;

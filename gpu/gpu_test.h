@@ -32,7 +32,9 @@ int gpu_test_conv_tile_usable(int fp16, int tile);
 
 /* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.
  * splits > 1 splits K over that many CTAs (fewer when K is short) and adds
- * the partial sums in the split-K epilogue. Fills s->oh and s->ow when 0. */
+ * the partial sums in the split-K epilogue (a tile without split-K ignores
+ * it). Fills s->oh and s->ow when 0. Returns 0, 1 when the tile is a special
+ * kernel that does not run this shape (nothing computed), -1 on error. */
 int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
                   int relu, float *out, char *err, size_t errlen);
 

@@ -37,10 +37,14 @@ struct conv_tile_info {
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
     int sm90a;          // wgmma: runs only on compute capability 9.0
+    int halo;           // a special kernel for some shapes only (conv_tile_fits), no split-K
     int usable;         // filled by conv_init: the current device runs it
 };
 int conv_tile_count(int fp16);
 const conv_tile_info *conv_tile_get(int fp16, int tile);
+// 1 when the tile can run the shape (every general tile can; a special one
+// only its own shapes).
+int conv_tile_fits(int fp16, int tile, const conv_shape *s);
 // Sets shared-memory limits and reads occupancy; once per process and device.
 cudaError_t conv_init(void);
 
