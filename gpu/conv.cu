@@ -754,7 +754,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 // A tile of a tap is 64 consecutive patch rows (one pixel's 64 channels =
 // one 128-byte swizzled row), which one wgmma descriptor addresses. The
 // weights (9 taps x 64 x 64) stay in shared memory; CTAs are persistent
-// and load the next tile's patch while this one computes.
+// and load the next tile's patch (and residual rows) while this one
+// computes.
 //
 // Only for 64 -> 64 channels, 3x3, stride 1, pad 1 (conv_halo_fits); no
 // split-K.
@@ -762,7 +763,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 #define HALO_PROWS 256  // patch rows: HALO_BM + 2 * (w + 2) + 2 must fit (w <= 61)
 #define HALO_WBYTES (9 * 64 * 128)
 #define HALO_LDC 72     // floats per row of the epilogue's staging tile
-#define HALO_SMEM (HALO_WBYTES + 2 * HALO_PROWS * 128 + HALO_BM * HALO_LDC * 4 + 1024)
+#define HALO_SMEM (HALO_WBYTES + 2 * HALO_PROWS * 128 + HALO_BM * HALO_LDC * 4 + 2 * HALO_BM * 128 + 1024)
 
 static int conv_halo_fits(const conv_shape *s)
 {
@@ -788,6 +789,9 @@ __global__ void __launch_bounds__(256, 1)
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     unsigned char *const patches = smem + HALO_WBYTES;  // two buffers of HALO_PROWS rows
     float *const cs = reinterpret_cast<float *>(patches + 2 * HALO_PROWS * 128);  // [HALO_BM][HALO_LDC]
+    // The residual's rows of a tile, prefetched with its patch: two buffers
+    // of [HALO_BM][64] halves.
+    unsigned char *const rbuf = reinterpret_cast<unsigned char *>(cs + HALO_BM * HALO_LDC);
     const uint32_t wbase = (uint32_t)__cvta_generic_to_shared(smem);
 
     // Weights, KRSC: tap t of output channel n is 64 contiguous halves.
@@ -796,9 +800,18 @@ __global__ void __launch_bounds__(256, 1)
         cp_async16(smem + t * 8192 + n * 128 + ((c ^ (n & 7)) << 4), wgt + n * 576 + t * 64 + c * 8, true);
     }
     cp_async_commit();
-    auto load_patch = [&](int tile, unsigned char *p) {
+    auto load_patch = [&](int tile, int b) {
+        unsigned char *p = patches + b * HALO_PROWS * 128;
         const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
         const __half *base = in + (size_t)img * s.h * s.w * C;
+        if (res)
+            for (int id = tid; id < HALO_BM * 8; id += T) {
+                const int r = id >> 3, c = id & 7, m = m0 + r;
+                const int oy = m / PW, ox = m - oy * PW;
+                const bool v = m < HP && ox < s.w;
+                cp_async16(rbuf + (b * HALO_BM + r) * 128 + c * 16,
+                           v ? res + (((size_t)img * s.h + oy) * s.w + ox) * C + c * 8 : res, v);
+            }
         for (int id = tid; id < prows * 8; id += T) {
             int q = id >> 3, c = id & 7, lin = m0 + q;
             int py = lin / PW, px = lin - py * PW;
@@ -810,13 +823,13 @@ __global__ void __launch_bounds__(256, 1)
 
     int buf = 0;
     if ((int)blockIdx.x < ntiles)
-        load_patch(blockIdx.x, patches);
+        load_patch(blockIdx.x, 0);
     cp_async_commit();
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         // Buffer buf ^ 1 was last read by the previous tile, finished by
         // every warpgroup before the barrier that ended it.
         if (tile + (int)gridDim.x < ntiles)
-            load_patch(tile + gridDim.x, patches + (buf ^ 1) * HALO_PROWS * 128);
+            load_patch(tile + gridDim.x, buf ^ 1);
         cp_async_commit();
         cp_async_wait<1>();  // the weights and this tile's patch
         fence_proxy_async_smem();
@@ -869,7 +882,7 @@ __global__ void __launch_bounds__(256, 1)
             *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(cs + r * HALO_LDC + c);
             *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(cs + r * HALO_LDC + c + 4);
             if (res) {
-                uint4 rv = *reinterpret_cast<const uint4 *>(res + o);
+                uint4 rv = *reinterpret_cast<const uint4 *>(rbuf + (buf * HALO_BM + r) * 128 + c * 2);
                 const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
@@ -886,7 +899,7 @@ __global__ void __launch_bounds__(256, 1)
                              : __floats2half2_rn(v[2 * q], v[2 * q + 1]);
             *reinterpret_cast<uint4 *>(out + o) = ov;
         }
-        // Buffer buf is refilled by the next tile's prefetch, and the
+        // Buffers buf are refilled by the next tile's prefetch, and the
         // staging tile by the next tile's accumulators.
         __syncthreads();
         buf ^= 1;
