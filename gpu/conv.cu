@@ -144,6 +144,39 @@ __device__ __forceinline__ const T *igemm_a_addr(const conv_shape &s, const igem
     return row.base + ((size_t)iy * s.w + ix) * s.c + col.c;
 }
 
+// A loading thread's rows: A rows m0 + row0 + i * step (their image and
+// receptive field) and B rows n0 + row0 + i * step (weight rows; valid
+// below N).
+template <typename T, int A_PER, int B_PER>
+__device__ __forceinline__ void igemm_rows_make(const conv_shape &s, const T *in, const T *wgt, int m0, int n0,
+                                                int row0, int step, igemm_row<T> (&arow)[A_PER],
+                                                const T *(&brow)[B_PER], bool (&bvalid)[B_PER])
+{
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+#pragma unroll
+    for (int i = 0; i < A_PER; i++)
+        arow[i] = igemm_row_make(s, in, m0 + row0 + i * step, M);
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int n = n0 + row0 + i * step;
+        bvalid[i] = n < N;
+        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
+    }
+}
+
+// The k tiles this CTA covers: all of them, or with split-K (partial set)
+// CTA z's share [*kt0, *kt0 + returned count); the split-K epilogue
+// kernel then finishes the layer.
+__device__ __forceinline__ int igemm_ktiles(int K, int bk, const float *partial, int kt_per_split, int *kt0)
+{
+    int kt = (K + bk - 1) / bk;
+    *kt0 = 0;
+    if (!partial)
+        return kt;
+    *kt0 = blockIdx.z * kt_per_split;
+    return min(kt - *kt0, kt_per_split);
+}
+
 /* ===================================================================== */
 /* FP16 tensor-core kernel                                               */
 /* ===================================================================== */
@@ -183,6 +216,54 @@ __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], const
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Eight FP32 sums of one output row (bias added) + 8 residual halves (res,
+// may be NULL), ReLU, stored as 8 halves at out: 16-byte accesses.
+__device__ __forceinline__ void store8_f16(const float *sums, const __half *res, int relu, __half *out)
+{
+    float v[8];
+    *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(sums);
+    *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(sums + 4);
+    if (res) {
+        uint4 rv = *reinterpret_cast<const uint4 *>(res);
+        const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __half22float2(rh[j]);
+            v[2 * j] += f.x;
+            v[2 * j + 1] += f.y;
+        }
+    }
+    uint4 ov;
+    __half2 *oh = reinterpret_cast<__half2 *>(&ov);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float a = v[2 * j], b = v[2 * j + 1];
+        if (relu) {
+            a = fmaxf(a, 0.f);
+            b = fmaxf(b, 0.f);
+        }
+        oh[j] = __floats2half2_rn(a, b);
+    }
+    *reinterpret_cast<uint4 *>(out) = ov;
+}
+
+// The FP16 kernels' epilogue after the accumulators (bias added) are staged
+// in shared memory as FP32 (Cs, ldc floats a row): each thread finishes 8
+// channels of a row at a time.
+template <int BM, int BN, int T>
+__device__ __forceinline__ void epilogue_rows_f16(const float *Cs, int ldc, int m0, int n0, int M, int N,
+                                                  const __half *res, int relu, __half *out, int tid)
+{
+    for (int id = tid; id < BM * BN / 8; id += T) {
+        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
+        int row = m0 + r, col = n0 + c;
+        if (row >= M || col >= N)
+            continue;
+        size_t o = (size_t)row * N + col;
+        store8_f16(Cs + r * ldc + c, res ? res + o : NULL, relu, out + o);
+    }
+}
+
 // CTA tile BM x BN, K step BK; WM x WN warps, each owning a
 // (BM/WM) x (BN/WN) block of the output; STAGES tiles in flight.
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
@@ -219,25 +300,13 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int kc = tid % KCH, row0 = tid / KCH;
 
     igemm_row<__half> arow[A_PER];
-#pragma unroll
-    for (int i = 0; i < A_PER; i++)
-        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
     const __half *brow[B_PER];
     bool bvalid[B_PER];
-#pragma unroll
-    for (int i = 0; i < B_PER; i++) {
-        int n = n0 + row0 + i * ROW_STEP;
-        bvalid[i] = n < N;
-        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
-    }
-
+    igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
     // epilogue to splitk_epilogue_kernel.
-    int KT = (K + BK - 1) / BK, kt0 = 0;
-    if (partial) {
-        kt0 = blockIdx.z * kt_per_split;
-        KT = min(KT - kt0, kt_per_split);
-    }
+    int kt0;
+    const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
     auto load_tile = [&](int stage) {  // the next k tile: 0, 1, 2, ... in order
         const int k = kit.k;
@@ -351,38 +420,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             }
     }
     __syncthreads();
-    for (int id = tid; id < BM * BN / 8; id += T) {
-        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
-        int row = m0 + r, col = n0 + c;
-        if (row >= M || col >= N)
-            continue;
-        float v[8];
-        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c);
-        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c + 4);
-        size_t o = (size_t)row * N + col;
-        if (res) {
-            uint4 rv = *reinterpret_cast<const uint4 *>(res + o);
-            const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float2 f = __half22float2(rh[j]);
-                v[2 * j] += f.x;
-                v[2 * j + 1] += f.y;
-            }
-        }
-        uint4 ov;
-        __half2 *oh = reinterpret_cast<__half2 *>(&ov);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float a = v[2 * j], b = v[2 * j + 1];
-            if (relu) {
-                a = fmaxf(a, 0.f);
-                b = fmaxf(b, 0.f);
-            }
-            oh[j] = __floats2half2_rn(a, b);
-        }
-        *reinterpret_cast<uint4 *>(out + o) = ov;
-    }
+    epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, res, relu, out, tid);
 }
 
 /* ===================================================================== */
@@ -587,23 +625,11 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const int kc = tid % KCH, row0 = tid / KCH;
 
     igemm_row<__half> arow[A_PER];
-#pragma unroll
-    for (int i = 0; i < A_PER; i++)
-        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
     const __half *brow[B_PER];
     bool bvalid[B_PER];
-#pragma unroll
-    for (int i = 0; i < B_PER; i++) {
-        int n = n0 + row0 + i * ROW_STEP;
-        bvalid[i] = n < N;
-        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
-    }
-
-    int KT = (K + BK - 1) / BK, kt0 = 0;
-    if (partial) {
-        kt0 = blockIdx.z * kt_per_split;
-        KT = min(KT - kt0, kt_per_split);
-    }
+    igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    int kt0;
+    const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
     auto load_tile = [&](int stage) {  // the next k tile, in order
         const int k = kit.k;
@@ -700,38 +726,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 make_float2(acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
     }
     __syncthreads();
-    for (int id = tid; id < BM * BN / 8; id += T) {
-        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
-        int row = m0 + r, col = n0 + c;
-        if (row >= M || col >= N)
-            continue;
-        float v[8];
-        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c);
-        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(Cs + r * LDC + c + 4);
-        size_t o = (size_t)row * N + col;
-        if (res) {
-            uint4 rv = *reinterpret_cast<const uint4 *>(res + o);
-            const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                float2 f = __half22float2(rh[q]);
-                v[2 * q] += f.x;
-                v[2 * q + 1] += f.y;
-            }
-        }
-        uint4 ov;
-        __half2 *oh = reinterpret_cast<__half2 *>(&ov);
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            float a = v[2 * q], b = v[2 * q + 1];
-            if (relu) {
-                a = fmaxf(a, 0.f);
-                b = fmaxf(b, 0.f);
-            }
-            oh[q] = __floats2half2_rn(a, b);
-        }
-        *reinterpret_cast<uint4 *>(out + o) = ov;
-    }
+    epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, res, relu, out, tid);
 #else
     (void)s; (void)in; (void)wgt; (void)bias; (void)res; (void)out; (void)relu; (void)partial;
     (void)kt_per_split;
@@ -878,26 +873,8 @@ __global__ void __launch_bounds__(256, 1)
             if (m >= HP || ox >= s.w)
                 continue;
             const size_t o = (((size_t)img * s.h + oy) * s.w + ox) * C + c;
-            float v[8];
-            *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(cs + r * HALO_LDC + c);
-            *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(cs + r * HALO_LDC + c + 4);
-            if (res) {
-                uint4 rv = *reinterpret_cast<const uint4 *>(rbuf + (buf * HALO_BM + r) * 128 + c * 2);
-                const __half2 *rh = reinterpret_cast<const __half2 *>(&rv);
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    float2 f = __half22float2(rh[q]);
-                    v[2 * q] += f.x;
-                    v[2 * q + 1] += f.y;
-                }
-            }
-            uint4 ov;
-            __half2 *oh = reinterpret_cast<__half2 *>(&ov);
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                oh[q] = relu ? __floats2half2_rn(fmaxf(v[2 * q], 0.f), fmaxf(v[2 * q + 1], 0.f))
-                             : __floats2half2_rn(v[2 * q], v[2 * q + 1]);
-            *reinterpret_cast<uint4 *>(out + o) = ov;
+            const __half *r8 = res ? reinterpret_cast<const __half *>(rbuf + (buf * HALO_BM + r) * 128) + c : NULL;
+            store8_f16(cs + r * HALO_LDC + c, r8, relu, out + o);
         }
         // Buffers buf are refilled by the next tile's prefetch, and the
         // staging tile by the next tile's accumulators.
@@ -940,23 +917,11 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
     const int tx = tid % (BN / 8), ty = tid / (BN / 8);
 
     igemm_row<float> arow[A_PER];
-#pragma unroll
-    for (int i = 0; i < A_PER; i++)
-        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
     const float *brow[B_PER];
     bool bvalid[B_PER];
-#pragma unroll
-    for (int i = 0; i < B_PER; i++) {
-        int n = n0 + row0 + i * ROW_STEP;
-        bvalid[i] = n < N;
-        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
-    }
-
-    int KT = (K + BK - 1) / BK, kt0 = 0;  // split-K as in the FP16 kernel
-    if (partial) {
-        kt0 = blockIdx.z * kt_per_split;
-        KT = min(KT - kt0, kt_per_split);
-    }
+    igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    int kt0;  // split-K as in the FP16 kernel
+    const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     float4 ra[A_PER], rb[B_PER];
     igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 4);
     auto load_regs = [&]() {  // the next k tile, in order
@@ -1127,23 +1092,11 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int kc = tid % KCH, row0 = tid / KCH;
 
     igemm_row<float> arow[A_PER];
-#pragma unroll
-    for (int i = 0; i < A_PER; i++)
-        arow[i] = igemm_row_make(s, in, m0 + row0 + i * ROW_STEP, M);
     const float *brow[B_PER];
     bool bvalid[B_PER];
-#pragma unroll
-    for (int i = 0; i < B_PER; i++) {
-        int n = n0 + row0 + i * ROW_STEP;
-        bvalid[i] = n < N;
-        brow[i] = wgt + (size_t)(bvalid[i] ? n : 0) * K;
-    }
-
-    int KT = (K + BK - 1) / BK, kt0 = 0;
-    if (partial) {
-        kt0 = blockIdx.z * kt_per_split;
-        KT = min(KT - kt0, kt_per_split);
-    }
+    igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    int kt0;
+    const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 4);
     auto load_tile = [&](int stage) {  // the next k tile, in order
         const int k = kit.k;

@@ -114,29 +114,22 @@ static int check_conv(int fp16, int tile, int splits, int shape, int with_res, i
     ck_assert(out && ref);
     int rc = gpu_test_conv(fp16, tile, splits, &s, in, w, bias, res, relu, out, err, sizeof err);
     ck_assert_msg(rc >= 0, "%s", err);
-    if (rc == 1) {
-        free(in);
-        free(w);
-        free(bias);
-        free(res);
-        free(out);
-        free(ref);
-        return 0;
+    if (rc == 0) {
+        ck_assert_int_eq(s.oh, oh);
+        ck_assert_int_eq(s.ow, ow);
+        conv_ref(&s, in, w, bias, res, relu, ref);
+        double rel = rel_l2_d(out, ref, nout);
+        double tol = fp16 ? 2e-3 : 1e-5;
+        ck_assert_msg(rel <= tol, "%s split %d shape %d res %d relu %d: rel L2 %.3g > %.1g",
+                      gpu_test_conv_tile_name(fp16, tile), splits, shape, with_res, relu, rel, tol);
     }
-    ck_assert_int_eq(s.oh, oh);
-    ck_assert_int_eq(s.ow, ow);
-    conv_ref(&s, in, w, bias, res, relu, ref);
-    double rel = rel_l2_d(out, ref, nout);
-    double tol = fp16 ? 2e-3 : 1e-5;
-    ck_assert_msg(rel <= tol, "%s split %d shape %d res %d relu %d: rel L2 %.3g > %.1g",
-                  gpu_test_conv_tile_name(fp16, tile), splits, shape, with_res, relu, rel, tol);
     free(in);
     free(w);
     free(bias);
     free(res);
     free(out);
     free(ref);
-    return 1;
+    return rc == 0;
 }
 
 /* RESNETD_GPU_TEST_QUICK=1 (for compute-sanitizer) skips the two large shapes. */
