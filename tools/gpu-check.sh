@@ -35,7 +35,7 @@ say "build: ok in $(( $(date +%s) - t0 )) s; $(grep -h 'nvJPEG' config.log | gre
 if [ "$what" != bench ]; then
     export RESNETD_FIDELITY_DIR=$PWD/corpus
     tests="tests/test_gpu_kernels tests/test_engine_cuda tests/test_gpu_decode tests/test_chroma_rebuild
-           tests/test_batcher tests/test_daemon.sh tests/test_reload.sh"
+           tests/test_batcher tests/test_daemon.sh tests/test_reload.sh tests/test_gpu_daemon.sh"
     t0=$(date +%s)
     make -j8 check TESTS="$(echo $tests)" >"$OUT/check.txt" 2>&1
     say "tests: rc=$? in $(( $(date +%s) - t0 )) s: $(grep -cE '^PASS' "$OUT/check.txt") pass, $(grep -cE '^(FAIL|ERROR)' "$OUT/check.txt") fail, $(grep -cE '^SKIP' "$OUT/check.txt") skip"
