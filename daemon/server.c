@@ -1239,6 +1239,8 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->request_timeout_ms = cfg->request_timeout_ms;
     s->assist_depth = (int)(cfg->cpu_decode_assist == CONFIG_AUTO ? cfg->max_batch_size * ninf
                                                                    : cfg->cpu_decode_assist);
+    if (s->assist_depth > queue_capacity(q))  /* a depth the queue never reaches: at a full queue */
+        s->assist_depth = queue_capacity(q);
     atomic_init(&s->warm, 0);
     atomic_init(&s->draining, 0);
     atomic_init(&s->active, 0);

@@ -102,7 +102,9 @@ typedef struct {
 CHROMA_REBUILD_FN void chroma_rebuild_search(const uint8_t rgb[][3], int n, int cb0, int cr0,
                                              chroma_rebuild_best *best)
 {
-    static const signed char order[9][2] = {{0, 0}, {-1, 0}, {1, 0}, {0, -1}, {0, 1},
+    /* by distance, and within one distance in (Cb, Cr) order, as ties
+     * were always broken */
+    static const signed char order[9][2] = {{0, 0}, {-1, 0}, {0, -1}, {0, 1}, {1, 0},
                                             {-1, -1}, {-1, 1}, {1, -1}, {1, 1}};
     for (int k = 0; k < 9 && best->cost != 0; k++) {
         int cb = cb0 + order[k][0], cr = cr0 + order[k][1];

@@ -445,6 +445,17 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 #define RESNETD_WGMMA 1
 #endif
 
+// 1 in the code that has the wgmma kernels: a build whose NVCCFLAGS lack
+// sm_90a compiles them empty, and they must then never be picked.
+__global__ void wgmma_probe_kernel(int *has)
+{
+#ifdef RESNETD_WGMMA
+    *has = 1;
+#else
+    *has = 0;
+#endif
+}
+
 // Shared-memory matrix descriptor: start address, leading byte offset
 // (unused by swizzled K-major tiles), 1024 bytes between 8-row groups,
 // 128-byte swizzle.
@@ -1330,7 +1341,15 @@ static f32_entry kTilesF32[] = {
 #define NTILES_F16 ((int)(sizeof kTilesF16 / sizeof kTilesF16[0]))
 #define NTILES_F32 ((int)(sizeof kTilesF32 / sizeof kTilesF32[0]))
 
-static int g_num_sms = 1;  // of the device conv_init ran on: persistent grids
+// Persistent grids: the SMs of the device conv_init last ran on (another
+// count only changes how many tiles each CTA loops over), or the test's cap.
+static int g_num_sms = 1;
+static int g_persistent_cap = 0;
+
+void conv_set_persistent_cap(int ctas)
+{
+    g_persistent_cap = ctas > 0 ? ctas : 0;
+}
 
 int conv_tile_fits(int fp16, int tile, const conv_shape *s)
 {
@@ -1365,9 +1384,23 @@ cudaError_t conv_init(void)
         e = cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess)
         return e;
+    int has_wgmma = 0;
+    if (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0)) {
+        int *d_has = NULL;
+        e = cudaMalloc((void **)&d_has, sizeof *d_has);
+        if (e != cudaSuccess)
+            return e;
+        wgmma_probe_kernel<<<1, 1>>>(d_has);
+        e = cudaGetLastError();
+        if (e == cudaSuccess)
+            e = cudaMemcpy(&has_wgmma, d_has, sizeof has_wgmma, cudaMemcpyDeviceToHost);
+        cudaFree(d_has);
+        if (e != cudaSuccess)
+            return e;
+    }
     for (int i = 0; i < NTILES_F16; i++) {
         conv_tile_info *t = &kTilesF16[i].info;
-        t->usable = !t->sm90a || (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0));
+        t->usable = !t->sm90a || has_wgmma;
         if (!t->usable)
             continue;
         e = cudaFuncSetAttribute(kTilesF16[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
@@ -1461,8 +1494,10 @@ cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const
                         const float *bias, const void *res, int relu, void *out, float *workspace,
                         cudaStream_t st)
 {
+    // Not t->usable: that is the planner's filter, and conv_init on another
+    // device (cuda:all with mixed GPUs) may change it after this plan was made.
     const conv_tile_info *t = conv_tile_get(fp16, p->tile);
-    if (!t || !t->usable || p->splits < 1 || (p->splits > 1 && !workspace))
+    if (!t || p->splits < 1 || (p->splits > 1 && !workspace))
         return cudaErrorInvalidValue;
     long M = (long)s->n * s->oh * s->ow;
     float *partial = p->splits > 1 ? workspace : NULL;
@@ -1471,7 +1506,7 @@ cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const
         if (!fp16 || p->splits != 1 || !conv_halo_fits(s))
             return cudaErrorInvalidValue;
         long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm);
-        long most = (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+        long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
         grid = dim3((unsigned)(tiles < most ? tiles : most), 1, 1);
     }
     if (fp16)

@@ -116,11 +116,14 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
     CUDA_TRY(poisoned(fp16, nout, &dout));
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
+    conv_set_persistent_cap(info->halo ? 2 : 0);  // every CTA through several tiles and both buffers
     CUDA_TRY(conv_launch(fp16, &plan, &s, din, dw, dbias, dres, relu, dout, dws, 0));
+    conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(to_host(fp16, dout, nout, out));
     rc = 0;
 fail:
+    conv_set_persistent_cap(0);
     cudaFree(din);
     cudaFree(dw);
     cudaFree(dbias);

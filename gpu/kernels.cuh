@@ -47,6 +47,9 @@ const conv_tile_info *conv_tile_get(int fp16, int tile);
 int conv_tile_fits(int fp16, int tile, const conv_shape *s);
 // Sets shared-memory limits and reads occupancy; once per process and device.
 cudaError_t conv_init(void);
+// Tests: at most this many CTAs for the persistent kernels, so that each
+// CTA loops over several tiles on small shapes (0: as many as fit).
+void conv_set_persistent_cap(int ctas);
 
 // How one layer runs: a tile, and a split of K over `splits` CTAs of
 // kt_per_split k tiles each, whose FP32 partial sums a second kernel adds

@@ -365,10 +365,10 @@ static void nvj_destroy(void *ctx)
             cudaStreamSynchronize(d->slot[s].stream);
     for (int s = 0; s < ENGINE_MAX_SLOTS; s++) {
         nvj_slot *sl = &d->slot[s];
+        if (sl->state)  // before its stream: the state may hold stream-ordered memory
+            nvjpegJpegStateDestroy(sl->state);
         if (sl->stream)
             cudaStreamDestroy(sl->stream);
-        if (sl->state)
-            nvjpegJpegStateDestroy(sl->state);
         cudaFreeHost(sl->h_jobs);
         cudaFree(sl->d_jobs);
         free(sl->outs);
