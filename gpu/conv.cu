@@ -447,12 +447,14 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 
 // 1 in the code that has the wgmma kernels: a build whose NVCCFLAGS lack
 // sm_90a compiles them empty, and they must then never be picked.
-__global__ void wgmma_probe_kernel(int *has)
+__device__ int g_has_wgmma;
+
+__global__ void wgmma_probe_kernel(void)
 {
 #ifdef RESNETD_WGMMA
-    *has = 1;
+    g_has_wgmma = 1;
 #else
-    *has = 0;
+    g_has_wgmma = 0;
 #endif
 }
 
@@ -1386,15 +1388,10 @@ cudaError_t conv_init(void)
         return e;
     int has_wgmma = 0;
     if (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0)) {
-        int *d_has = NULL;
-        e = cudaMalloc((void **)&d_has, sizeof *d_has);
-        if (e != cudaSuccess)
-            return e;
-        wgmma_probe_kernel<<<1, 1>>>(d_has);
+        wgmma_probe_kernel<<<1, 1>>>();
         e = cudaGetLastError();
         if (e == cudaSuccess)
-            e = cudaMemcpy(&has_wgmma, d_has, sizeof has_wgmma, cudaMemcpyDeviceToHost);
-        cudaFree(d_has);
+            e = cudaMemcpyFromSymbol(&has_wgmma, g_has_wgmma, sizeof has_wgmma);
         if (e != cudaSuccess)
             return e;
     }
