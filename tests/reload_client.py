@@ -21,6 +21,12 @@ JPG = {"Content-Type": "image/jpeg"}
 LOAD = "/v2/repository/models/resnet18/load"
 
 
+def model_meta(d):
+    """GET /v1/models/resnet18's JSON as a dict."""
+    _, _, data = d.request("GET", "/v1/models/resnet18")
+    return json.loads(data)
+
+
 def write_config(path, weights, labels, extra=""):
     with open(path + ".tmp", "w") as f:
         f.write("weights = %s\nlabels = %s\n%s" % (weights, labels, extra))
@@ -129,8 +135,7 @@ def check_reload_under_load(opts):
         assert metric(text, "resnetd_model_version") == 3, text
         assert metric(text, "resnetd_model_reloads_total", {"result": "ok"}) == 2, text
         assert not metric(text, "resnetd_requests_total", {"code": "500"}), text
-        status, _, data = d.request("GET", "/v1/models/resnet18")
-        meta = json.loads(data)
+        meta = model_meta(d)
         assert meta["version"] == 3 and meta["weights"]["path"] == ref_weights, meta
         assert meta["weights"]["loaded_at_unix_ms"] > 0, meta
     finally:
@@ -212,8 +217,7 @@ def check_reload_to_a_fine_tune(opts):
         assert labels <= ft_names, (labels, ft_names)
         v1 = {answer_key(a) for _, a in answers if a["model_version"] == 1}
         assert len(v1) == 1 and not {p[1] for p in next(iter(v1))[2]} & ft_names, v1
-        status, _, data = d.request("GET", "/v1/models/resnet18")
-        meta = json.loads(data)
+        meta = model_meta(d)
         assert meta["classes"] == 10 and meta["labels"]["count"] == 10, meta
         status, _, data = d.request("POST", "/classify?top_k=11", body, JPG)
         assert status == 400, status

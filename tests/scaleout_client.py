@@ -171,6 +171,19 @@ def top1(res):
     return [r["predictions"][0]["index"] for r in res["results"]]
 
 
+def tear_down(ngx, a, b):
+    """After a scenario, passed or failed: nginx gone, backend b (None once
+    stopped) killed, backend a killed if still running, else its log removed."""
+    if ngx:
+        ngx.cleanup()
+    if b:
+        b.stop(signal.SIGKILL)
+    if a.proc.poll() is None:
+        a.stop(signal.SIGKILL)
+    elif os.path.exists(a.log.name):
+        os.unlink(a.log.name)
+
+
 def scenario(opts, retry):
     """Two daemons behind nginx, load, SIGTERM to the first. Returns what
     the clients saw, the access log and the daemons' exit details."""
@@ -253,14 +266,7 @@ def scenario(opts, retry):
                 "rc_nginx": rc_ngx, "log_a": log_a, "t_term": t_term, "t_exit": t_exit, "hung": hung,
                 "a": "127.0.0.1:%d" % a.port, "nginx_errors": ngx_errors}
     finally:
-        if ngx:
-            ngx.cleanup()
-        if b:
-            b.stop(signal.SIGKILL)
-        if a.proc.poll() is None:
-            a.stop(signal.SIGKILL)
-        elif os.path.exists(a.log.name):
-            os.unlink(a.log.name)
+        tear_down(ngx, a, b)
 
 
 def kept_alive_during_drain(opts, retry):
@@ -315,14 +321,7 @@ def kept_alive_during_drain(opts, retry):
     finally:
         if stall:
             stall.close()
-        if ngx:
-            ngx.cleanup()
-        if b:
-            b.stop(signal.SIGKILL)
-        if a.proc.poll() is None:
-            a.stop(signal.SIGKILL)
-        elif os.path.exists(a.log.name):
-            os.unlink(a.log.name)
+        tear_down(ngx, a, b)
 
 
 def check_draining_backend_503_is_retried(opts):
