@@ -31,7 +31,6 @@
  * it. */
 #include <config.h>  /* autoconf's (PACKAGE_VERSION), not daemon/config.h */
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -42,7 +41,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "daemon/batcher.h"
-#include "daemon/conn.h"
+#include "daemon/http.h"
 #include "daemon/decode.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
@@ -82,7 +81,7 @@ static int takes_body(int route)
 }
 
 struct server {
-    struct MHD_Daemon *d;
+    http_server *http;
     const response_service *svc;
     queue *q;
     infer *const *inf;      /* one per engine (device = cuda:all: one per GPU) */
@@ -91,7 +90,6 @@ struct server {
     devjpeg *dj;            /* GPU JPEG decoding, or NULL */
     decode_pool *decoders;
     budget *bodies;
-    conn_table *conns;
     long max_body_bytes;
     long max_pixels;
     long request_timeout_ms;
@@ -110,44 +108,34 @@ struct server {
 static const char oom_body[] =
     "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
 
-/* Queues one response and records its status; body is malloc'd JSON (or
- * text) that libmicrohttpd frees, or NULL after an allocation failure. */
-static enum MHD_Result send_body(server *s, request *r, struct MHD_Connection *c, int status, char *body,
-                                 size_t len, const char *ctype, int retry_after, const char *allow,
-                                 int close_conn)
+/* Answers r with body (malloc'd JSON or text, the layer's from here; NULL
+ * after an allocation failure: a 500) and records its status. */
+static int send_body(server *s, request *r, http_conn *c, int status, char *body, size_t len, const char *ctype,
+                     int retry_after, const char *allow, int close_conn)
 {
-    struct MHD_Response *resp;
-    if (body) {
-        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-        if (!resp)
-            free(body);
-    } else {
+    if (!body) {
         status = 500;
         ctype = "application/json";
-        resp = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body, MHD_RESPMEM_PERSISTENT);
+        len = sizeof oom_body - 1;
+        body = strdup(oom_body);   /* NULL again: the 500 goes without a body */
     }
-    if (!resp)
-        return MHD_NO;
-    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
-    if (retry_after > 0) {
-        char ra[16];
-        snprintf(ra, sizeof ra, "%d", retry_after);
-        ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra) == MHD_YES;
-    }
-    if (allow)
-        ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow) == MHD_YES;
-    if (close_conn || atomic_load(&s->draining))
-        ok = ok && MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
-    if (body && r->answer_header_len > 0) {
-        char hl[32];
+    char hl[32];
+    if (body && r->answer_header_len > 0)
         snprintf(hl, sizeof hl, "%zu", r->answer_header_len);
-        ok = ok && MHD_add_response_header(resp, "Inference-Header-Content-Length", hl) == MHD_YES;
-    }
-    enum MHD_Result rc = ok ? MHD_queue_response(c, (unsigned)status, resp) : MHD_NO;
-    MHD_destroy_response(resp);
+    http_response resp = {
+        .status = status,
+        .body = body,
+        .len = body ? len : 0,
+        .content_type = ctype,
+        .retry_after = retry_after,
+        .allow = allow,
+        .extra_name = body && r->answer_header_len > 0 ? "Inference-Header-Content-Length" : NULL,
+        .extra_value = hl,
+        .close = close_conn || atomic_load(&s->draining),
+    };
     r->state = REQ_ANSWERED;
     r->status = status;
-    return rc;
+    return http_respond(c, &resp);
 }
 
 static metrics_reject_reason reject_reason(int status, const char *code)
@@ -169,7 +157,7 @@ static metrics_reject_reason reject_reason(int status, const char *code)
     return METRICS_REJECT_COUNT;   /* not a rejection: 500, 503 while draining */
 }
 
-static enum MHD_Result send_error(server *s, request *r, struct MHD_Connection *c, int status,
+static int send_error(server *s, request *r, http_conn *c, int status,
                                   const char *code, const char *message, int retry_after, const char *allow,
                                   int close_conn)
 {
@@ -211,7 +199,7 @@ static int retry_after(server *s)
 static void image_reported(request *r)
 {
     if (atomic_fetch_sub(&r->pending, 1) == 1)
-        MHD_resume_connection(r->conn);
+        http_wake(r->conn);
 }
 
 static void sink_done(void *req, int image, const float *logits, int classes, served_model *model,
@@ -260,12 +248,12 @@ static const char memory_full_msg[] =
     "the request bodies being received fill the server's body memory (body_memory_bytes); retry later";
 
 /* What every body route checks from the headers. */
-static enum MHD_Result body_begin(server *s, request *r, struct MHD_Connection *c)
+static int body_begin(server *s, request *r, http_conn *c, const http_head *h)
 {
     /* Refuse an announced oversize body before reading any of it, and one
      * the body memory cannot hold now. Nothing is reserved: the buffer
      * grows (and is charged) as the bytes arrive. */
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = http_header(h, "Content-Length");
     if (cl) {
         errno = 0;
         char *end;
@@ -279,18 +267,16 @@ static enum MHD_Result body_begin(server *s, request *r, struct MHD_Connection *
             return send_error(s, r, c, 503, "memory_full", memory_full_msg, 1, NULL, 1);
         r->expect = (size_t)n;
     }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->fd = ci ? ci->connect_fd : -1;
-    return MHD_YES;
+    return 0;
 }
 
-static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connection *c)
+static int classify_begin(server *s, request *r, http_conn *c, const http_head *h)
 {
     if (atomic_load(&s->draining))
         return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
 
     const int nclasses = classes(s);
-    const char *k = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "top_k");
+    const char *k = http_arg(h, "top_k");
     if (k && request_parse_top_k(k, nclasses, &r->top_k) != 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "top_k must be a whole number from 1 to %d (the model's classes)", nclasses);
@@ -299,7 +285,7 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
     if (!k && r->top_k > nclasses)
         r->top_k = nclasses;
 
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *ct = http_header(h, "Content-Type");
     int rc = request_parse_content_type(ct, &r->body_kind, r->boundary, sizeof r->boundary);
     if (rc == -1) {
         char msg[256];
@@ -309,58 +295,58 @@ static enum MHD_Result classify_begin(server *s, request *r, struct MHD_Connecti
     if (rc == -2)
         return send_error(s, r, c, 400, "invalid_multipart", "multipart/form-data without a valid boundary",
                           0, NULL, 1);
-    return body_begin(s, r, c);
+    return body_begin(s, r, c, h);
 }
 
 /* POST .../infer's headers: the v2 body is JSON, optionally followed by
  * binary tensor data (Inference-Header-Content-Length says where). */
-static enum MHD_Result v2_begin(server *s, request *r, struct MHD_Connection *c)
+static int v2_begin(server *s, request *r, http_conn *c, const http_head *h)
 {
     if (atomic_load(&s->draining))
         return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *ct = http_header(h, "Content-Type");
     if (ct && strncasecmp(ct, "application/json", 16) != 0 && strncasecmp(ct, "application/octet-stream", 24) != 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "content type '%.100s' is not application/json or application/octet-stream", ct);
         return send_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);
     }
-    const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    const char *hl = http_header(h, "Inference-Header-Content-Length");
     if (hl && (r->v2_header_len = v2_parse_header_length(hl, (size_t)s->max_body_bytes)) < 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "Inference-Header-Content-Length '%.60s' is not a length up to max_body_bytes", hl);
         return send_error(s, r, c, 400, "bad_request", msg, 0, NULL, 1);
     }
-    return body_begin(s, r, c);
+    return body_begin(s, r, c, h);
 }
 
 
-static enum MHD_Result classify_body(server *s, request *r, const char *data, size_t n)
+static int classify_body(server *s, request *r, const char *data, size_t n)
 {
     if (r->too_large || r->over_budget) {
         /* A body past the limit or the budget: drop the rest unread, but
          * only up to another max_body_bytes before giving up on the
          * connection. */
         r->discarded += n;
-        return r->discarded > (size_t)s->max_body_bytes * 2 ? MHD_NO : MHD_YES;
+        return r->discarded > (size_t)s->max_body_bytes * 2 ? -1 : 0;
     }
     if (r->len + n > (size_t)s->max_body_bytes) {
         r->too_large = 1;
         r->discarded = r->len + n;
         request_drop_body(r);
-        return MHD_YES;
+        return 0;
     }
     int rc = request_append(r, (const uint8_t *)data, n);
     if (rc == -2) {
         r->over_budget = 1;
         r->discarded = r->len + n;
         request_drop_body(r);
-        return MHD_YES;
+        return 0;
     }
     if (rc != 0) {
         log_error("out of memory for a request body of %zu bytes", r->len + n);
-        return MHD_NO;
+        return -1;
     }
-    return MHD_YES;
+    return 0;
 }
 
 /* Hands a complete body to the decode pool: everything that needs no
@@ -369,7 +355,7 @@ static enum MHD_Result classify_body(server *s, request *r, const char *data, si
  * (or the decode failed). */
 /* The body's checks that need no parsing: over the limit, over the
  * budget, empty. Answers and returns 1 when one fails. */
-static int refuse_body(server *s, request *r, struct MHD_Connection *c, enum MHD_Result *rc)
+static int refuse_body(server *s, request *r, http_conn *c, int *rc)
 {
     char msg[128];
     if (r->too_large) {
@@ -389,7 +375,7 @@ static int refuse_body(server *s, request *r, struct MHD_Connection *c, enum MHD
 
 /* Reserves the request's n queue slots (or 503) and readies it for the
  * decode pool. */
-static enum MHD_Result submit_images(server *s, request *r, struct MHD_Connection *c, int n)
+static int submit_images(server *s, request *r, http_conn *c, int n)
 {
     if (queue_reserve(s->q, n, r->slots) != 0)
         return send_error(s, r, c, 503, "queue_full", "the queue is full; retry later", retry_after(s), NULL, 0);
@@ -399,21 +385,13 @@ static enum MHD_Result submit_images(server *s, request *r, struct MHD_Connectio
     r->state = REQ_SUBMITTING;
     r->deadline_us = r->start_us + (uint64_t)s->request_timeout_ms * 1000u;
     r->job.owner = r;
-    /* Suspended on the next call, not this one. libmicrohttpd 0.9.75 does
-     * not update a connection's poll interest when it suspends it: one
-     * suspended in this call, which ends the reading of the request, is
-     * polled for reading again when resumed, and a client that has shut
-     * down its sending side (it still waits for the answer) reads as
-     * closed, so the answer was never sent. Returning without a response
-     * lets libmicrohttpd finish this turn (the request is complete: no
-     * more reading) and call again at once. */
-    return MHD_YES;
+    return 0;
 }
 
-static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connection *c)
+static int classify_submit(server *s, request *r, http_conn *c)
 {
     char msg[384], why[256];
-    enum MHD_Result rc;
+    int rc;
     if (refuse_body(s, r, c, &rc))
         return rc;
     int n;
@@ -448,9 +426,9 @@ static enum MHD_Result classify_submit(server *s, request *r, struct MHD_Connect
 
 /* A complete v2 inference request: parsed here, then queued like a
  * /classify request's images. */
-static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c)
+static int v2_submit(server *s, request *r, http_conn *c)
 {
-    enum MHD_Result rc;
+    int rc;
     if (refuse_body(s, r, c, &rc))
         return rc;
     char msg[384];
@@ -483,16 +461,14 @@ static enum MHD_Result v2_submit(server *s, request *r, struct MHD_Connection *c
 }
 
 
-static enum MHD_Result classify_suspend(server *s, request *r, struct MHD_Connection *c)
+/* The connection waits (the HTTP layer's turn is over) until a decode
+ * thread or the pipeline wakes it; a refused job (drain timeout) is
+ * answered 503 through decode_cancel. */
+static void classify_suspend(server *s, request *r)
 {
     r->state = REQ_QUEUED;
     atomic_fetch_add(&s->suspended, 1);
-    /* Suspend before a decode thread can see the job, so the resume that
-     * answers it always follows this suspend. A refused job (drain timeout)
-     * is answered 503 through decode_cancel. */
-    MHD_suspend_connection(c);
     (void)decode_pool_submit(s->decoders, &r->job);
-    return MHD_YES;
 }
 
 /* On a decode thread, with the connection suspended: a failure releases
@@ -501,7 +477,7 @@ static void decode_failed(server *s, request *r, int status, const char *code, c
 {
     queue_release(s->q, r->slots, r->nimages);
     request_fail(r, status, code, message);
-    MHD_resume_connection(r->conn);
+    http_wake(r->conn);
 }
 
 /* The decode's stop hook: the drain timeout and the request's deadline on
@@ -737,7 +713,7 @@ static void decode_cancel(void *cls, decode_job *job)
     decode_failed(cls, job->owner, 503, "shutting_down", "the server stopped before this request ran");
 }
 
-static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connection *c)
+static int classify_answer(server *s, request *r, http_conn *c)
 {
     atomic_fetch_sub(&s->suspended, 1);
     r->state = REQ_ANSWERED;   /* out of the pipeline, even if queuing the answer fails */
@@ -746,7 +722,8 @@ static enum MHD_Result classify_answer(server *s, request *r, struct MHD_Connect
         r->state = REQ_ANSWERED;
         r->status = 499;
         metrics_reject(METRICS_REJECT_CLIENT_GONE);
-        return MHD_NO;
+        http_drop(c);
+        return -1;
     }
     if (r->fail_status) {
         int ra = r->fail_status == 503 ? retry_after(s) : 0;
@@ -791,12 +768,12 @@ static int is_ready(server *s, const char **why)
 }
 
 /* A probe's 200: an empty body, as the protocol's health endpoints answer. */
-static enum MHD_Result send_empty(server *s, request *r, struct MHD_Connection *c)
+static int send_empty(server *s, request *r, http_conn *c)
 {
     return send_body(s, r, c, 200, strdup(""), 0, "text/plain", 0, NULL, 0);
 }
 
-static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *c)
+static int answer_get(server *s, request *r, http_conn *c)
 {
     size_t len = 0;
     const char *why;
@@ -834,7 +811,7 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
         return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
     case ROUTE_METRICS: {
         metrics_set_ready(is_ready(s, &why));
-        metrics_set_connections(conn_count(s->conns), conn_dropped_total(s->conns));
+        metrics_set_connections(http_connections(s->http), http_dropped_slow(s->http));
         metrics_set_body_memory(budget_used(s->bodies), budget_cap(s->bodies));
         body = metrics_render(&len);
         return send_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);
@@ -859,21 +836,21 @@ static enum MHD_Result answer_get(server *s, request *r, struct MHD_Connection *
 #define LOAD_MAX_BODY 65536
 
 /* Past 64 KiB the rest is read and dropped, and answered 413 at the end. */
-static enum MHD_Result load_body(request *r, const char *data, size_t n)
+static int load_body(request *r, const char *data, size_t n)
 {
     if (r->too_large || r->over_budget)
-        return MHD_YES;
+        return 0;
     int rc = r->len + n > LOAD_MAX_BODY ? -1 : request_append(r, (const uint8_t *)data, n);
     if (rc == -2)
         r->over_budget = 1;
     else if (rc != 0)
         r->too_large = 1;
-    return MHD_YES;
+    return 0;
 }
 
 /* The body is empty, or a JSON object whose "parameters", if any, are
  * empty: resnetd loads the files its configuration names, never others. */
-static enum MHD_Result load_check(server *s, request *r, struct MHD_Connection *c)
+static int load_check(server *s, request *r, http_conn *c)
 {
     char why[256];
     if (r->too_large)
@@ -888,7 +865,7 @@ static enum MHD_Result load_check(server *s, request *r, struct MHD_Connection *
     if (!atomic_load(&s->warm))   /* the engines are still being warmed up */
         return send_error(s, r, c, 503, "not_ready", "the server is starting; load once it is ready", 1, NULL, 0);
     r->state = REQ_SUBMITTING;
-    return MHD_YES;
+    return 0;
 }
 
 /* On the reloader thread, with the connection suspended: a failed load
@@ -900,20 +877,18 @@ static void load_done(void *cls, int rc, const char *message)
         r->fail_status = rc == RELOAD_REFUSED ? 503 : 400;
         snprintf(r->fail_msg, sizeof r->fail_msg, "%s", message);
     }
-    MHD_resume_connection(r->conn);
+    http_wake(r->conn);
 }
 
-static enum MHD_Result load_suspend(server *s, request *r, struct MHD_Connection *c)
+static void load_suspend(server *s, request *r)
 {
     r->state = REQ_QUEUED;
     atomic_fetch_add(&s->suspended, 1);
-    MHD_suspend_connection(c);
     if (reloader_request(s->reload, load_done, r) != 0)
         load_done(r, RELOAD_REFUSED, "a reload is refused now: the server is stopping, or 64 load requests are waiting");
-    return MHD_YES;
 }
 
-static enum MHD_Result load_answer(server *s, request *r, struct MHD_Connection *c)
+static int load_answer(server *s, request *r, http_conn *c)
 {
     atomic_fetch_sub(&s->suspended, 1);
     r->state = REQ_ANSWERED;
@@ -924,84 +899,19 @@ static enum MHD_Result load_answer(server *s, request *r, struct MHD_Connection 
     return send_body(s, r, c, 200, empty, 0, "application/json", 0, NULL, 0);
 }
 
-/* ---- libmicrohttpd callbacks -------------------------------------------- */
-
-/* The connection's entry in the connection table (NULL if none). */
-static conn *conn_of(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-typedef struct framing {
-    int content_lengths, transfer_encodings;
-    const char *content_length, *transfer_encoding;
-    int conflicting;        /* two Content-Length headers that differ */
-} framing;
-
-static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-    (void)kind;
-    framing *f = cls;
-    if (!value)
-        value = "";
-    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
-        if (f->content_lengths++ > 0 && strcmp(f->content_length, value) != 0)
-            f->conflicting = 1;
-        else
-            f->content_length = value;
-    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
-        f->transfer_encodings++;
-        f->transfer_encoding = value;
-    }
-    return MHD_YES;
-}
-
-/* How the body is delimited must be unambiguous: libmicrohttpd takes the
- * first Content-Length of several (a proxy in front may take another: a
- * request smuggled past it) and waits for the end of the connection on an
- * unknown Transfer-Encoding. Answers the request and returns 1 when the
- * framing is refused. */
-static int refuse_framing(server *s, request *r, struct MHD_Connection *c, const char *version,
-                          enum MHD_Result *rc)
-{
-    framing f = { 0 };
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
-    if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
-        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
-        *rc = send_error(s, r, c, 400, "bad_request", "an HTTP/1.1 request must have a Host header", 0, NULL, 1);
-    else if (f.conflicting)
-        *rc = send_error(s, r, c, 400, "bad_request", "conflicting Content-Length headers", 0, NULL, 1);
-    else if (f.transfer_encodings > 1 || (f.transfer_encodings && f.content_lengths))
-        *rc = send_error(s, r, c, 400, "bad_request",
-                         "ambiguous body framing: several Transfer-Encoding headers, or one with Content-Length",
-                         0, NULL, 1);
-    else if (f.transfer_encodings && strcasecmp(f.transfer_encoding, "chunked") != 0) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "Transfer-Encoding '%.80s' is not supported; send the body chunked or with a "
-                 "Content-Length", f.transfer_encoding);
-        *rc = send_error(s, r, c, 501, "not_implemented", msg, 0, NULL, 1);
-    } else
-        return 0;
-    return 1;
-}
+/* ---- the HTTP layer's callbacks ----------------------------------------- */
 
 /* Does the request announce a body? */
-static int has_body(struct MHD_Connection *c)
+static int has_body(const http_head *h)
 {
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
-           (cl && strspn(cl, "0") != strlen(cl));
+    return h->chunked || h->content_length > 0;
 }
 
-static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, const char *url,
-                             const char *method, const char *version)
+static int route(server *s, request *r, http_conn *c, const http_head *h)
 {
-    enum MHD_Result rc;
+    const char *url = h->path, *method = h->method;
     r->state = REQ_RECEIVING;
     r->v2_route = v2_route_of(url);   /* before any answer: /v2 errors have the protocol's body */
-    if (refuse_framing(s, r, c, version, &rc))
-        return rc;
     r->route = -1;
     for (int i = 0; i < ROUTE_V2_SERVER; i++)
         if (strcmp(url, routes[i].path) == 0)
@@ -1020,7 +930,7 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
         char msg[200];
         snprintf(msg, sizeof msg, "unknown model or version: %.120s (this server has " V2_MODEL_NAME " version "
                  V2_MODEL_VERSION ")", url);
-        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(c));
+        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(h));
     }
     case V2_UNKNOWN_PATH:
         break;   /* 404 below, unless it is the load */
@@ -1030,126 +940,129 @@ static enum MHD_Result route(server *s, request *r, struct MHD_Connection *c, co
     if (r->route < 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "no such path: %.120s", url);
-        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(c));
+        return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(h));
     }
-    int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    int is_post = strcmp(method, "POST") == 0;
+    int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     if (takes_body(r->route) ? !is_post : !is_get) {
         char msg[160];
         snprintf(msg, sizeof msg, "%.20s is not allowed on %s; use %s", method, routes[r->route].path,
                  routes[r->route].allow);
         return send_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow,
-                          is_post || has_body(c));
+                          is_post || has_body(h));
     }
-    if (!takes_body(r->route) && has_body(c)) {
+    if (!takes_body(r->route) && has_body(h)) {
         /* Answered unread, so a GET never costs body memory. */
         char msg[160];
         snprintf(msg, sizeof msg, "%s takes no request body", routes[r->route].path);
         return send_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
     }
-    /* GETs are answered on the next call, once the request is complete:
-     * libmicrohttpd closes any connection answered from this first call. */
-    if (!takes_body(r->route) || r->route == ROUTE_LOAD)
-        return MHD_YES;   /* a load's body is read as it comes */
-    rc = r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c) : v2_begin(s, r, c);
-    if (r->state == REQ_RECEIVING)
-        conn_set_phase(s->conns, conn_of(c), CONN_BODY);
-    return rc;
+    if (!takes_body(r->route))
+        return answer_get(s, r, c);
+    if (r->route == ROUTE_LOAD)
+        return 0;   /* a load's body is read as it comes */
+    return r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c, h) : v2_begin(s, r, c, h);
 }
 
-static request *new_request(server *s, struct MHD_Connection *c)
+static request *new_request(server *s, http_conn *c)
 {
     request *r = request_create();
     if (!r)
         return NULL;
     r->conn = c;
+    r->fd = http_fd(c);
     r->budget = s->bodies;
     r->max_len = (size_t)s->max_body_bytes;
     r->start_us = clock_now_us();
     return r;
 }
 
-/* The request line has been read: the request exists from here on, so an
- * error libmicrohttpd answers itself later is still counted. */
-static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c)
-{
-    (void)uri;
-    return new_request(cls, c);
-}
-
-static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                 const char *version, const char *upload_data, size_t *upload_data_size,
-                                 void **con_cls)
+/* A request's head: from here on the drain waits for it. One the HTTP
+ * layer refused (malformed, too large, unsupported, too slow) is answered
+ * here too, in the API's format, and counted like any other. */
+static void *on_request(void *cls, http_conn *c, const http_head *h)
 {
     server *s = cls;
-    request *r = *con_cls;
-    if (!r && !(r = *con_cls = new_request(s, c)))
-        return MHD_NO;
-    if (r->state == REQ_NEW) {
-        /* Headers complete: from here the drain waits for this request. A
-         * client still sending headers has nothing accepted to answer. */
-        atomic_fetch_add(&s->active, 1);
-        conn_set_phase(s->conns, conn_of(c), CONN_SERVER);
-        return route(s, r, c, url, method, version);
-    }
-    if (*upload_data_size) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        conn_add_body(s->conns, conn_of(c), n);
-        if (r->state != REQ_RECEIVING || !takes_body(r->route))
-            return MHD_YES;
-        return r->route == ROUTE_LOAD ? load_body(r, upload_data, n) : classify_body(s, r, upload_data, n);
-    }
-    if (r->state == REQ_RECEIVING) {
-        conn_set_phase(s->conns, conn_of(c), CONN_SERVER);
-        return r->route == ROUTE_CLASSIFY ? classify_submit(s, r, c)
-               : r->route == ROUTE_V2_INFER ? v2_submit(s, r, c)
-               : r->route == ROUTE_LOAD     ? load_check(s, r, c)
-                                            : answer_get(s, r, c);
-    }
-    if (r->state == REQ_SUBMITTING)
-        return r->route == ROUTE_LOAD ? load_suspend(s, r, c) : classify_suspend(s, r, c);
-    if (r->state == REQ_QUEUED)
-        return r->route == ROUTE_LOAD ? load_answer(s, r, c) : classify_answer(s, r, c);
-    return MHD_YES;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    server *s = cls;
-    request *r = *con_cls;
+    request *r = new_request(s, c);
     if (!r)
+        return NULL;
+    atomic_fetch_add(&s->active, 1);
+    if (h->status) {
+        r->state = REQ_RECEIVING;
+        r->v2_route = v2_route_of(h->path);
+        send_error(s, r, c, h->status, h->code, h->message, 0, NULL, 1);
+        return r;
+    }
+    route(s, r, c, h);
+    return r;
+}
+
+static void on_body(void *cls, http_conn *c, void *req, const char *data, size_t n)
+{
+    server *s = cls;
+    request *r = req;
+    if (r->state != REQ_RECEIVING || !takes_body(r->route))
         return;
-    *con_cls = NULL;
-    conn *cn = conn_of(c);
+    if ((r->route == ROUTE_LOAD ? load_body(r, data, n) : classify_body(s, r, data, n)) != 0)
+        http_drop(c);
+}
+
+/* The body is complete: checked, and handed to the decode pool or the
+ * reloader, whose wake answers it. */
+static void on_body_end(void *cls, http_conn *c, void *req)
+{
+    server *s = cls;
+    request *r = req;
+    if (r->state != REQ_RECEIVING)
+        return;
+    if (r->route == ROUTE_CLASSIFY)
+        classify_submit(s, r, c);
+    else if (r->route == ROUTE_V2_INFER)
+        v2_submit(s, r, c);
+    else if (r->route == ROUTE_LOAD)
+        load_check(s, r, c);
+    if (r->state == REQ_SUBMITTING && r->route == ROUTE_LOAD)
+        load_suspend(s, r);
+    else if (r->state == REQ_SUBMITTING)
+        classify_suspend(s, r);
+}
+
+/* Bad chunked encoding (400), a body too slow (408). */
+static void on_body_error(void *cls, http_conn *c, void *req, int status, const char *code, const char *message)
+{
+    request *r = req;
+    if (r->state == REQ_RECEIVING)
+        send_error(cls, r, c, status, code, message, 0, NULL, 1);
+}
+
+/* Woken by a decode thread, the pipeline or the reloader: the answer. */
+static void on_wake(void *cls, http_conn *c, void *req)
+{
+    server *s = cls;
+    request *r = req;
+    if (r->state != REQ_QUEUED)
+        return;
+    if (r->route == ROUTE_LOAD)
+        load_answer(s, r, c);
+    else
+        classify_answer(s, r, c);
+}
+
+/* Every request ends here, once: counted, and freed. */
+static void on_done(void *cls, void *req, int delivered)
+{
+    server *s = cls;
+    request *r = req;
     int code = r->status;
-    if (code == 0) {
-        /* Not answered by us: libmicrohttpd answered it (a malformed
-         * header, bad chunked encoding...), the reaper dropped a slow
-         * client, or the client went away. */
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
-        if (ci && ci->http_status >= 100) {
-            code = (int)ci->http_status;
-            metrics_reject(code == 413 ? METRICS_REJECT_TOO_LARGE : METRICS_REJECT_BAD_INPUT);
-        } else if (conn_dropped(s->conns, cn)) {
-            code = 408;
-            metrics_reject(METRICS_REJECT_SLOW_CLIENT);
-        } else {
-            code = 499;
-            metrics_reject(METRICS_REJECT_CLIENT_GONE);
-        }
-    } else if (code == 200 && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-        /* An answer that could not be delivered: the client went away. */
+    if (code == 0 || (code == 200 && !delivered)) {
+        /* The client went away before its answer (or while sending). */
         metrics_reject(METRICS_REJECT_CLIENT_GONE);
         code = 499;
     }
     metrics_observe_request(code, (double)(clock_now_us() - r->start_us) / 1e6);
-    if (r->state != REQ_NEW)
-        atomic_fetch_sub(&s->active, 1);
-    /* Gone between the submit and the suspend: its slots were reserved
-     * but never handed on. Gone after a resume, before the answer: it no
-     * longer waits in the pipeline. */
+    atomic_fetch_sub(&s->active, 1);
+    /* Slots reserved but never handed on; a request still counted as
+     * waiting in the pipeline (the HTTP layer stopping). */
     if (r->state == REQ_SUBMITTING && r->route != ROUTE_LOAD)   /* /classify and v2 infer reserve slots */
         queue_release(s->q, r->slots, r->nimages);
     else if (r->state == REQ_QUEUED)
@@ -1162,39 +1075,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
     free(r->logits);
     request_free(r);
-    /* A kept-alive connection waits for its next request's headers. */
-    conn_set_phase(s->conns, cn, CONN_HEADERS);
-}
-
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode what)
-{
-    server *s = cls;
-    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? conn_open(s->conns, ci->connect_fd) : NULL;
-    } else {
-        conn_close(s->conns, *socket_context);
-        *socket_context = NULL;
-    }
-}
-
-static size_t on_unescape(void *cls, struct MHD_Connection *c, char *s)
-{
-    (void)cls;
-    (void)c;
-    return request_unescape(s);
-}
-
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    size_t n = strlen(msg);
-    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-        msg[--n] = '\0';
-    log_warn("libmicrohttpd: %s", msg);
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -1247,56 +1127,42 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     atomic_init(&s->suspended, 0);
     atomic_init(&s->decoding, 0);
     atomic_init(&s->decodes_cancelled, 0);
-    conn_limits limits = {
-        .header_timeout_us = (uint64_t)cfg->header_timeout_s * 1000000u,
-        .min_rate = (uint64_t)cfg->min_body_rate,
-    };
-    if (!(s->conns = conn_table_start(&limits, err, errlen))) {
-        free(s);
-        return NULL;
-    }
     decode_pool_ops ops = { .cls = s, .run = decode_run, .cancel = decode_cancel };
     s->decoders = decode_pool_start((int)cfg->decode_threads, (uint64_t)cfg->max_pixels, &ops, err, errlen);
     if (!s->decoders) {
-        conn_table_stop(s->conns);
         free(s);
         return NULL;
     }
 
-    /* poll(), not epoll: in libmicrohttpd 0.9.75's edge-triggered epoll
-     * loop a client that sends part of a body and closes was often not
-     * seen until connection_timeout_s (its socket sat in CLOSE-WAIT,
-     * holding a connection slot); with poll every such socket is closed at
-     * once. poll's cost per wake-up grows with the connections each thread
-     * holds; at the connection_limit of a few thousand it is negligible
-     * next to a decode. No address reuse option: SO_REUSEPORT would let a
-     * second resnetd bind the same port and silently take half the
-     * traffic; libmicrohttpd still sets SO_REUSEADDR. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | (family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            /* 0: one thread, no pool (MHD warns about a pool of 1) */
-                            MHD_OPTION_THREAD_POOL_SIZE, cfg->threads > 1 ? (unsigned)cfg->threads : 0u,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
-                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)cfg->listen_backlog,
-                            MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, NULL,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_END);
-    if (!s->d) {
-        snprintf(err, errlen, "cannot listen on %s (in use, or not a local address?)", cfg->listen);
+    http_limits lim = {
+        .threads = (int)cfg->threads,
+        .connection_limit = cfg->connection_limit,
+        .header_timeout_us = (uint64_t)cfg->header_timeout_s * 1000000u,
+        .min_rate = (uint64_t)cfg->min_body_rate,
+        .idle_timeout_us = (uint64_t)cfg->connection_timeout_s * 1000000u,
+        .conn_memory = (size_t)cfg->connection_memory_bytes,
+        .backlog = (int)cfg->listen_backlog,
+    };
+    http_handler handler = {
+        .cls = s,
+        .request = on_request,
+        .body = on_body,
+        .body_end = on_body_end,
+        .body_error = on_body_error,
+        .wake = on_wake,
+        .done = on_done,
+        .unescape = request_unescape,
+    };
+    char why[200];
+    socklen_t addrlen = family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    s->http = http_start((struct sockaddr *)&addr, addrlen, &lim, &handler, why, sizeof why);
+    if (!s->http) {
+        snprintf(err, errlen, "cannot listen on %s: %s", cfg->listen, why);
         decode_pool_stop(s->decoders);
-        conn_table_stop(s->conns);
         free(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : port;
+    s->port = http_port(s->http);
     return s;
 }
 
@@ -1313,9 +1179,7 @@ void server_set_warm(server *s)
 void server_begin_drain(server *s)
 {
     atomic_store(&s->draining, 1);
-    MHD_socket fd = MHD_quiesce_daemon(s->d);
-    if (fd != MHD_INVALID_SOCKET && close(fd) != 0)
-        log_warn("closing the listening socket: %s", strerror(errno));
+    http_quiesce(s->http);
 }
 
 long server_active(server *s)
@@ -1347,8 +1211,7 @@ void server_stop(server *s)
      * be submitted to a pool that is gone; none is running: nothing is
      * suspended. */
     decode_pool_abort(s->decoders);
-    MHD_stop_daemon(s->d);
+    http_stop(s->http);
     decode_pool_stop(s->decoders);
-    conn_table_stop(s->conns);
     free(s);
 }

@@ -1,13 +1,8 @@
 /* Tests daemon/conn.c: the slow-client decision with a fake clock
  * (headers bounded in total however they trickle, bodies judged on their
- * average rate after a grace, the server's turn never judged), and the
- * table's count and the reaper on real sockets: a silent client is shut
- * down after header_timeout, a client in the server's turn is not. */
+ * average rate after a grace, the server's turn never judged). The HTTP
+ * layer applying it on real sockets: tests/test_http.c. */
 #include <check.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 #include "daemon/conn.h"
 #include "tests/testutil.h"
 
@@ -48,45 +43,6 @@ START_TEST(the_servers_turn_is_never_judged)
 }
 END_TEST
 
-static int peer_closed(int fd, int wait_ms)
-{
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    char b;
-    return poll(&p, 1, wait_ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
-}
-
-START_TEST(reaper_shuts_down_a_silent_client_only)
-{
-    conn_limits fast = { .header_timeout_us = 300000, .min_rate = 1000 };
-    char err[256];
-    conn_table *t = conn_table_start(&fast, err, sizeof err);
-    ck_assert_msg(t != NULL, "%s", err);
-    int slow[2], busy[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, slow), 0);
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, busy), 0);
-    conn *a = conn_open(t, slow[0]);
-    conn *b = conn_open(t, busy[0]);
-    ck_assert_ptr_nonnull(a);
-    ck_assert_ptr_nonnull(b);
-    conn_set_phase(t, b, CONN_SERVER);
-    ck_assert_int_eq(conn_count(t), 2);
-    /* Generous: the bound is 0.3 s and the reaper looks every 0.2 s. */
-    ck_assert(peer_closed(slow[1], 5000));
-    ck_assert_int_eq(conn_dropped(t, a), 1);
-    ck_assert_int_eq(conn_dropped(t, b), 0);
-    ck_assert(!peer_closed(busy[1], 0));
-    ck_assert_uint_eq(conn_dropped_total(t), 1);
-    conn_close(t, a);
-    conn_close(t, b);
-    ck_assert_int_eq(conn_count(t), 0);
-    conn_table_stop(t);
-    for (int i = 0; i < 2; i++) {
-        close(slow[i]);
-        close(busy[i]);
-    }
-}
-END_TEST
-
 static Suite *conn_suite(void)
 {
     Suite *s = suite_create("conn");
@@ -94,7 +50,6 @@ static Suite *conn_suite(void)
     tcase_add_test(tc, headers_are_bounded_in_total);
     tcase_add_test(tc, bodies_are_judged_on_their_average_rate_after_the_grace);
     tcase_add_test(tc, the_servers_turn_is_never_judged);
-    tcase_add_test(tc, reaper_shuts_down_a_silent_client_only);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;
