@@ -41,7 +41,7 @@ typedef struct config {
     long connection_timeout_s;    /* idle connections are closed */
     long header_timeout_s;        /* a request's headers must arrive within this (slowloris) */
     long min_body_rate;           /* bytes/s a body must average after header_timeout_s; 0: none */
-    long connection_memory_bytes; /* libmicrohttpd's per-connection pool */
+    long connection_memory_bytes; /* a connection's read buffer at most: the largest head */
     long listen_backlog;
 } config;
 

@@ -405,8 +405,8 @@ int main(int argc, char **argv)
                  "%ld requests being decoded stop before their next image; "
                  "closing %ld unfinished connections", undecoded, failed, server_decoding(srv), server_active(srv));
         /* Batches already in the engine finish and are answered, decodes
-         * finish their current image; libmicrohttpd must not be stopped
-         * while any connection is suspended. */
+         * finish their current image; the HTTP layer must not be stopped
+         * while any request waits for its answer. */
         if (wait_for_zero(srv, server_suspended, DRAIN_GRACE_MS) != 0) {
             long decoding = server_decoding(srv);
             log_error("%ld requests still unanswered after %d ms more (%ld decoding an image, %ld in the "

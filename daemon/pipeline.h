@@ -2,7 +2,7 @@
  * batcher -> infer -> response. A queue_item is one decoded image waiting
  * in a preallocated slot; the pipeline reports each image's outcome back to
  * the request's owner (the HTTP server) through a pipeline_sink, so the
- * queue, batcher and infer modules never see libmicrohttpd. */
+ * queue, batcher and infer modules never see the HTTP layer. */
 #ifndef RESNETD_PIPELINE_H
 #define RESNETD_PIPELINE_H
 

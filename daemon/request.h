@@ -1,11 +1,11 @@
 /* One HTTP request's state, and the pure parsers for what a client sends:
  * the content type, ?top_k=, and multipart/form-data bodies.
  *
- * Lifetime: created on the first access-handler call, freed only in
- * libmicrohttpd's NOTIFY_COMPLETED callback. While its images wait for a
- * decode thread, are queued or are in the engine the connection is
- * suspended, so it cannot complete, and the request outlives the decode
- * job and every pipeline report about it (pending counts them). */
+ * Lifetime: created when the HTTP layer has its head, freed only when the
+ * layer ends it (http.h's done). While its images wait for a decode
+ * thread, are queued or are in the engine the connection waits for a wake,
+ * so it cannot end, and the request outlives the decode job and every
+ * pipeline report about it (pending counts them). */
 #ifndef RESNETD_REQUEST_H
 #define RESNETD_REQUEST_H
 
@@ -26,10 +26,10 @@ typedef enum {
 } request_body_kind;
 
 typedef enum {
-    REQ_NEW,                /* request line read, headers not yet checked */
+    REQ_NEW,                /* created, not yet routed */
     REQ_RECEIVING,          /* reading the body */
-    REQ_SUBMITTING,         /* body checked, slots reserved: suspended on the next call */
-    REQ_QUEUED,             /* in the decode pool or the pipeline, connection suspended */
+    REQ_SUBMITTING,         /* body checked, slots reserved: handed on next */
+    REQ_QUEUED,             /* in the decode pool or the pipeline, waiting for a wake */
     REQ_ANSWERED,           /* a response is queued (or the connection is being dropped) */
 } request_state;
 
@@ -41,7 +41,7 @@ typedef struct request_part {
 } request_part;
 
 typedef struct request {
-    void *conn;             /* struct MHD_Connection * */
+    struct http_conn *conn; /* its connection (daemon/http.h) */
     int fd;                 /* client socket, for the disconnect check */
     int route;              /* server.c's route */
     uint64_t start_us;
@@ -120,7 +120,7 @@ int request_parse_top_k(const char *s, int max, int *k);
 int request_parse_multipart(const uint8_t *body, size_t len, const char *boundary, const char *field,
                             request_part *parts, int max, char *err, size_t errlen);
 
-/* libmicrohttpd's unescape callback for the path and query: %XX decoded
+/* The HTTP layer's unescape function for the path and query: %XX decoded
  * in place, except %00, which stays the three characters "%00": a NUL
  * would end the C string there, so "/healthz%00x" would route as
  * "/healthz" and "top_k=5%005" parse as 5. Returns the new length. */

@@ -1,6 +1,6 @@
 /* JSON bodies (jansson): classification results, errors, model metadata.
- * Every function returns a malloc'd NUL-terminated string that libmicrohttpd
- * frees (MHD_RESPMEM_MUST_FREE), or NULL when out of memory. */
+ * Every function returns a malloc'd NUL-terminated string that the HTTP
+ * layer frees once sent (http_respond), or NULL when out of memory. */
 #ifndef RESNETD_RESPONSE_H
 #define RESNETD_RESPONSE_H
 

@@ -1,23 +1,21 @@
-/* libmicrohttpd front end: routes, limits, the classify flow and the
- * pipeline callbacks.
+/* The HTTP front end: routes, limits, the classify flow and the pipeline
+ * callbacks, as the HTTP layer's handler (daemon/http.h).
  *
- * Every request gets its state when its request line has been read (the
- * URI log callback), so every request libmicrohttpd reads a line of is
- * counted in on_completed, also the ones libmicrohttpd answers itself
- * (malformed headers, bad chunked encoding), with the status it sent.
+ * Every request the layer reads a head of comes to on_request, also the
+ * ones it refuses itself (malformed, too large, too slow): those are
+ * answered there in the API's JSON, so every answer has the API's form and
+ * every request is counted in on_done with the status it got.
  *
- * A POST /classify goes through the access handler three times:
- *   1. headers: framing (Host, Content-Length, Transfer-Encoding), route,
- *      method, ?top_k, Content-Type and Content-Length are checked; a bad
- *      request is answered here without reading the body;
- *   2. body chunks: appended up to max_body_bytes (chunked bodies are
+ * A POST /classify takes three steps:
+ *   1. on_request: route, method, ?top_k, Content-Type and Content-Length
+ *      are checked; a bad request is answered without reading the body;
+ *   2. on_body: chunks appended up to max_body_bytes (chunked bodies are
  *      counted as they arrive), each growth of the buffer charged to the
  *      body memory budget;
- *   3. end of body: queue slots are reserved, the connection is suspended
- *      and the request goes to the decode pool, whose threads decode the
- *      images into the slots and push them to the batcher's queue; when the
- *      last image is reported (or decoding failed) the connection resumes
- *      and a final call answers.
+ *   3. on_body_end: queue slots are reserved and the request goes to the
+ *      decode pool, whose threads decode the images into the slots and push
+ *      them to the batcher's queue; when the last image is reported (or
+ *      decoding failed) the connection is woken and on_wake answers.
  * POST /v2/models/resnet18[/versions/1]/infer (the Open Inference Protocol,
  * daemon/v2.h) takes the same three steps: its body is parsed at step 3,
  * on the HTTP thread (its limits bound the work), and its images take the
@@ -25,10 +23,9 @@
  * or passed on there instead of decoded. Errors on /v2 paths have the
  * protocol's {"error": "..."} body.
  *
- * HTTP threads never decode: libmicrohttpd gives each thread its own set of
- * connections, unevenly, and decoding there left threads idle while others
- * had a backlog. Every request is freed in on_completed, which also counts
- * it. */
+ * HTTP threads never decode: a connection stays on one thread, and
+ * decoding there left threads idle while others had a backlog. Every
+ * request is freed in on_done, which also counts it. */
 #include <config.h>  /* autoconf's (PACKAGE_VERSION), not daemon/config.h */
 #include <errno.h>
 #include <netdb.h>

@@ -1,13 +1,13 @@
-/* The HTTP front end on libmicrohttpd: routing, body limits, and the glue
- * that turns a POST /classify into queued images and, once the pipeline has
- * reported every image, into one answer.
+/* The HTTP front end: routing, body limits, and the glue that turns a
+ * POST /classify into queued images and, once the pipeline has reported
+ * every image, into one answer.
  *
- * libmicrohttpd runs a few worker threads on poll with suspend/resume; they
+ * The HTTP layer (daemon/http.h) runs a few worker threads on epoll; they
  * parse and answer, and hand complete bodies to the server's decode pool
  * (decode_threads threads, shared by every connection). A request waiting
- * for a decoder or for its batch is a suspended connection, holding no
- * thread. The pipeline calls server_sink from the batcher and completion
- * threads; the last report for a request resumes its connection. */
+ * for a decoder or for its batch holds no thread, its connection out of
+ * the poll set. The pipeline calls server_sink from the batcher and
+ * completion threads; the last report for a request wakes its connection. */
 #ifndef RESNETD_SERVER_H
 #define RESNETD_SERVER_H
 
@@ -59,9 +59,9 @@ long server_decoding(server *s);
  * finished first). Returns how many waiting requests were answered. */
 int server_cancel_decodes(server *s);
 
-/* Stops libmicrohttpd, closing any connection still open, then the decode
- * threads. Only once server_suspended() is 0: libmicrohttpd must not be
- * stopped with suspended connections. */
+/* Stops the HTTP layer, closing any connection still open, then the decode
+ * threads. Only once server_suspended() is 0: no request may still wait
+ * for its answer. */
 void server_stop(server *s);
 
 #endif

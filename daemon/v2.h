@@ -1,7 +1,7 @@
 /* The Open Inference Protocol v2 (KServe v2, Triton's HTTP/REST API) for
  * the one model served: its paths, the inference request parser (JSON
  * tensors and the binary tensor data extension) and the JSON bodies it
- * answers with. Pure: no libmicrohttpd and no pipeline; daemon/server.c
+ * answers with. Pure: no HTTP layer and no pipeline; daemon/server.c
  * routes, queues and answers.
  *
  * The model takes exactly one input per request, one of three:

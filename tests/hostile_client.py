@@ -328,37 +328,59 @@ def check_sigterm_is_not_held_by_clients_sending_headers(opts):
     return "20 clients mid-headers: exit 0 %.2f s after SIGTERM" % took
 
 
-def check_l1_http_layer_errors_are_counted(opts):
-    # libmicrohttpd answers some requests itself; each is still counted
-    # with its status (bad chunked encoding was counted 499).
+def check_l1_http_layer_errors_are_json_and_counted(opts):
+    # What the HTTP layer refuses before any route sees the request is
+    # answered in the API's JSON (the Open Inference Protocol's on /v2
+    # paths), with its status, and counted with it (libmicrohttpd answered
+    # these in HTML, uncounted or counted 499).
     d = Daemon(opts)
+    cases = [
+        ("431 header fields too large", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 +
+         b"\r\n\r\n", 431, "headers_too_large"),
+        ("414 request line too long", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414,
+         "uri_too_long"),
+        ("505 HTTP/2.0", b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, "http_version_not_supported"),
+        ("400 bad chunked", b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400, "bad_request"),
+        ("400 malformed request line", b"GET /healthz HTTP/1.1 extra\r\nHost: x\r\n\r\n", 400, "bad_request"),
+        ("400 header folding", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400,
+         "bad_request"),
+        ("400 missing Host", b"GET /healthz HTTP/1.1\r\n\r\n", 400, "bad_request"),
+        ("400 bad Content-Length", b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Length: 5x\r\n\r\nhello",
+         400, "bad_request"),
+        ("417 unknown Expect", b"POST /classify HTTP/1.1\r\nHost: x\r\nExpect: bananas\r\n"
+         b"Content-Length: 5\r\n\r\nhello", 417, "expectation_failed"),
+    ]
     try:
         before = d.metrics()
-        huge = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 100000 + b"\r\n\r\n"
-        got = raw(d.port, huge)
-        assert status_of(got) == 431, got[:200]
-        bad_chunk = (b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
-        got = raw(d.port, bad_chunk)
-        assert status_of(got) == 400, got[:200]
-        no_host = raw(d.port, b"GET /healthz HTTP/1.1\r\n\r\n")
-        assert status_of(no_host) == 400, no_host[:200]
-        assert json_error(no_host)["code"] == "bad_request"
+        want = {}
+        for name, payload, status, code in cases:
+            got = raw(d.port, payload)
+            assert status_of(got) == status, (name, got[:300])
+            e = json_error(got)
+            assert e["status"] == status and e["code"] == code and e["message"], (name, e)
+            assert re.search(rb"(?i)\r\nconnection: close", got.partition(b"\r\n\r\n")[0]), (name, got[:300])
+            want[status] = want.get(status, 0) + 1
+        # On a /v2 path the refusal has the protocol's shape.
+        got = raw(d.port, b"GET /v2/health/live HTTP/2.0\r\nHost: x\r\n\r\n")
+        assert status_of(got) == 505, got[:300]
+        body = json.loads(got.partition(b"\r\n\r\n")[2])
+        assert set(body) == {"error"} and isinstance(body["error"], str), body
+        want[505] += 1
         deadline = time.time() + 5
-        while time.time() < deadline:
+        while True:
             text = d.metrics()
-            n400 = metric(text, "resnetd_requests_total", {"code": "400"}) - \
-                metric(before, "resnetd_requests_total", {"code": "400"})
-            n431 = metric(text, "resnetd_requests_total", {"code": "431"}) or 0
-            if n400 >= 2 and n431 >= 1:
+            counted = {st: (metric(text, "resnetd_requests_total", {"code": str(st)}) or 0) -
+                       (metric(before, "resnetd_requests_total", {"code": str(st)}) or 0) for st in want}
+            if counted == want or time.time() > deadline:
                 break
             time.sleep(0.1)
-        assert n431 == 1, text
-        assert n400 == 2, text
+        assert counted == want, (counted, want)
         assert (metric(text, "resnetd_requests_total", {"code": "499"}) or 0) == 0, text
+        classify_ok(d, opts)
     finally:
         assert d.stop() == 0
-    return "431 and bad chunked (400) counted with their status; missing Host: JSON 400"
+    return "%d refusals of the HTTP layer: JSON with their status, counted %s" % (len(cases) + 1, sorted(want.items()))
 
 
 def check_l2_body_framing_is_unambiguous(opts):
@@ -381,8 +403,8 @@ def check_l2_body_framing_is_unambiguous(opts):
             e = json_error(got)
             assert e["status"] == want and e["code"] == code, (name, e)
             assert time.time() - t0 < 4, (name, time.time() - t0)
-        # Statuses are counted when libmicrohttpd reports the answer sent,
-        # which can be after the client has read it.
+        # Statuses are counted when the answer has been sent, which can be
+        # after the client has read it.
         assert wait_metric(d, "resnetd_requests_total", {"code": "501"}, 1, 5) == 1, d.metrics()
         classify_ok(d, opts)
     finally:
@@ -495,7 +517,7 @@ CHECKS = [
     ("m6_sighup_and_sigusr1_are_survived", check_m6_sighup_and_sigusr1_are_survived, False),
     ("m7_sigterm_during_long_decodes", check_m7_sigterm_during_long_decodes, False),
     ("sigterm_is_not_held_by_clients_sending_headers", check_sigterm_is_not_held_by_clients_sending_headers, False),
-    ("l1_http_layer_errors_are_counted", check_l1_http_layer_errors_are_counted, False),
+    ("l1_http_layer_errors_are_json_and_counted", check_l1_http_layer_errors_are_json_and_counted, False),
     ("l2_body_framing_is_unambiguous", check_l2_body_framing_is_unambiguous, False),
     ("l9_get_bodies_are_not_read", check_l9_get_bodies_are_not_read, False),
     ("l10_announced_lengths_reserve_nothing", check_l10_announced_lengths_reserve_nothing, False),
