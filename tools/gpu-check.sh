@@ -5,17 +5,21 @@
 # (one file per stage, at most 7); a summary table is printed last.
 #
 # From the checkout root, after `. .devdeps/device-env.sh` (see
-# ../shared/GPU.md):  bash tools/gpu-check.sh [tests|bench|engine|all]
+# ../shared/GPU.md):  bash tools/gpu-check.sh [tests|bench|engine|mixed|all|STAGE,STAGE...]
 #   tests   the GPU tests, memcheck (decode path), racecheck (conv kernels)
 #   bench   end to end through HTTP with the GPU decode path and its anchors
 #   engine  the engine alone, FP16/FP32, with PyTorch eager, CUDA graph and
 #           torch.compile max-autotune at batch 256 (~3 min)
-#   all     the three (default; ~7 min on an H100)
+#   mixed   end to end on the baseline corpus and on corpora with a share
+#           of progressive JPEGs (MIXED, default "0.10 0.25"), which the
+#           CPU decodes (~4 min; not part of all)
+#   all     tests, bench and engine (default; ~7 min on an H100)
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
 # tools/e2e-bench.sh options), SKIP_MEMCHECK=1.
 set -u
 what=${1:-all}
-run() { [ "$what" = all ] || [ "$what" = "$1" ]; }
+# A comma list of stages runs each: bench,mixed
+run() { case ",$what," in *",$1,"*) return 0 ;; esac; [ "$what" = all ] && [ "$1" != mixed ]; }
 OUT=${OUT:-$PWD/gpu-check-out}
 JOBS=${JOBS:-16}
 mkdir -p "$OUT"
@@ -84,6 +88,25 @@ if run bench; then
         cat e2e-all.txt >>"$OUT/gpus.txt"
         say "e2e, device = cuda:all ($ngpu GPUs): $(grep -E '^best e2e' e2e-all.txt)"
     fi
+fi
+if run mixed; then
+    # Progressive files take the CPU fallback: the full-speed baseline
+    # corpus and, in the same call, corpora with each share progressive.
+    for share in 0 ${MIXED:-0.10 0.25}; do
+        dir=corpus
+        if [ "$share" != 0 ]; then
+            dir=corpus-p$share
+            [ -d "$dir" ] || ./tools/make-corpus --out "$dir" --count 200 --progressive "$share" >/dev/null
+        fi
+        t0=$(date +%s)
+        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus "$dir" --client-threads 4 --no-pin \
+            --concurrency "256 512" --no-anchor --out "e2e-mixed-$share" >mixed.txt 2>&1
+        rc=$?
+        { echo "=== progressive share $share"; cat mixed.txt; } >>"$OUT/mixed.txt"
+        say "mixed, progressive share $share: rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^best e2e' mixed.txt)"
+        grep -E '^(decoded by|CPU fallbacks)' mixed.txt | tr '\n' ';' | tee -a "$summary"
+        echo | tee -a "$summary"
+    done
 fi
 echo
 cat "$summary"
