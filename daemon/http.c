@@ -634,9 +634,11 @@ static int take_wakes(worker *w)
     int fds[64];
     if (nin > 64)
         nin = 64;   /* the rest on the next turn (the eventfd stays readable) */
-    memcpy(fds, w->inbox, (size_t)nin * sizeof *fds);
-    memmove(w->inbox, w->inbox + nin, (size_t)(w->ninbox - nin) * sizeof *fds);
-    w->ninbox -= nin;
+    if (nin > 0) {   /* the inbox is NULL until the first connection */
+        memcpy(fds, w->inbox, (size_t)nin * sizeof *fds);
+        memmove(w->inbox, w->inbox + nin, (size_t)(w->ninbox - nin) * sizeof *fds);
+        w->ninbox -= nin;
+    }
     if (w->ninbox > 0)
         wake_fd(w->wakefd);
     http_conn *wl = w->wake_head;
