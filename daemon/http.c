@@ -243,6 +243,9 @@ int http_respond(http_conn *c, const http_response *r)
      * close instead. */
     int unread = c->state == ST_HEAD || (c->state == ST_BODY);
     c->close_after = r->close || !c->keep_alive || unread || atomic_load(&s->quiesced);
+    /* An interim 100 Continue not yet sent goes first. */
+    size_t pend = c->hdr_len - c->hdr_off;
+    memmove(c->hdr, c->hdr + c->hdr_off, pend);
     char extra[256] = "";
     size_t n = 0;
     if (r->retry_after > 0)
@@ -251,18 +254,18 @@ int http_respond(http_conn *c, const http_response *r)
         n += (size_t)snprintf(extra + n, sizeof extra - n, "Allow: %s\r\n", r->allow);
     if (r->extra_name && n < sizeof extra)
         n += (size_t)snprintf(extra + n, sizeof extra - n, "%s: %s\r\n", r->extra_name, r->extra_value);
-    int len = snprintf(c->hdr, sizeof c->hdr,
+    int len = snprintf(c->hdr + pend, sizeof c->hdr - pend,
                        "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
                        r->status, reason(r->status), date_now(c->w), r->content_type ? r->content_type : "text/plain",
                        r->body ? r->len : 0, n < sizeof extra ? extra : "",
                        c->close_after ? "Connection: close\r\n" : c->keep_alive ? "Connection: keep-alive\r\n" : "");
-    if (len < 0 || (size_t)len >= sizeof c->hdr) {
+    if (len < 0 || (size_t)len >= sizeof c->hdr - pend) {
         free(r->body);
         log_error("an answer's header block does not fit in %d bytes", HEADER_MAX);
         c->drop = 1;
         return -1;
     }
-    c->hdr_len = (size_t)len;
+    c->hdr_len = pend + (size_t)len;
     c->hdr_off = 0;
     free(c->body);
     c->body = NULL;
@@ -289,6 +292,11 @@ int http_fd(const http_conn *c)
     return c->fd;
 }
 
+http_server *http_server_of(const http_conn *c)
+{
+    return c->w->s;
+}
+
 void http_wake(http_conn *c)
 {
     worker *w = c->w;
@@ -298,8 +306,10 @@ void http_wake(http_conn *c)
         c->wake_next = w->wake_head;
         w->wake_head = c;
     }
-    pthread_mutex_unlock(&w->mu);
+    /* Under the mutex: http_stop takes it before freeing the worker, so
+     * a waker is never still writing to a closed eventfd. */
     wake_fd(w->wakefd);
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Sends what it can: 1 all sent, 0 the socket is full, -1 failed. */
@@ -389,12 +399,13 @@ static void begin_request(http_conn *c, size_t head_len)
     if (c->state != ST_BODY && c->state != ST_WAIT)
         return;   /* answered (or dropped) from the head */
     if (body && h.expect_continue) {
-        /* The client waits for this before sending the body; a full
-         * socket here is a client that is not reading: it will get the
-         * final answer later, or time out. */
+        /* The client waits for this before sending the body. Sent through
+         * hdr like an answer (drive flushes it), so a short write resumes
+         * and a final answer follows it whole (http_respond). */
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        if (send(c->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
-            c->drop = 1;
+        memcpy(c->hdr, cont, sizeof cont - 1);
+        c->hdr_len = sizeof cont - 1;
+        c->hdr_off = 0;
     }
     if (!body)
         s->h.body_end(s->h.cls, c, c->req);
@@ -488,10 +499,14 @@ static int make_room(http_conn *c)
     return 1;
 }
 
-/* One read on a readable connection. */
-static void on_readable(http_conn *c)
+/* One read on a readable connection: the bytes read, 0 when none. */
+static ssize_t on_readable(http_conn *c)
 {
     if (!make_room(c)) {
+        if (c->state != ST_HEAD) {
+            c->drop = 1;   /* cannot happen: body bytes are consumed as they come */
+            return 0;
+        }
         /* No complete head in conn_memory bytes: the request line alone
          * (no line end yet) is 414, else the header fields are 431. */
         if (memchr(c->buf, '\n', c->len))
@@ -499,20 +514,21 @@ static void on_readable(http_conn *c)
                               "connection_memory_bytes");
         else
             synthetic_refusal(c, 414, "uri_too_long", "the request line is longer than connection_memory_bytes");
-        return;
+        return 0;
     }
     ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
     if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             c->drop = 1;   /* reset: a request under way ends undelivered */
-        return;
+        return 0;
     }
     c->last_io_us = clock_now_us();
     if (n == 0) {
         c->eof = 1;
-        return;
+        return 0;
     }
     c->len += (size_t)n;
+    return n;
 }
 
 /* Drains a lingering connection. */
@@ -528,8 +544,8 @@ static void on_linger_readable(http_conn *c)
 static void drive(http_conn *c)
 {
     for (;;) {
-        if (c->drop) {
-            conn_free(c);
+        if (c->drop && c->state != ST_WAIT) {
+            conn_free(c);   /* a waiting request is the pipeline's: freed after its wake */
             return;
         }
         switch (c->state) {
@@ -538,6 +554,17 @@ static void drive(http_conn *c)
             process(c);
             if (c->drop || (c->state != ST_HEAD && c->state != ST_BODY))
                 continue;
+            if (c->hdr_off < c->hdr_len) {   /* a 100 Continue */
+                int r = flush(c);
+                if (r < 0) {
+                    c->drop = 1;
+                    continue;
+                }
+                if (r == 0) {
+                    set_events(c, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+                    return;
+                }
+            }
             if (c->eof) {
                 c->drop = 1;   /* ended mid-request (or idle): nothing to answer */
                 continue;
@@ -580,12 +607,29 @@ static void drive(http_conn *c)
 
 static void on_event(http_conn *c, uint32_t ev)
 {
-    if (c->state == ST_LINGER)
+    if (c->state == ST_LINGER) {
         on_linger_readable(c);
-    else if ((c->state == ST_HEAD || c->state == ST_BODY) && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
-        on_readable(c);
+    } else if ((c->state == ST_HEAD || c->state == ST_BODY) && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+        /* Several reads a turn (up to 16 buffers): a body arrives in a
+         * few wake-ups, not one per buffer. */
+        for (int i = 0; i < 16 && on_readable(c) > 0 && !c->drop; i++) {
+            process(c);
+            if (c->drop || (c->state != ST_HEAD && c->state != ST_BODY))
+                break;
+        }
+    }
     /* ST_WRITE: drive flushes. */
     drive(c);
+}
+
+/* Has any of a request arrived (more than the empty lines a client may
+ * send after a body)? */
+static int request_started(const http_conn *c)
+{
+    for (size_t i = c->off; i < c->len; i++)
+        if (c->buf[i] != '\r' && c->buf[i] != '\n')
+            return 1;
+    return 0;
 }
 
 /* Slow clients and stalled answers (the worker's own connections). */
@@ -598,7 +642,7 @@ static void scan(worker *w, uint64_t now)
         next = c->next;
         if (c->state == ST_HEAD && conn_judge(&cl, CONN_HEADERS, c->since_us, 0, now) != CONN_OK) {
             atomic_fetch_add(&s->dropped_slow, 1);
-            if (c->len > c->off)
+            if (request_started(c))
                 synthetic_refusal(c, 408, "slow_client", "the request's headers did not arrive within "
                                   "header_timeout_s");
             else
@@ -643,14 +687,16 @@ static int take_wakes(worker *w)
         wake_fd(w->wakefd);
     http_conn *wl = w->wake_head;
     w->wake_head = NULL;
-    for (http_conn *c = wl; c; c = c->wake_next)
-        c->woken = 0;
     pthread_mutex_unlock(&w->mu);
     for (int i = 0; i < nin; i++)
         conn_open(w, fds[i]);
-    http_conn *next;
-    for (http_conn *c = wl; c; c = next) {
-        next = c->wake_next;
+    while (wl) {
+        /* Its next is read before it may be woken (and relinked) again. */
+        http_conn *c = wl;
+        pthread_mutex_lock(&w->mu);
+        wl = c->wake_next;
+        c->woken = 0;
+        pthread_mutex_unlock(&w->mu);
         if (c->state == ST_WAIT && c->req)
             w->s->h.wake(w->s->h.cls, c, c->req);
         drive(c);
@@ -668,8 +714,10 @@ static void *worker_main(void *arg)
         int timeout = now >= next_scan ? 0 : (int)((next_scan - now) / 1000) + 1;
         int n = epoll_wait(w->ep, ev, 128, timeout);
         if (n < 0 && errno != EINTR) {
+            /* Cannot happen with a valid epoll fd; going on without this
+             * worker would strand its connections and their requests. */
             log_error("epoll_wait: %s", strerror(errno));
-            break;
+            abort();
         }
         int stop = 0;
         for (int i = 0; i < n; i++) {
@@ -760,6 +808,12 @@ static int bind_listen(http_server *s, const struct sockaddr *addr, socklen_t ad
     /* SO_REUSEADDR (a restart binds past TIME_WAIT), never SO_REUSEPORT:
      * a second resnetd on the port must fail, not share the traffic. */
     int one = 1;
+    /* [::] takes IPv6 only, as a listener on 0.0.0.0 may share the port. */
+    if (addr->sa_family == AF_INET6 && setsockopt(s->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
+        snprintf(err, errlen, "IPV6_V6ONLY: %s", strerror(errno));
+        close(s->lfd);
+        return -1;
+    }
     if (setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         bind(s->lfd, addr, addrlen) != 0 || listen(s->lfd, s->l.backlog) != 0) {
         snprintf(err, errlen, "%s", strerror(errno));

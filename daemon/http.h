@@ -89,11 +89,16 @@ int http_respond(http_conn *c, const http_response *r);
 /* Closes c after the current callback without an answer. */
 void http_drop(http_conn *c);
 
-/* From any thread: calls handler->wake for c's request on its worker. */
+/* From any thread: calls handler->wake for c's request on its worker.
+ * Once per wait: only while the request waits for its answer (after
+ * body_end), never after done(). */
 void http_wake(http_conn *c);
 
 /* c's socket (for the pipeline's client-gone check). */
 int http_fd(const http_conn *c);
+
+/* The server c belongs to (valid in callbacks from the first one on). */
+http_server *http_server_of(const http_conn *c);
 
 /* Open connections; connections dropped as too slow since start. */
 long http_connections(http_server *s);

@@ -242,6 +242,8 @@ static void read_fields(http_head *h)
         refuse(h, 400, "bad_request", "Content-Length is not a decimal length");
     else if (conflicting)
         refuse(h, 400, "bad_request", "conflicting Content-Length headers");
+    else if (encodings && h->minor == 0)
+        refuse(h, 400, "bad_request", "Transfer-Encoding in an HTTP/1.0 request");
     else if (encodings > 1 || (encodings && lengths))
         refuse(h, 400, "bad_request",
                "ambiguous body framing: several Transfer-Encoding headers, or one with Content-Length");
@@ -266,6 +268,11 @@ void http_parse_head(char *buf, size_t n, size_t (*unescape)(char *), http_head 
     h->method = "";
     h->path = "";
     h->minor = 1;
+    if (memchr(buf, '\0', n)) {
+        /* C strings would end there: "Content-Length: 5\0junk" read as 5. */
+        refuse(h, 400, "bad_request", "a NUL byte in the request head");
+        return;
+    }
     size_t at = 0;
     char *line;
     while ((line = next_line(buf, &at, n)) && *line == '\0')
@@ -303,7 +310,7 @@ const char *http_arg(const http_head *h, const char *key)
 
 enum {
     CH_SIZE,        /* hex digits of a chunk's size */
-    CH_SIZE_WS,     /* whitespace after them */
+    CH_SIZE_WS,     /* whitespace after them: only before an extension */
     CH_EXT,         /* a chunk extension, up to CR */
     CH_SIZE_LF,     /* the LF after the size line's CR */
     CH_DATA,
@@ -311,6 +318,7 @@ enum {
     CH_DATA_LF,
     CH_TRAILER,     /* at the start of a trailer line (or the final CRLF) */
     CH_TRAILER_LINE,
+    CH_TRAILER_LF,  /* a trailer line's LF after its CR */
     CH_FINAL_LF,
     CH_DONE,
 };
@@ -355,11 +363,13 @@ http_chunk_result http_chunked_step(http_chunked *d, const char *in, size_t n, s
             continue;   /* c again, in the next state */
         }
         case CH_SIZE_WS:
-            if (c == ' ' || c == '\t')
+            if (c == ' ' || c == '\t') {
+                d->ws = 1;
                 break;
+            }
             if (c == ';')
                 d->state = CH_EXT;
-            else if (c == '\r')
+            else if (c == '\r' && !d->ws)
                 d->state = CH_SIZE_LF;
             else {
                 *err = "bad chunked encoding: malformed chunk size line";
@@ -400,6 +410,7 @@ http_chunk_result http_chunked_step(http_chunked *d, const char *in, size_t n, s
             if (d->state == CH_DATA_LF) {
                 d->state = CH_SIZE;
                 d->digits = 0;
+                d->ws = 0;
             } else {
                 d->state = CH_DATA_LF;
             }
@@ -410,12 +421,21 @@ http_chunk_result http_chunked_step(http_chunked *d, const char *in, size_t n, s
                 break;
             continue;
         case CH_TRAILER_LINE:
-            if (++d->framing > CHUNK_FRAMING_MAX) {
-                *err = "bad chunked encoding: trailer too large";
+            /* Trailer fields are skipped, but their lines end in CRLF like
+             * the rest: a bare LF could end the body early for a proxy. */
+            if (++d->framing > CHUNK_FRAMING_MAX || c == '\n') {
+                *err = "bad chunked encoding: trailer too large or not in CRLF lines";
                 goto fail;
             }
-            if (c == '\n')
-                d->state = CH_TRAILER;
+            if (c == '\r')
+                d->state = CH_TRAILER_LF;
+            break;
+        case CH_TRAILER_LF:
+            if (c != '\n') {
+                *err = "bad chunked encoding: trailer line not ended by CRLF";
+                goto fail;
+            }
+            d->state = CH_TRAILER;
             break;
         case CH_FINAL_LF:
             if (c != '\n') {

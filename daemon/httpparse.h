@@ -71,6 +71,7 @@ typedef struct http_chunked {
     int state;
     uint64_t left;          /* data bytes left in this chunk */
     int digits;             /* of its size */
+    int ws;                 /* whitespace after the size (an extension must follow) */
     size_t framing;         /* extension and trailer bytes so far (bounded) */
 } http_chunked;
 

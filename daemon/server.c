@@ -808,7 +808,9 @@ static int answer_get(server *s, request *r, http_conn *c)
         return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
     case ROUTE_METRICS: {
         metrics_set_ready(is_ready(s, &why));
-        metrics_set_connections(http_connections(s->http), http_dropped_slow(s->http));
+        /* Through c: s->http is not set yet for a request that arrives
+         * while http_start returns. */
+        metrics_set_connections(http_connections(http_server_of(c)), http_dropped_slow(http_server_of(c)));
         metrics_set_body_memory(budget_used(s->bodies), budget_cap(s->bodies));
         body = metrics_render(&len);
         return send_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);

@@ -80,6 +80,19 @@ START_TEST(a_head_is_split_and_decoded)
 }
 END_TEST
 
+START_TEST(a_nul_in_the_head_is_refused)
+{
+    static const char text[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\0junk\r\n\r\n";
+    size_t n = sizeof text - 1;
+    memcpy(hbuf, text, n);
+    http_scan sc = { 0 };
+    ck_assert_uint_eq(http_head_end(hbuf, n, &sc), n);
+    http_head h;
+    http_parse_head(hbuf, n, request_unescape, &h);
+    ck_assert_int_eq(h.status, 400);
+}
+END_TEST
+
 START_TEST(a_trickled_head_ends_where_a_whole_one_does)
 {
     const char *text = "\r\n\r\nPOST /classify HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
@@ -140,6 +153,8 @@ START_TEST(bad_heads_are_refused_with_their_status)
     refused("GET /\r\n\r\n", 400, "bad_request", NULL);
     refused("POST / HTTP/1.1\r\nHost: x\r\nExpect: bananas\r\n\r\n", 417, "expectation_failed", NULL);
     refused("POST / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n", 417, "expectation_failed", NULL);
+    refused("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n", 400,
+            "bad_request", NULL);
     char many[8192] = "GET / HTTP/1.1\r\nHost: x\r\n";
     for (int i = 0; i < HTTP_MAX_HEADERS; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "X-%d: v\r\n", i);
@@ -197,10 +212,17 @@ START_TEST(chunked_bodies_decode_however_they_are_cut)
         "1000000000000000\r\n",                     /* 16 hex digits */
         "5 x\r\nhello\r\n0\r\n\r\n",
         "0\r\n\rX",
+        "0\r\n\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n",  /* bare LF ending the body: smuggling */
+        "0\r\nX-T: 1\n\r\n",                      /* a trailer line ended by a bare LF */
+        "5 \r\nhello\r\n0\r\n\r\n",                 /* whitespace not before an extension */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(dechunk(bad[i], strlen(bad[i]), 3, out, &n, &used) == HTTP_CHUNK_ERROR, "%s", bad[i]);
     ck_assert_int_eq(dechunk("5\r\nhel", 7, 7, out, &n, &used), HTTP_CHUNK_MORE);
+    {
+        const char *ext = "5 ;x\r\nhello\r\n0\r\n\r\n";
+        ck_assert_int_eq(dechunk(ext, strlen(ext), 4, out, &n, &used), HTTP_CHUNK_DONE);
+    }
 }
 END_TEST
 
@@ -351,7 +373,7 @@ static void puts_(int fd, const char *s)
 
 /* Reads until want answers are complete (by Content-Length; want < 0:
  * all that comes), the peer closes, or limit_ms; returns the bytes
- * (static) and sets *closed. */
+ * (static) and sets *closed (1: closed, 2: reset). */
 static char rbuf[1 << 20];
 static const char *get(int fd, int want, int limit_ms, int *closed)
 {
@@ -388,7 +410,7 @@ static const char *get(int fd, int want, int limit_ms, int *closed)
             return rbuf;
         ssize_t k = recv(fd, rbuf + n, sizeof rbuf - 1 - n, 0);
         if (k <= 0) {
-            *closed = 1;
+            *closed = k == 0 ? 1 : 2;   /* 2: reset */
             rbuf[n] = '\0';
             return rbuf;
         }
@@ -433,8 +455,18 @@ START_TEST(keep_alive_pipelining_continue_and_head)
     get(fd, 99, 2000, &closed);
     ck_assert_int_eq(closed, 1);
     close(fd);
+    /* Once quiesced, a kept-alive connection closes after its answer. */
+    fd = dial();
+    puts_(fd, "GET /g HTTP/1.1\r\nHost: x\r\n\r\n");
+    r = get(fd, 1, 5000, &closed);
+    ck_assert_msg(strstr(r, "Connection: keep-alive"), "%s", r);
+    http_quiesce(srv);
+    puts_(fd, "GET /h HTTP/1.1\r\nHost: x\r\n\r\n");
+    r = get(fd, 1, 5000, &closed);
+    ck_assert_msg(strstr(r, "/h 0") && strstr(r, "Connection: close"), "%s", r);
+    close(fd);
     stop();
-    ck_assert_int_eq(atomic_load(&X.delivered), 6);
+    ck_assert_int_eq(atomic_load(&X.delivered), 8);
 }
 END_TEST
 
@@ -505,7 +537,7 @@ START_TEST(refusals_reach_the_handler)
     r = get(fd, 1, 5000, &closed);
     ck_assert_msg(strncmp(r, "HTTP/1.1 413 ", 13) == 0 && strstr(r, "early"), "%.200s", r);
     get(fd, 99, 3000, &closed);
-    ck_assert_int_eq(closed, 1);
+    ck_assert_int_eq(closed, 1);   /* closed, not reset */
     close(fd);
     stop();
 }
@@ -556,6 +588,7 @@ static Suite *http_suite(void)
     TCase *p = tcase_create("parser");
     tcase_add_test(p, a_head_is_split_and_decoded);
     tcase_add_test(p, a_trickled_head_ends_where_a_whole_one_does);
+    tcase_add_test(p, a_nul_in_the_head_is_refused);
     tcase_add_test(p, bad_heads_are_refused_with_their_status);
     tcase_add_test(p, chunked_bodies_decode_however_they_are_cut);
     suite_add_tcase(s, p);
