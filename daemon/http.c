@@ -297,6 +297,11 @@ http_server *http_server_of(const http_conn *c)
     return c->w->s;
 }
 
+int http_worker(const http_conn *c)
+{
+    return (int)(c->w - c->w->s->w);
+}
+
 void http_wake(http_conn *c)
 {
     worker *w = c->w;

@@ -100,6 +100,10 @@ int http_fd(const http_conn *c);
 /* The server c belongs to (valid in callbacks from the first one on). */
 http_server *http_server_of(const http_conn *c);
 
+/* The worker thread c is on, 0 to threads - 1: callbacks for c may use
+ * that thread's own state without a lock. */
+int http_worker(const http_conn *c);
+
 /* Open connections; connections dropped as too slow since start. */
 long http_connections(http_server *s);
 unsigned long long http_dropped_slow(http_server *s);

@@ -86,6 +86,8 @@ struct server {
     reloader *reload;
     devjpeg *dj;            /* GPU JPEG decoding, or NULL */
     decode_pool *decoders;
+    preprocess_ctx **header_ctx;    /* GPU decoding: one per HTTP thread (gpu_headers_here) */
+    int nheader_ctx;
     budget *bodies;
     long max_body_bytes;
     long max_pixels;
@@ -461,11 +463,14 @@ static int v2_submit(server *s, request *r, http_conn *c)
 /* The connection waits (the HTTP layer's turn is over) until a decode
  * thread or the pipeline wakes it; a refused job (drain timeout) is
  * answered 503 through decode_cancel. */
-static void classify_suspend(server *s, request *r)
+static int gpu_headers_here(server *s, request *r, http_conn *c);
+
+static void classify_suspend(server *s, request *r, http_conn *c)
 {
     r->state = REQ_QUEUED;
     atomic_fetch_add(&s->suspended, 1);
-    (void)decode_pool_submit(s->decoders, &r->job);
+    if (!gpu_headers_here(s, r, c))
+        (void)decode_pool_submit(s->decoders, &r->job);
 }
 
 /* On a decode thread, with the connection suspended: a failure releases
@@ -537,6 +542,36 @@ static void push_images(server *s, request *r, queue_item *items, int n)
     }
     atomic_store(&r->pending, n);
     queue_push(s->q, items, n);
+}
+
+/* With GPU decoding, a request whose every image the device takes needs
+ * only its headers read on the CPU: done here, on the HTTP thread, so it
+ * never waits in the decode pool behind CPU decodes (progressive files and
+ * other fallbacks take ~10 ms each: with a tenth of the images progressive
+ * the pool's threads were busy often enough to starve the GPU). Anything
+ * else (an image the device refuses, a bad header, CPU assist) goes to the
+ * pool, which decides, answers and counts as before. Returns 1 when the
+ * images are queued. */
+static int gpu_headers_here(server *s, request *r, http_conn *c)
+{
+    if (!s->dj || (r->v2 && r->v2->kind != V2_IN_JPEG) ||
+        (s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth))
+        return 0;
+    preprocess_ctx *ctx = s->header_ctx[http_worker(c)];
+    queue_item items[REQUEST_MAX_IMAGES];
+    uint64_t t0 = clock_now_us();
+    for (int i = 0; i < r->nimages; i++) {
+        preprocess_info info;
+        char why[256];
+        if (preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why) != PREP_OK ||
+            devjpeg_check(s->dj, r->parts[i].data, r->parts[i].len, &info) != DEVJPEG_OK)
+            return 0;
+        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd, .jpeg = r->parts[i].data,
+                                 .jpeg_len = r->parts[i].len, .w = info.w, .h = info.h };
+    }
+    r->decode_us += clock_now_us() - t0;
+    push_images(s, r, items, r->nimages);
+    return 1;
 }
 
 /* A v2 request's pixel or FP32 tensors: pixels are resized and cropped
@@ -1023,7 +1058,7 @@ static void on_body_end(void *cls, http_conn *c, void *req)
     if (r->state == REQ_SUBMITTING && r->route == ROUTE_LOAD)
         load_suspend(s, r);
     else if (r->state == REQ_SUBMITTING)
-        classify_suspend(s, r);
+        classify_suspend(s, r, c);
 }
 
 /* Bad chunked encoding (400), a body too slow (408). */
@@ -1132,6 +1167,17 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
         free(s);
         return NULL;
     }
+    if (dj) {
+        preprocess_options po = { .max_pixels = (uint64_t)cfg->max_pixels };
+        s->header_ctx = calloc((size_t)cfg->threads, sizeof *s->header_ctx);
+        for (s->nheader_ctx = 0; s->header_ctx && s->nheader_ctx < cfg->threads; s->nheader_ctx++)
+            if (!(s->header_ctx[s->nheader_ctx] = preprocess_create(&po)))
+                break;
+        if (s->nheader_ctx < cfg->threads) {
+            snprintf(err, errlen, "server: out of memory for the HTTP threads' JPEG header readers");
+            goto fail_headers;
+        }
+    }
 
     http_limits lim = {
         .threads = (int)cfg->threads,
@@ -1157,12 +1203,18 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->http = http_start((struct sockaddr *)&addr, addrlen, &lim, &handler, why, sizeof why);
     if (!s->http) {
         snprintf(err, errlen, "cannot listen on %s: %s", cfg->listen, why);
-        decode_pool_stop(s->decoders);
-        free(s);
-        return NULL;
+        goto fail_headers;
     }
     s->port = http_port(s->http);
     return s;
+
+fail_headers:
+    for (int i = 0; i < s->nheader_ctx; i++)
+        preprocess_destroy(s->header_ctx[i]);
+    free(s->header_ctx);
+    decode_pool_stop(s->decoders);
+    free(s);
+    return NULL;
 }
 
 int server_port(const server *s)
@@ -1212,5 +1264,8 @@ void server_stop(server *s)
     decode_pool_abort(s->decoders);
     http_stop(s->http);
     decode_pool_stop(s->decoders);
+    for (int i = 0; i < s->nheader_ctx; i++)
+        preprocess_destroy(s->header_ctx[i]);
+    free(s->header_ctx);
     free(s);
 }
