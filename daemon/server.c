@@ -88,6 +88,7 @@ struct server {
     decode_pool *decoders;
     preprocess_ctx **header_ctx;    /* GPU decoding: one per HTTP thread (gpu_headers_here) */
     int nheader_ctx;
+    int decode_threads;
     budget *bodies;
     long max_body_bytes;
     long max_pixels;
@@ -545,17 +546,19 @@ static void push_images(server *s, request *r, queue_item *items, int n)
 }
 
 /* With GPU decoding, a request whose every image the device takes needs
- * only its headers read on the CPU: done here, on the HTTP thread, so it
- * never waits in the decode pool behind CPU decodes (progressive files and
- * other fallbacks take ~10 ms each: with a tenth of the images progressive
- * the pool's threads were busy often enough to starve the GPU). Anything
- * else (an image the device refuses, a bad header, CPU assist) goes to the
- * pool, which decides, answers and counts as before. Returns 1 when the
- * images are queued. */
+ * only its headers read on the CPU. While every decode thread is busy that
+ * is done here, on the HTTP thread, so it does not wait in the pool behind
+ * CPU decodes (progressive files and other fallbacks take ~12 ms each:
+ * with a tenth of the images progressive the pool's threads were busy
+ * often enough to starve the GPU); with a thread idle the pool takes it,
+ * spreading the header reads. Anything else (an image the device refuses,
+ * a bad header, CPU assist) goes to the pool, which decides, answers and
+ * counts as before. Returns 1 when the images are queued. */
 static int gpu_headers_here(server *s, request *r, http_conn *c)
 {
     if (!s->dj || (r->v2 && r->v2->kind != V2_IN_JPEG) ||
-        (s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth))
+        (s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth) ||
+        decode_pool_busy(s->decoders) < s->decode_threads)
         return 0;
     preprocess_ctx *ctx = s->header_ctx[http_worker(c)];
     queue_item items[REQUEST_MAX_IMAGES];
@@ -1151,6 +1154,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->max_body_bytes = cfg->max_body_bytes;
     s->max_pixels = cfg->max_pixels;
     s->request_timeout_ms = cfg->request_timeout_ms;
+    s->decode_threads = (int)cfg->decode_threads;
     s->assist_depth = (int)(cfg->cpu_decode_assist == CONFIG_AUTO ? cfg->max_batch_size * ninf
                                                                    : cfg->cpu_decode_assist);
     if (s->assist_depth > queue_capacity(q))  /* a depth the queue never reaches: at a full queue */
