@@ -28,21 +28,46 @@ __device__ static inline void store_pixel4(__half *out, long p, float c0, float 
     reinterpret_cast<uint2 *>(out)[p] = v;
 }
 
+__device__ static inline float normalize_channel(uint32_t v, int c)
+{
+    return ((float)v / 255.0f - kMean[c]) / kStd[c];
+}
+
+// Four pixels per thread: their 12 bytes as three 4-byte loads (p is a
+// multiple of 4, so in + 3p is 4-byte aligned), then the pixels' stores;
+// one pixel per thread read 3 single bytes and ran at ~45% of the
+// bandwidth this needs.
 template <typename T>
 __global__ void __launch_bounds__(256)
     normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix)
 {
-    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long p = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (p >= npix)
         return;
-    const uint8_t *q = in + p * 3;
-    store_pixel4(out, p, ((float)q[0] / 255.0f - kMean[0]) / kStd[0], ((float)q[1] / 255.0f - kMean[1]) / kStd[1],
-                 ((float)q[2] / 255.0f - kMean[2]) / kStd[2]);
+    if (p + 4 > npix) {   // a tail (never with whole 224x224 images)
+        for (; p < npix; p++)
+            store_pixel4(out, p, normalize_channel(in[p * 3], 0), normalize_channel(in[p * 3 + 1], 1),
+                         normalize_channel(in[p * 3 + 2], 2));
+        return;
+    }
+    const uint32_t *src = reinterpret_cast<const uint32_t *>(in + p * 3);
+    uint32_t w[3] = {src[0], src[1], src[2]};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t b[3];
+#pragma unroll
+        for (int c = 0; c < 3; c++) {
+            int k = i * 3 + c;   // byte k of the 12, little-endian
+            b[c] = (w[k >> 2] >> ((k & 3) * 8)) & 0xffu;
+        }
+        store_pixel4(out, p + i, normalize_channel(b[0], 0), normalize_channel(b[1], 1),
+                     normalize_channel(b[2], 2));
+    }
 }
 
 cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st)
 {
-    unsigned blocks = (unsigned)((npix + 255) / 256);
+    unsigned blocks = (unsigned)((npix + 4 * 256 - 1) / (4 * 256));
     if (fp16)
         normalize_kernel<__half><<<blocks, 256, 0, st>>>(in, (__half *)out, npix);
     else
