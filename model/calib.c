@@ -188,7 +188,7 @@ void calib_hist_add(calib_hist *h, const float *x, size_t n)
             m = fabsf(x[i]);
     if (m > 0 && h->range == 0)
         h->range = m;
-    while (h->range > 0 && m >= h->range) {
+    while (h->range > 0 && m > h->range) {
         for (int j = 0; j < CALIB_BINS / 2; j++)
             h->count[j] = h->count[2 * j] + h->count[2 * j + 1];
         memset(h->count + CALIB_BINS / 2, 0, CALIB_BINS / 2 * sizeof h->count[0]);
