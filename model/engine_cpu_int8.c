@@ -12,11 +12,15 @@
  *
  * Layouts: activations NHWC int8 without borders ([n][h][h][c]); the last
  * conv's output is NHWC FP32. Weights [cout][Kp] int8, K = k*k*cin in KRSC
- * order padded with zeros to Kp, a multiple of KBLK, so the dot-product
- * loops have a fixed inner trip count that GCC vectorises at -O2. A conv
- * is a GEMM: rows are output pixels, built by im2col into a per-thread
- * workspace of RB rows; a unit of work is RB rows times a range of output
- * channels, claimed by the pool threads (model/cpu_pool.h).
+ * order padded with zeros to Kp, a multiple of KBLK. A conv is a GEMM: rows
+ * are output pixels, built by im2col into a per-thread workspace of RB
+ * rows; a unit of work is RB rows times a range of output channels,
+ * claimed by the pool threads (model/cpu_pool.h). Two tiles compute the
+ * int32 sums, chosen at create: an AVX512-VNNI one (vpdpbusd, weights
+ * repacked for it) where the CPU has it, else a plain C one whose fixed
+ * inner trip count GCC vectorises at -O2 (multi-versioned for AVX-512 and
+ * AVX2). RESNETD_CPU_INT8_GEMM=generic|vnni forces one; both give the same
+ * integers, and the tests run both.
  *
  * Every buffer is allocated at create for max_batch; submit computes under
  * a mutex (the activations are shared by the slots) and wait has nothing
@@ -35,12 +39,24 @@
 #define KBLK 64                 /* K padding: the inner loop's trip count */
 #define MR 4                    /* rows per dot-product tile */
 #define NR 4                    /* output channels per tile */
-#define RB 64                   /* im2col rows per work unit (a multiple of MR) */
+#define VR 8                    /* rows per VNNI tile */
+#define CG 32                   /* output channels per work-unit step (a VNNI tile's) */
+#define RB 64                   /* im2col rows per work unit (a multiple of MR and VR) */
 #define I8_MAX_BATCH 65536
 #define NT (RESNET18_NUM_CONVS + 2)   /* tensors: conv outputs, image, pool */
 #define T_IMAGE RESNET18_NUM_CONVS
 #define T_POOL (RESNET18_NUM_CONVS + 1)
 #define LAST (RESNET18_NUM_CONVS - 1)
+
+/* The AVX512-VNNI tile is x86-64 only, used when the CPU has it (and
+ * RESNETD_CPU_INT8_GEMM is not "generic"); it gives the same integers as
+ * the generic tile, which the tests check. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_VNNI_KERNEL 1
+#else
+#define HAVE_VNNI_KERNEL 0
+#endif
 
 /* GCC's function multi-versioning picks the widest vector ISA at load
  * time; the loops are plain C either way. */
@@ -54,6 +70,8 @@ typedef struct i8_layer {
     const resnet18_conv_desc *d;
     int K, Kp;              /* k*k*cin; padded to a multiple of KBLK */
     int8_t *w;              /* [cout][Kp] */
+    int8_t *wv;             /* VNNI: [cout/16][Kp/4][16][4]; NULL without it */
+    int32_t *corr;          /* VNNI: [cout], 128 * sum_k w[c][k] */
     float *mult;            /* [cout]: s_in * s_w[c] */
     float *b;               /* [cout], BN folded */
     int src, res;           /* tensors read (res -1: none) */
@@ -64,6 +82,7 @@ typedef struct i8_layer {
 typedef struct i8_engine {
     engine pub;
     int nthreads;
+    int vnni;                   /* which tile: AVX512-VNNI or the generic one */
     i8_layer layer[RESNET18_NUM_CONVS];
     int pool_h;
     int th[NT], tc[NT];         /* tensor -> height (= width), channels */
@@ -155,44 +174,101 @@ static void im2col_i8(const resnet18_conv_desc *d, const int8_t *in, int m0, int
     }
 }
 
+/* The epilogue of int8.h for rows [r0, r0 + nrows) of the unit's block,
+ * channels [c, c + ncols): acc[i][j] is row r0 + i, channel c + j (row
+ * stride lda). */
+static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int ncols, const int32_t *acc,
+                     int lda)
+{
+    const int N = L->d->cout;
+    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
+    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
+    for (int i = 0; i < nrows; i++) {
+        const size_t o = (size_t)(m + i) * N + c;
+        for (int j = 0; j < ncols; j++) {
+            float v = (float)acc[i * lda + j] * L->mult[c + j];
+            v = v + L->b[c + j];
+            if (res)
+                v = v + (float)res[o + j] * L->res_scale;
+            if (L->d->relu && v < 0.0f)
+                v = 0.0f;
+            if (out8)
+                out8[o + j] = int8_quantize(v, L->out_inv);
+            else
+                e->last[o + j] = v;
+        }
+    }
+}
+
+#if HAVE_VNNI_KERNEL
+/* acc[VR][CG] = A[VR][Kp] * W^T for CG channels with AVX512-VNNI: vpdpbusd
+ * multiplies unsigned by signed bytes, so A is biased by 128 (a ^ 0x80 is
+ * a + 128 as unsigned) and 128 * sum_k w[c][k] (corr) is taken off again:
+ * the same exact integers as dot_tile. wv is the channel panel's weights
+ * as [Kp/4][16][4] per 16 channels, the second 16 at wv + Kp * 16. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void vnni_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, const int32_t *corr,
+                      int32_t acc[VR][CG])
+{
+    const __m512i bias = _mm512_set1_epi32((int)0x80808080u);
+    __m512i s[VR][2];
+    for (int r = 0; r < VR; r++)
+        s[r][0] = s[r][1] = _mm512_setzero_si512();
+    const int8_t *w1 = wv + (size_t)Kp * 16;
+    for (int k = 0; k < Kp; k += 4) {
+        __m512i b0 = _mm512_load_si512(wv + (size_t)k * 16), b1 = _mm512_load_si512(w1 + (size_t)k * 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < VR; r++) {
+            int32_t x;
+            memcpy(&x, a + r * lda + k, 4);
+            __m512i av = _mm512_xor_si512(_mm512_set1_epi32(x), bias);
+            s[r][0] = _mm512_dpbusd_epi32(s[r][0], av, b0);
+            s[r][1] = _mm512_dpbusd_epi32(s[r][1], av, b1);
+        }
+    }
+    __m512i c0 = _mm512_loadu_si512(corr), c1 = _mm512_loadu_si512(corr + 16);
+    for (int r = 0; r < VR; r++) {
+        _mm512_storeu_si512(acc[r], _mm512_sub_epi32(s[r][0], c0));
+        _mm512_storeu_si512(acc[r] + 16, _mm512_sub_epi32(s[r][1], c1));
+    }
+}
+#endif
+
 /* One unit of the current conv: row block u / cparts, channel range
- * u % cparts. The epilogue is int8.h's, in its order. */
+ * u % cparts (in groups of CG channels). */
 static void conv_unit(void *ctx, int u, int tid)
 {
     i8_engine *e = ctx;
     const i8_layer *L = e->L;
-    const resnet18_conv_desc *d = L->d;
-    const int N = d->cout, M = e->M;
+    const int N = L->d->cout, M = e->M;
     const size_t Kp = (size_t)L->Kp;
     int blk = u / e->cparts, c0, c1;
-    cpu_pool_split(N / NR, e->cparts, u % e->cparts, &c0, &c1);
-    c0 *= NR;
-    c1 *= NR;
+    cpu_pool_split(N / CG, e->cparts, u % e->cparts, &c0, &c1);
+    c0 *= CG;
+    c1 *= CG;
     const int m0 = blk * RB, rows = imin(RB, M - m0);
     int8_t *ws = e->ws + (size_t)tid * RB * e->ws_stride;
-    im2col_i8(d, e->act[e->buf[L->src]], m0, (rows + MR - 1) / MR * MR, M, ws, Kp);
-    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
-    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
-    for (int r = 0; r < rows; r += MR)
-        for (int c = c0; c < c1; c += NR) {
-            int32_t acc[MR][NR];
-            dot_tile(ws + (size_t)r * Kp, Kp, L->w + (size_t)c * Kp, Kp, (int)Kp, acc);
-            for (int i = 0; i < MR && r + i < rows; i++) {
-                const size_t o = (size_t)(m0 + r + i) * N + c;
-                for (int j = 0; j < NR; j++) {
-                    float v = (float)acc[i][j] * L->mult[c + j];
-                    v = v + L->b[c + j];
-                    if (res)
-                        v = v + (float)res[o + j] * L->res_scale;
-                    if (d->relu && v < 0.0f)
-                        v = 0.0f;
-                    if (out8)
-                        out8[o + j] = int8_quantize(v, L->out_inv);
-                    else
-                        e->last[o + j] = v;
-                }
+    im2col_i8(L->d, e->act[e->buf[L->src]], m0, (rows + VR - 1) / VR * VR, M, ws, Kp);
+#if HAVE_VNNI_KERNEL
+    if (e->vnni) {
+        for (int r = 0; r < rows; r += VR)
+            for (int c = c0; c < c1; c += CG) {
+                int32_t acc[VR][CG];
+                vnni_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, L->corr + c, acc);
+                epilogue(e, L, m0 + r, imin(VR, rows - r), c, CG, acc[0], CG);
             }
-        }
+        return;
+    }
+#endif
+    /* CG channels' weights (at most 147 KiB) stay in cache while every
+     * row of the block passes them. */
+    for (int cb = c0; cb < c1; cb += CG)
+        for (int r = 0; r < rows; r += MR)
+            for (int c = cb; c < cb + CG; c += NR) {
+                int32_t acc[MR][NR];
+                dot_tile(ws + (size_t)r * Kp, Kp, L->w + (size_t)c * Kp, Kp, (int)Kp, acc);
+                epilogue(e, L, m0 + r, imin(MR, rows - r), c, NR, acc[0], NR);
+            }
 }
 
 /* ---- the other steps ----------------------------------------------------- */
@@ -287,7 +363,7 @@ static void run_conv(i8_engine *e, int i)
     e->rblocks = (e->M + RB - 1) / RB;
     /* Few row blocks (the 7x7 layers, small batches): split the channels
      * too, so every thread has work. */
-    e->cparts = e->rblocks >= 2 * e->nthreads ? 1 : imin(L->d->cout / NR, 2 * e->nthreads);
+    e->cparts = e->rblocks >= 2 * e->nthreads ? 1 : imin(L->d->cout / CG, 2 * e->nthreads);
     cpu_pool_run(&e->pool, conv_unit, e, e->rblocks * e->cparts);
 }
 
@@ -339,6 +415,8 @@ static void i8_destroy(void *ctx)
     pthread_mutex_destroy(&e->run_mu);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         free(e->layer[i].w);
+        free(e->layer[i].wv);
+        free(e->layer[i].corr);
         free(e->layer[i].mult);
         free(e->layer[i].b);
     }
@@ -396,7 +474,7 @@ static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t er
         const resnet18_conv_desc *d = &resnet18_convs[i];
         const int now = i == 0 ? 1 : i + 2, s = tensor_id(d->src);
         if (d->src >= i || d->residual >= i || (i == 0) != (d->src == R18_IMAGE) || e->th[s] != d->in_h ||
-            e->tc[s] != d->cin || d->cout % NR != 0 ||
+            e->tc[s] != d->cin || d->cout % CG != 0 ||
             d->out_h != (d->in_h + 2 * d->pad - d->k) / d->stride + 1) {
             snprintf(err, errlen, "cpu int8 engine: conv %s: shape does not chain", d->name);
             return -1;
@@ -445,6 +523,35 @@ static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t er
     return nbuf;
 }
 
+static int cpu_has_vnni(void)
+{
+#if HAVE_VNNI_KERNEL
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+#else
+    return 0;
+#endif
+}
+
+/* L->w into the VNNI tile's layout, and its bias corrections. */
+static int pack_vnni(i8_layer *L)
+{
+    const int N = L->d->cout, Kp = L->Kp;
+    L->wv = alloc_bytes((size_t)N * Kp);
+    L->corr = alloc_bytes((size_t)N * sizeof(int32_t));
+    if (!L->wv || !L->corr)
+        return -1;
+    for (int c = 0; c < N; c++) {
+        int32_t sum = 0;
+        for (int k = 0; k < Kp; k++) {
+            int8_t v = L->w[(size_t)c * Kp + k];
+            sum += v;
+            L->wv[(((size_t)(c / 16) * (Kp / 4) + (size_t)(k / 4)) * 16 + (size_t)(c % 16)) * 4 + (size_t)(k % 4)] = v;
+        }
+        L->corr[c] = 128 * sum;
+    }
+    return 0;
+}
+
 /* The input scale of conv i: its source tensor's (the pool's is the stem's). */
 static float src_scale(const calib_table *t, int src)
 {
@@ -485,6 +592,16 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
     e->pub.classes = w->classes;
     e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
+    const char *force = getenv("RESNETD_CPU_INT8_GEMM");
+    if (force && strcmp(force, "generic") != 0 && strcmp(force, "vnni") != 0) {
+        snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic or vnni (got '%s')", force);
+        goto fail;
+    }
+    e->vnni = cpu_has_vnni() && !(force && strcmp(force, "generic") == 0);
+    if (force && strcmp(force, "vnni") == 0 && !e->vnni) {
+        snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=vnni but this CPU lacks AVX512-VNNI");
+        goto fail;
+    }
 
     size_t per_image[NT];
     int nbuf = plan_buffers(e, per_image, err, errlen);
@@ -552,6 +669,8 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         }
         free(q);
         memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
+        if (e->vnni && pack_vnni(L) != 0)
+            goto oom;
         if ((size_t)L->Kp > e->ws_stride)
             e->ws_stride = (size_t)L->Kp;
     }

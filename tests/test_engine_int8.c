@@ -11,7 +11,9 @@
  * anywhere in the network moves the logits by far more (~1e-4 and up), so
  * this checks the integer path, not just closeness.
  *
- * Also: batch size and thread count change nothing (bit for bit), tables
+ * Both GEMM tiles (AVX512-VNNI where the CPU has it, and the generic
+ * one) are checked. Also: batch size and thread count change nothing
+ * (bit for bit), tables
  * round-trip exactly, bad tables are refused with a reason, and
  * engine_create refuses INT8 without a table or with another weights'. */
 #include <math.h>
@@ -26,6 +28,10 @@
 #include "tests/testutil.h"
 
 #define REL_L2_MAX 1e-5
+#define NKERNELS 2
+
+/* The GEMM tiles (RESNETD_CPU_INT8_GEMM): both must give the same integers. */
+static const char *const kernels[NKERNELS] = {"vnni", "generic"};
 
 static void load_weights(resnet18_weights *w)
 {
@@ -47,8 +53,25 @@ static void load_npy(const char *name, const char *dtype, npy_array *a)
     ck_assert_msg(strcmp(a->dtype, dtype) == 0, "%s: dtype %s, want %s", name, a->dtype, dtype);
 }
 
+/* NULL (and says so) when this CPU cannot run kernel k. */
+static engine *make_kernel_engine(int k, const resnet18_weights *w, const calib_table *t, int max_batch)
+{
+    ck_assert_int_eq(setenv("RESNETD_CPU_INT8_GEMM", kernels[k], 1), 0);
+    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
+                         .max_batch = max_batch, .calib = t};
+    char err[512] = "";
+    engine *e = engine_create(w, &cfg, err, sizeof err);
+    if (!e && k == 0 && strstr(err, "lacks AVX512-VNNI")) {
+        fprintf(stderr, "%s: vnni tile not tested\n", err);
+        return NULL;
+    }
+    ck_assert_msg(e != NULL, "engine_create(int8, %s): %s", kernels[k], err);
+    return e;
+}
+
 static engine *make_engine(const resnet18_weights *w, const calib_table *t, int max_batch, int threads)
 {
+    ck_assert_int_eq(unsetenv("RESNETD_CPU_INT8_GEMM"), 0);
     engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
                          .max_batch = max_batch, .threads = threads, .calib = t};
     char err[512] = "";
@@ -100,11 +123,15 @@ START_TEST(uint8_images_match_the_torch_int8_emulation)
     load_npy("int8/random_logits.npy", "<f4", &ref);
     const int n = (int)img.shape[0];
     ck_assert_uint_eq(ref.count, (size_t)n * (size_t)w.classes);
-    engine *e = make_engine(&w, &t, n, 0);
-    memcpy(e->input[0], img.data, (size_t)n * RESNET18_INPUT_BYTES);
-    run(e, n);
-    expect_logits(e->logits[0], ref.data, n, e->classes, "random uint8 images");
-    engine_destroy(e);
+    engine *e = make_kernel_engine(_i, &w, &t, n);
+    if (e) {
+        memcpy(e->input[0], img.data, (size_t)n * RESNET18_INPUT_BYTES);
+        run(e, n);
+        char what[64];
+        snprintf(what, sizeof what, "%s: random uint8 images", kernels[_i]);
+        expect_logits(e->logits[0], ref.data, n, e->classes, what);
+        engine_destroy(e);
+    }
     weights_free(&w);
     npy_free(&img);
     npy_free(&ref);
@@ -122,7 +149,12 @@ START_TEST(fp32_input_tensors_match_the_torch_int8_emulation)
     npy_array ref;
     load_npy("int8/logits.npy", "<f4", &ref);
     const int n = (int)ref.shape[0];
-    engine *e = make_engine(&w, &t, 8, 0);
+    engine *e = make_kernel_engine(_i, &w, &t, 8);
+    if (!e) {
+        weights_free(&w);
+        npy_free(&ref);
+        return;
+    }
     char path[4096], name[256];
     snprintf(path, sizeof path, "%s/jpegs.txt", ref_dir);
     FILE *f = fopen(path, "r");
@@ -141,7 +173,7 @@ START_TEST(fp32_input_tensors_match_the_torch_int8_emulation)
         }
         run(e, b);
         char what[64];
-        snprintf(what, sizeof what, "JPEG input tensors %d..%d", done, done + b - 1);
+        snprintf(what, sizeof what, "%s: JPEG input tensors %d..%d", kernels[_i], done, done + b - 1);
         expect_logits(e->logits[0], (const float *)ref.data + (size_t)done * e->classes, b, e->classes, what);
         for (int i = 0; i < b; i++) {
             e->input_f32[0][i] = NULL;
@@ -354,8 +386,8 @@ static Suite *engine_int8_suite(void)
     Suite *s = suite_create("engine_int8");
     TCase *tc = tcase_create("int8");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, uint8_images_match_the_torch_int8_emulation);
-    tcase_add_test(tc, fp32_input_tensors_match_the_torch_int8_emulation);
+    tcase_add_loop_test(tc, uint8_images_match_the_torch_int8_emulation, 0, NKERNELS);
+    tcase_add_loop_test(tc, fp32_input_tensors_match_the_torch_int8_emulation, 0, NKERNELS);
     tcase_add_test(tc, batch_size_and_threads_change_nothing);
     tcase_add_test(tc, int8_is_refused_without_a_table_with_another_weights_table_and_on_cuda);
     tcase_add_test(tc, tables_round_trip_every_float_exactly);
