@@ -15,6 +15,9 @@
  * Activations, per tensor t with the calibration table's scale s_t:
  *   inv_t   = 1 / s_t
  *   q(x)    = clamp(rint(x * inv_t), -127, 127)        (symmetric, no -128)
+ *   q(NaN)  = 0   (a non-finite FP32 input tensor must not reach a float to
+ *                  integer conversion, which C leaves undefined; +-inf
+ *                  clamp to +-127 like any large value)
  * Every conv, the stem included, runs on int8: acc = sum q_in * q_w in
  * int32 (exact: |acc| <= 127 * 127 * 4608 < 2^31). Its epilogue, for
  * output channel c, with mult[c] = s_in * s_w[c] computed once:
@@ -40,6 +43,8 @@
 static inline int8_t int8_quantize(float x, float inv)
 {
     float q = rintf(x * inv);
+    if (q != q)
+        return 0;
     if (q > 127.0f)
         q = 127.0f;
     if (q < -127.0f)

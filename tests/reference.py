@@ -316,7 +316,7 @@ def tensor_names():
 
 def quant(x, s):
     inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(s, dtype=torch.float32)
-    return torch.round(x.float() * inv).clamp(-127, 127).double()
+    return torch.round(x.float() * inv).nan_to_num(0.0).clamp(-127, 127).double()
 
 
 def forward_int8(sd, x, scales):

@@ -253,6 +253,31 @@ START_TEST(int8_is_refused_without_a_table_with_another_weights_table_and_on_cud
 }
 END_TEST
 
+/* A non-finite FP32 input quantises as int8.h says (NaN 0, +-inf +-127):
+ * defined behaviour, finite logits. */
+START_TEST(non_finite_fp32_input_gives_finite_logits)
+{
+    resnet18_weights w;
+    char err[512];
+    ck_assert_int_eq(weights_synthetic(7, &w, err, sizeof err), 0);
+    calib_table t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t.scale[i] = 0.05f;
+    engine *e = make_engine(&w, &t, 1, 1);
+    static float bad[3 * RESNET18_IMG * RESNET18_IMG];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        bad[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+    e->input_f32[0][0] = bad;
+    run(e, 1);
+    for (int k = 0; k < e->classes; k++)
+        ck_assert_msg(isfinite(e->logits[0][k]), "logit %d of a non-finite input is %g", k, e->logits[0][k]);
+    engine_destroy(e);
+    weights_free(&w);
+}
+END_TEST
+
 static char tmpdir[64];
 
 static const char *tmp_path(const char *name)
@@ -390,6 +415,7 @@ static Suite *engine_int8_suite(void)
     tcase_add_loop_test(tc, fp32_input_tensors_match_the_torch_int8_emulation, 0, NKERNELS);
     tcase_add_test(tc, batch_size_and_threads_change_nothing);
     tcase_add_test(tc, int8_is_refused_without_a_table_with_another_weights_table_and_on_cuda);
+    tcase_add_test(tc, non_finite_fp32_input_gives_finite_logits);
     tcase_add_test(tc, tables_round_trip_every_float_exactly);
     tcase_add_test(tc, bad_tables_are_refused_with_a_reason);
     tcase_add_test(tc, histogram_statistics);
