@@ -36,7 +36,7 @@ static int check_precision(const char *v, char *err, size_t errlen)
 {
     engine_precision p;
     if (engine_parse_precision(v, &p) != 0) {
-        snprintf(err, errlen, "'%s' is not a precision (fp32, fp16 or default)", v);
+        snprintf(err, errlen, "'%s' is not a precision (fp32, fp16, int8 or default)", v);
         return -1;
     }
     return 0;
@@ -73,7 +73,11 @@ static const config_option options[] = {
       "imagenet-classes.txt (1000)", NULL },
     { "device", STR(device), "auto",
       "cpu, cuda, cuda:N, cuda:N,M,... or cuda:all (an engine per GPU), or auto (CUDA when present)", check_device },
-    { "precision", STR(precision), "default", "fp32, fp16, or default (the device's best)", check_precision },
+    { "precision", STR(precision), "default",
+      "fp32, fp16, int8 (CPU only; needs calibration), or default (the device's best)", check_precision },
+    { "calibration", STR(calibration), "",
+      "INT8 calibration table made by resnetd-calibrate for the weights; required with precision int8, "
+      "unused otherwise", NULL },
     { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
       "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },
     { "max_queue_delay_us", INT_AUTO(max_queue_delay_us, 0, 10000000), "auto",
@@ -349,6 +353,11 @@ int config_validate(const config *c, char *err, size_t errlen)
 {
     if (!c->weights[0]) {
         snprintf(err, errlen, "weights: required (a safetensors file, or 'synthetic' for load tests)");
+        return -1;
+    }
+    if (strcmp(c->precision, "int8") == 0 && !c->calibration[0]) {
+        snprintf(err, errlen, "precision int8 needs calibration = FILE (a table made by resnetd-calibrate "
+                 "for these weights)");
         return -1;
     }
     int sizes[CONFIG_MAX_PREFERRED];

@@ -21,7 +21,8 @@ typedef struct config {
     char weights[CONFIG_PATH_MAX]; /* safetensors file, or "synthetic" */
     char labels[CONFIG_PATH_MAX];  /* "" = the installed default */
     char device[32];              /* cpu, cuda, cuda:N, auto */
-    char precision[16];           /* fp32, fp16, default */
+    char precision[16];           /* fp32, fp16, int8, default */
+    char calibration[CONFIG_PATH_MAX]; /* INT8 calibration table; "" = none */
     long max_batch_size;          /* images per engine batch; auto per device */
     long max_queue_delay_us;      /* oldest image's longest wait for a fuller batch */
     char preferred_batch_sizes[256]; /* "4,8": comma list, "" = none */

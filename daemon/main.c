@@ -36,6 +36,7 @@
 #include "daemon/notify.h"
 #include "daemon/queue.h"
 #include "daemon/server.h"
+#include "model/calib.h"
 #include "model/clock.h"
 #include "model/devjpeg.h"
 #include "model/engine.h"
@@ -60,9 +61,9 @@ static long usable_cpus(void)
 /* The engine for device (d, index) as given configures it; *resolved gets
  * given with its "auto" options resolved for the device found. */
 static engine *create_engine(const config *given, engine_device d, int index, config *resolved,
-                             const resnet18_weights *w, char *err, size_t errlen)
+                             const resnet18_weights *w, const calib_table *calib, char *err, size_t errlen)
 {
-    engine_config ec = { .device = d, .device_index = index };
+    engine_config ec = { .device = d, .device_index = index, .calib = calib };
     if (engine_parse_precision(given->precision, &ec.precision) != 0) {
         snprintf(err, errlen, "bad precision");   /* validated by config already */
         return NULL;
@@ -237,6 +238,16 @@ int main(int argc, char **argv)
     }
     if (model->synthetic && !cli.check_config)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
+    /* INT8: the table must exist, be whole, and be made for these weights. */
+    calib_table calib, *calib_ptr = NULL;
+    if (strcmp(cfg.precision, "int8") == 0) {
+        if (calib_load(cfg.calibration, &calib, err, sizeof err) != 0 ||
+            calib_check_weights(&calib, cfg.calibration, &w, cfg.weights, err, sizeof err) != 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        calib_ptr = &calib;
+    }
 
     if (signals_setup() != 0) {
         log_error("cannot set up signal handling: %s", strerror(errno));
@@ -265,7 +276,7 @@ int main(int argc, char **argv)
     char engines[ENGINE_MAX_DEVICES * 12] = "";
     size_t gpu_bytes = 0, pinned_bytes = 0;
     for (int i = 0; i < ndev; i++) {
-        if (!(eng[i] = create_engine(&cfg, kind, devs[i], &rc, &w, err, sizeof err))) {
+        if (!(eng[i] = create_engine(&cfg, kind, devs[i], &rc, &w, calib_ptr, err, sizeof err))) {
             log_error("engine: %s", err);
             return 1;
         }
@@ -308,9 +319,9 @@ int main(int argc, char **argv)
      * it binds the port, the engine's (the resolved max batch) and the
      * device decoder's included. */
     if (cli.check_config) {
-        printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine%s, max batch %d, "
+        printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine%s, %s, max batch %d, "
                "%s decode)\n", cfg.weights, e->classes, model->labels_path, engines, ndev > 1 ? "s" : "",
-               e->max_batch, dj ? "gpu" : "cpu");
+               precision, e->max_batch, dj ? "gpu" : "cpu");
         for (int i = 0; i < ndev; i++) {
             devjpeg_destroy(djs[i]);
             engine_destroy(eng[i]);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "config.h"
+#include "model/calib.h"
 #include "model/engine.h"
 #ifdef HAVE_CUDA
 #include "gpu/gpu.h"
@@ -20,12 +21,30 @@ engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char 
         snprintf(err, errlen, "weights with %d classes (need 1 to %d)", w->classes, RESNET18_MAX_CLASSES);
         return NULL;
     }
+    if (c.precision == ENGINE_PRECISION_INT8) {
+        if (!c.calib) {
+            snprintf(err, errlen, "precision int8 needs a calibration table (--calibration FILE, or the "
+                     "config key calibration; resnetd-calibrate makes one)");
+            return NULL;
+        }
+        if (strcmp(c.calib->weights_sha256, calib_weights_id(w)) != 0) {
+            snprintf(err, errlen, "precision int8: the calibration table was made for weights with SHA-256 %s, "
+                     "not these (%s)", c.calib->weights_sha256, calib_weights_id(w));
+            return NULL;
+        }
+    }
     if (c.device == ENGINE_DEVICE_AUTO) {
 #ifdef HAVE_CUDA
         c.device = gpu_device_count() > 0 ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
 #else
         c.device = ENGINE_DEVICE_CPU;
 #endif
+    }
+    /* Not a silent fallback: device auto that found a GPU asked for it. */
+    if (c.precision == ENGINE_PRECISION_INT8 && c.device == ENGINE_DEVICE_CUDA) {
+        snprintf(err, errlen, "precision int8: INT8 kernels are not built for CUDA yet (the CPU engine has "
+                 "them): use device cpu, or precision fp16 on the GPU");
+        return NULL;
     }
     if (c.device == ENGINE_DEVICE_CPU)
         return engine_cpu_create(w, &c, err, errlen);
@@ -109,6 +128,7 @@ const char *engine_precision_name(engine_precision p)
     switch (p) {
     case ENGINE_PRECISION_FP32: return "fp32";
     case ENGINE_PRECISION_FP16: return "fp16";
+    case ENGINE_PRECISION_INT8: return "int8";
     default: return "default";
     }
 }
@@ -176,6 +196,7 @@ int engine_parse_precision(const char *s, engine_precision *p)
 {
     if (strcmp(s, "fp32") == 0) { *p = ENGINE_PRECISION_FP32; return 0; }
     if (strcmp(s, "fp16") == 0) { *p = ENGINE_PRECISION_FP16; return 0; }
+    if (strcmp(s, "int8") == 0) { *p = ENGINE_PRECISION_INT8; return 0; }
     if (strcmp(s, "default") == 0 || strcmp(s, "auto") == 0) { *p = ENGINE_PRECISION_DEFAULT; return 0; }
     return -1;
 }

@@ -29,7 +29,12 @@
 #define ENGINE_MAX_DEVICES 16    /* engines one daemon drives at once (cuda:all) */
 
 typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
-typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION_FP16 } engine_precision;
+/* INT8 (CPU only for now) needs a calibration table: see model/int8.h for
+ * its arithmetic and model/calib.h for the table. */
+typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION_FP16,
+               ENGINE_PRECISION_INT8 } engine_precision;
+
+struct calib_table;
 
 typedef struct engine_config {
     engine_device device;
@@ -38,6 +43,10 @@ typedef struct engine_config {
     int max_batch;             /* >= 1 */
     int nslots;                /* 0: the engine's default */
     int threads;               /* CPU engine: 0 = all cores */
+    /* INT8: the activation scales (caller's memory, read at create only).
+     * engine_create refuses INT8 without one, or with one made for other
+     * weights. */
+    const struct calib_table *calib;
 } engine_config;
 
 typedef struct engine_ops {
@@ -56,7 +65,7 @@ typedef struct engine {
     const engine_ops *ops;
     void *ctx;
     engine_device device;      /* resolved: CPU or CUDA */
-    engine_precision precision; /* resolved: FP32 or FP16 */
+    engine_precision precision; /* resolved: FP32, FP16 or INT8 */
     int device_index;
     int max_batch;
     int nslots;
@@ -97,8 +106,20 @@ int engine_parse_devices(const char *s, engine_device *d, int *index, int max, i
 int engine_cuda_device_count(void);
 int engine_parse_precision(const char *s, engine_precision *p);
 
+/* Calibration: on a CPU engine at FP32, fn sees every activation tensor
+ * that INT8 quantises, as soon as it is computed, on the submitting
+ * thread: tensor 0 is the normalised image, tensor i >= 1 the output of
+ * conv i-1 (model/calib.h numbers them the same way); data is NHWC
+ * [n][h + 2 pad][h + 2 pad][c] with a zero border of pad pixels. fn NULL
+ * stops observing. Returns -1 (with err) on any other engine. */
+typedef void engine_observer_fn(void *ctx, int tensor, const float *data, int n, int h, int c, int pad);
+int engine_cpu_observe(engine *e, engine_observer_fn *fn, void *ctx, char *err, size_t errlen);
+
 /* Engines. engine_cuda_create and gpu_device_count live in gpu/ and exist
  * only when built with CUDA; gpu_device_count returns 0 without a device. */
 engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
+/* The CPU engine at INT8 (model/engine_cpu_int8.c); engine_cpu_create
+ * hands INT8 configurations to it. */
+engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -28,16 +28,14 @@
  * wait has nothing left to do. The submitting thread works as pool thread 0
  * beside threads-1 workers, which sleep between jobs. Weights are copied:
  * the caller may free them after create. */
-#define _GNU_SOURCE   /* sched_getaffinity */
 #include <cblas.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "model/cpu_pool.h"
 #include "model/engine.h"
 #include "model/preprocess.h"
 
@@ -57,7 +55,7 @@ void openblas_set_num_threads(int num_threads);
 #define KC 256                /* K block: keeps a B block within L2 */
 #define GROUP_FLOATS (256 * 1024)   /* per-thread im2col rows: ~1 MiB */
 #define BLAS_WS_FLOATS (8 * 1024 * 1024) /* blas path im2col chunk: 32 MiB */
-#define MAX_THREADS 256
+#define MAX_THREADS CPU_POOL_MAX_THREADS
 #define CPU_MAX_BATCH 65536   /* keeps every layer's work units under 2^20 */
 #define NTENSORS (RESNET18_NUM_CONVS + 2)  /* conv outputs, image, pool */
 #define T_IMAGE RESNET18_NUM_CONVS
@@ -74,25 +72,6 @@ typedef struct cpu_layer {
     int src_pad, dst_pad, res_pad;  /* zero borders of those tensors, in pixels */
     int in_place;       /* avx512: read the padded input directly, no im2col */
 } cpu_layer;
-
-/* A job is a number of independent units; unit_fn runs one of them on pool
- * thread tid (0 is the caller). */
-typedef void unit_fn(cpu_engine *e, int unit, int tid);
-
-typedef struct cpu_pool {
-    pthread_t th[MAX_THREADS];
-    int started;        /* worker threads running (n - 1 when complete) */
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    unsigned long gen;  /* under mu: bumped per job to wake sleeping workers */
-    int stop;
-    unit_fn *fn;        /* the current job; stable while any unit of it runs */
-    /* (job number << 40) | (units << 20) | next unit: claiming a unit is one
-     * compare-and-swap that also proves the job is still the current one. */
-    _Atomic uint64_t work;
-    atomic_int done_units;
-    uint64_t seq;       /* jobs published */
-} cpu_pool;
 
 /* How a conv's output is cut into work units: um row groups (each at most
  * one workspace of im2col rows) times un column ranges. Threads claim units
@@ -130,7 +109,9 @@ struct cpu_engine {
     size_t ws_floats;
     float lut[3][256];          /* uint8 -> normalised float, per channel */
     pthread_mutex_t run_mu;     /* one batch at a time */
-    cpu_pool pool;
+    cpu_pool pool;              /* nthreads threads, the caller included */
+    engine_observer_fn *observe;  /* calibration: sees each tensor INT8 quantises */
+    void *observe_ctx;
     cpu_job job;
 };
 
@@ -155,124 +136,6 @@ static void *alloc_floats(size_t n)
     }
     memset(p, 0, bytes);
     return p;
-}
-
-/* ---- thread pool: the caller is thread 0 ------------------------------ */
-
-typedef struct worker_arg {
-    cpu_engine *e;
-    int tid;
-} worker_arg;
-
-#define WORK_BITS 20
-#define WORK_MASK ((1u << WORK_BITS) - 1)
-
-/* Claims and runs units of the current job until none is left. Completion
- * is counted per unit, so the caller never waits for a thread that the OS
- * has not yet scheduled: such a thread later finds nothing to claim. */
-static void pool_work(cpu_engine *e, int tid)
-{
-    cpu_pool *pl = &e->pool;
-    for (;;) {
-        uint64_t w = atomic_load(&pl->work);
-        unsigned next = (unsigned)(w & WORK_MASK), total = (unsigned)((w >> WORK_BITS) & WORK_MASK);
-        if (next >= total)
-            return;
-        if (!atomic_compare_exchange_weak(&pl->work, &w, w + 1))
-            continue;
-        pl->fn(e, (int)next, tid);
-        if ((unsigned)atomic_fetch_add(&pl->done_units, 1) + 1 == total) {
-            pthread_mutex_lock(&pl->mu);
-            pthread_cond_signal(&pl->done);
-            pthread_mutex_unlock(&pl->mu);
-        }
-    }
-}
-
-static void *pool_worker(void *p)
-{
-    worker_arg a = *(worker_arg *)p;
-    free(p);
-    cpu_pool *pl = &a.e->pool;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&pl->mu);
-    while (!pl->stop) {
-        if (pl->gen == seen) {
-            pthread_cond_wait(&pl->go, &pl->mu);
-            continue;
-        }
-        seen = pl->gen;
-        pthread_mutex_unlock(&pl->mu);
-        pool_work(a.e, a.tid);
-        pthread_mutex_lock(&pl->mu);
-    }
-    pthread_mutex_unlock(&pl->mu);
-    return NULL;
-}
-
-/* Runs units 0..nunits-1 of fn on the pool and returns when all are done. */
-static void pool_run(cpu_engine *e, unit_fn *fn, int nunits)
-{
-    cpu_pool *pl = &e->pool;
-    if (nunits <= 0)
-        return;
-    pl->fn = fn;
-    atomic_store(&pl->done_units, 0);
-    pl->seq++;
-    atomic_store(&pl->work, (pl->seq << (2 * WORK_BITS)) | ((uint64_t)nunits << WORK_BITS));
-    if (e->nthreads > 1) {
-        pthread_mutex_lock(&pl->mu);
-        pl->gen++;
-        pthread_cond_broadcast(&pl->go);
-        pthread_mutex_unlock(&pl->mu);
-    }
-    pool_work(e, 0);
-    if (atomic_load(&pl->done_units) < nunits) {
-        pthread_mutex_lock(&pl->mu);
-        while (atomic_load(&pl->done_units) < nunits)
-            pthread_cond_wait(&pl->done, &pl->mu);
-        pthread_mutex_unlock(&pl->mu);
-    }
-}
-
-static int pool_start(cpu_engine *e, char *err, size_t errlen)
-{
-    cpu_pool *pl = &e->pool;
-    for (int t = 1; t < e->nthreads; t++) {
-        worker_arg *a = malloc(sizeof *a);
-        if (!a) {
-            snprintf(err, errlen, "cpu engine: out of memory starting threads");
-            return -1;
-        }
-        a->e = e;
-        a->tid = t;
-        int rc = pthread_create(&pl->th[t], NULL, pool_worker, a);
-        if (rc != 0) {
-            free(a);
-            snprintf(err, errlen, "cpu engine: pthread_create: %s", strerror(rc));
-            return -1;
-        }
-        pl->started++;
-    }
-    return 0;
-}
-
-static void pool_stop(cpu_engine *e)
-{
-    cpu_pool *pl = &e->pool;
-    pthread_mutex_lock(&pl->mu);
-    pl->stop = 1;
-    pthread_cond_broadcast(&pl->go);
-    pthread_mutex_unlock(&pl->mu);
-    for (int t = 1; t <= pl->started; t++)
-        pthread_join(pl->th[t], NULL);
-}
-
-/* Splits [0, total) into nparts near-equal parts; part i is [*lo, *hi). */
-static void split_range(int total, int nparts, int i, int *lo, int *hi)
-{
-    *lo = (int)((long)total * i / nparts);
-    *hi = (int)((long)total * (i + 1) / nparts);
 }
 
 /* Address of pixel (img, y, x) of an h x h x c tensor with a zero border of
@@ -477,8 +340,9 @@ static void conv_in_place(cpu_engine *e, const cpu_layer *L, int g0, int g1, int
 }
 
 /* One unit of a conv layer, avx512 back end (see conv_plan). */
-static void conv_avx512_unit(cpu_engine *e, int u, int tid)
+static void conv_avx512_unit(void *ctx, int u, int tid)
 {
+    cpu_engine *e = ctx;
     const cpu_layer *L = e->job.layer;
     const resnet18_conv_desc *d = L->d;
     const conv_plan *pl = &e->job.plan;
@@ -488,8 +352,8 @@ static void conv_avx512_unit(cpu_engine *e, int u, int tid)
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
     float *ws = e->ws + (size_t)tid * e->ws_floats;
     int g = u / pl->un, g0, g1, p0, p1;
-    split_range(pl->mblocks, pl->um, g, &g0, &g1);
-    split_range(pl->panels, pl->un, u % pl->un, &p0, &p1);
+    cpu_pool_split(pl->mblocks, pl->um, g, &g0, &g1);
+    cpu_pool_split(pl->panels, pl->un, u % pl->un, &p0, &p1);
     if (L->in_place) {
         conv_in_place(e, L, g0, g1, p0, p1);
         return;
@@ -520,8 +384,9 @@ static void conv_avx512_unit(cpu_engine *e, int u, int tid)
 
 #else
 /* Never run: choose_avx512() is 0 without the kernel. */
-static void conv_avx512_unit(cpu_engine *e, int u, int tid)
+static void conv_avx512_unit(void *ctx, int u, int tid)
 {
+    cpu_engine *e = ctx;
     (void)e;
     (void)u;
     (void)tid;
@@ -565,13 +430,14 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
 
 /* uint8 NHWC image -> normalised float NHWC, torchvision's (x/255 - mean)/std;
  * an image given as a normalised FP32 CHW tensor is only transposed. */
-static void normalize_unit(cpu_engine *e, int u, int tid)
+static void normalize_unit(void *ctx, int u, int tid)
 {
+    cpu_engine *e = ctx;
     const int img = RESNET18_IMG;
     const size_t plane = (size_t)img * img;
     int lo, hi;
     (void)tid;
-    split_range(e->job.n * img, e->job.small_units, u, &lo, &hi);   /* image rows */
+    cpu_pool_split(e->job.n * img, e->job.small_units, u, &lo, &hi);   /* image rows */
     for (int row = lo; row < hi; row++) {
         float *out = e->act[e->buf[T_IMAGE]] + at(row / img, row % img, 0, img, 3, e->pad[T_IMAGE]);
         const float *chw = e->pub.input_f32[e->job.slot][row / img];
@@ -599,13 +465,14 @@ static void max16(float *restrict o, const float *restrict p)
 
 /* 3x3 stride-2 pad-1 max pool of conv 0's output (channels: a multiple of
  * NR, checked at create). Padding never wins: each window has a real pixel. */
-static void maxpool_unit(cpu_engine *e, int u, int tid)
+static void maxpool_unit(void *ctx, int u, int tid)
 {
+    cpu_engine *e = ctx;
     const resnet18_conv_desc *d = &resnet18_convs[0];
     const int ih = d->out_h, oh = e->pool_h, C = d->cout;
     int lo, hi;
     (void)tid;
-    split_range(e->job.n * oh, e->job.small_units, u, &lo, &hi);  /* output rows */
+    cpu_pool_split(e->job.n * oh, e->job.small_units, u, &lo, &hi);  /* output rows */
     const float *in = e->act[e->buf[0]];
     float *out = e->act[e->buf[T_POOL]];
     for (int row = lo; row < hi; row++) {
@@ -626,8 +493,9 @@ static void maxpool_unit(cpu_engine *e, int u, int tid)
 }
 
 /* Global average pool of image `img` of the last conv's output. */
-static void avgpool_unit(cpu_engine *e, int img, int tid)
+static void avgpool_unit(void *ctx, int img, int tid)
 {
+    cpu_engine *e = ctx;
     const cpu_layer *L = &e->layer[RESNET18_NUM_CONVS - 1];
     const int h = L->d->out_h, C = L->d->cout;
     float *f = e->feat + (size_t)img * C;
@@ -645,12 +513,13 @@ static void avgpool_unit(cpu_engine *e, int img, int tid)
 }
 
 /* FC for all images, unit u's share of the classes. */
-static void fc_unit(cpu_engine *e, int u, int tid)
+static void fc_unit(void *ctx, int u, int tid)
 {
+    cpu_engine *e = ctx;
     int lo, hi;
     (void)tid;
     const int classes = e->pub.classes;
-    split_range(classes, e->nthreads, u, &lo, &hi);
+    cpu_pool_split(classes, e->nthreads, u, &lo, &hi);
     float *logits = e->pub.logits[e->job.slot];
     for (int img = 0; img < e->job.n; img++)
         memcpy(logits + (size_t)img * classes + lo, e->fc_b + lo,
@@ -681,6 +550,13 @@ static void zero_border(cpu_engine *e, int t, int n)
         }
 }
 
+/* Hands tensor t (calibration's number `id`) to the observer, if any. */
+static void observe(cpu_engine *e, int t, int id, int n)
+{
+    if (e->observe)
+        e->observe(e->observe_ctx, id, e->act[e->buf[t]], n, e->th[t], e->tc[t], e->pad[t]);
+}
+
 static void forward(cpu_engine *e, int slot, int n)
 {
     e->job.n = n;
@@ -689,7 +565,8 @@ static void forward(cpu_engine *e, int slot, int n)
      * delays is covered by the others. */
     e->job.small_units = imin(4 * e->nthreads, n * e->pool_h);
     zero_border(e, T_IMAGE, n);
-    pool_run(e, normalize_unit, e->job.small_units);
+    cpu_pool_run(&e->pool, normalize_unit, e, e->job.small_units);
+    observe(e, T_IMAGE, 0, n);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         e->job.layer = &e->layer[i];
         zero_border(e, i, n);
@@ -697,17 +574,19 @@ static void forward(cpu_engine *e, int slot, int n)
             e->job.plan = plan_conv(e, &e->layer[i], n);
             for (int t = 0; t < e->nthreads; t++)
                 e->job.ws_group[t] = -1;
-            pool_run(e, conv_avx512_unit, e->job.plan.um * e->job.plan.un);
+            cpu_pool_run(&e->pool, conv_avx512_unit, e, e->job.plan.um * e->job.plan.un);
         } else {
             conv_blas(e, &e->layer[i], n);
         }
+        if (i + 1 < RESNET18_NUM_CONVS)
+            observe(e, i, i + 1, n);
         if (i == 0) {
             zero_border(e, T_POOL, n);
-            pool_run(e, maxpool_unit, e->job.small_units);
+            cpu_pool_run(&e->pool, maxpool_unit, e, e->job.small_units);
         }
     }
-    pool_run(e, avgpool_unit, n);
-    pool_run(e, fc_unit, e->nthreads);
+    cpu_pool_run(&e->pool, avgpool_unit, e, n);
+    cpu_pool_run(&e->pool, fc_unit, e, e->nthreads);
 }
 
 /* ---- engine interface ------------------------------------------------------ */
@@ -740,10 +619,7 @@ static void cpu_destroy(void *ctx)
     cpu_engine *e = ctx;
     if (!e)
         return;
-    pool_stop(e);
-    pthread_mutex_destroy(&e->pool.mu);
-    pthread_cond_destroy(&e->pool.go);
-    pthread_cond_destroy(&e->pool.done);
+    cpu_pool_stop(&e->pool);
     pthread_mutex_destroy(&e->run_mu);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         free(e->layer[i].w);
@@ -777,6 +653,21 @@ static const engine_ops cpu_ops = {
     .device_memory = cpu_device_memory,
     .pinned_memory = cpu_device_memory,
 };
+
+int engine_cpu_observe(engine *pub, engine_observer_fn *fn, void *ctx, char *err, size_t errlen)
+{
+    if (pub->ops != &cpu_ops) {
+        snprintf(err, errlen, "observing activations needs the CPU engine at fp32 (this is %s at %s)",
+                 pub->ops->name, engine_precision_name(pub->precision));
+        return -1;
+    }
+    cpu_engine *e = pub->ctx;
+    pthread_mutex_lock(&e->run_mu);
+    e->observe = fn;
+    e->observe_ctx = ctx;
+    pthread_mutex_unlock(&e->run_mu);
+    return 0;
+}
 
 static int tensor_id(int x) { return x >= 0 ? x : x == R18_IMAGE ? T_IMAGE : T_POOL; }
 
@@ -904,15 +795,6 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
     return nbuf;
 }
 
-static int cpu_count(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 static int cpu_has_avx512(void)
 {
 #if HAVE_AVX512_KERNEL
@@ -943,8 +825,10 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
                  MAX_THREADS);
         return NULL;
     }
+    if (cfg->precision == ENGINE_PRECISION_INT8)
+        return engine_cpu_int8_create(w, cfg, err, errlen);
     if (cfg->precision == ENGINE_PRECISION_FP16) {
-        snprintf(err, errlen, "cpu engine: precision fp16 is not supported (fp32 only)");
+        snprintf(err, errlen, "cpu engine: precision fp16 is not supported (fp32 or int8)");
         return NULL;
     }
     const char *force = getenv("RESNETD_CPU_GEMM");
@@ -963,9 +847,6 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
         return NULL;
     }
     pthread_mutex_init(&e->run_mu, NULL);
-    pthread_mutex_init(&e->pool.mu, NULL);
-    pthread_cond_init(&e->pool.go, NULL);
-    pthread_cond_init(&e->pool.done, NULL);
     e->pub.ops = &cpu_ops;
     e->pub.ctx = e;
     e->pub.device = ENGINE_DEVICE_CPU;
@@ -974,7 +855,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
     e->pub.classes = w->classes;
     e->avx512 = choose_avx512();
-    int threads = cfg->threads ? cfg->threads : cpu_count();
+    int threads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     /* The blas back end leaves threading to OpenBLAS; the avx512 one uses the
      * pool and keeps OpenBLAS (only the FC) on the calling threads, so no
      * OpenBLAS worker spins against the pool. */
@@ -1044,7 +925,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     }
     preprocess_normalize_lut(e->lut);
 
-    if (pool_start(e, err, errlen) != 0)
+    if (cpu_pool_start(&e->pool, e->nthreads, err, errlen) != 0)
         goto fail;
     return &e->pub;
 

@@ -29,6 +29,7 @@ With --bench, times PyTorch on the CPU instead (the anchor for resnetd-bench).
 Runs under Debian's python3-torch / python3-torchvision (/usr/bin/python3).
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -259,6 +260,8 @@ def generate(out):
     np.save(os.path.join(out, "random_logits_f16w.npy"), run_logits(rounded_model(model, torch.float16), x))
     np.save(os.path.join(out, "random_logits_bf16w.npy"), run_logits(rounded_model(model, torch.bfloat16), x))
 
+    write_int8(out, model, torch.stack(inputs), x)
+
     ft = make_fine_tune()
     ft_dir = os.path.join(out, "ft10")
     os.makedirs(ft_dir, exist_ok=True)
@@ -270,6 +273,122 @@ def generate(out):
     np.save(os.path.join(ft_dir, "random_logits.npy"), run_logits(ft, x))
     print(f"reference: {len(names)} JPEGs, {len(rand)} random images, {FT_CLASSES}-class fine-tune -> {out}",
           file=sys.stderr)
+
+
+# --- INT8: an independent emulation of model/int8.h -------------------------
+# Every step is the header's, in torch: BN folded in float64 as the loader
+# does, int8 values held in float64 (integer convolutions are exact there),
+# the epilogue in float32 one operation at a time, torch.round (half to
+# even). Only the average pool and the FC (float64 here) differ in order
+# from the C engine.
+
+def resnet18_convs():
+    """(name, bn, stride, pad, src, residual, relu) in resnet18.c's order;
+    src/residual: a conv index, "image" or "pool"."""
+    t = [("conv1", "bn1", 2, 3, "image", None, True)]
+    prev = "pool"
+    for layer in range(1, 5):
+        for b in range(2):
+            p = f"layer{layer}.{b}"
+            stride = 2 if layer > 1 and b == 0 else 1
+            t.append((p + ".conv1", p + ".bn1", stride, 1, prev, None, True))
+            c1 = len(t) - 1
+            res = prev
+            if layer > 1 and b == 0:
+                t.append((p + ".downsample.0", p + ".downsample.1", 2, 0, prev, None, False))
+                res = len(t) - 1
+            t.append((p + ".conv2", p + ".bn2", 1, 1, c1, res, True))
+            prev = len(t) - 1
+    return t
+
+
+def fold(sd, conv, bn):
+    g, b, mean, var = (sd[f"{bn}.{k}"].double() for k in ("weight", "bias", "running_mean", "running_var"))
+    scale = g / torch.sqrt(var + 1e-5)
+    w = (sd[f"{conv}.weight"].double() * scale[:, None, None, None]).float()
+    return w, (b - mean * scale).float()
+
+
+def tensor_names():
+    """Calibration tensor i: 0 the input, i >= 1 the output of conv i-1."""
+    return ["input"] + [c[0] for c in resnet18_convs()[:-1]]
+
+
+def quant(x, s):
+    inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(s, dtype=torch.float32)
+    return torch.round(x.float() * inv).nan_to_num(0.0).clamp(-127, 127).double()
+
+
+def forward_int8(sd, x, scales):
+    """x: normalised float32 NCHW. scales: float32 per calibration tensor.
+    Returns float32 logits."""
+    import torch.nn.functional as F
+    convs = resnet18_convs()
+    sc = [torch.tensor(s, dtype=torch.float32) for s in scales]
+    q = {"image": quant(x, scales[0])}
+    qs = {"image": sc[0]}
+    last = None
+    for i, (name, bn, stride, pad, src, res, relu) in enumerate(convs):
+        w, b = fold(sd, name, bn)
+        m = w.abs().amax(dim=(1, 2, 3))
+        sw = torch.where(m > 0, m / 127, torch.ones_like(m))
+        qw = torch.round(w / sw[:, None, None, None]).clamp(-127, 127).double()
+        acc = F.conv2d(q[src], qw, stride=stride, padding=pad).float()
+        mult = qs[src] * sw
+        v = acc * mult[None, :, None, None]
+        v = v + b[None, :, None, None]
+        if res is not None:
+            v = v + q[res].float() * qs[res]
+        if relu:
+            v = torch.where(v < 0, torch.zeros_like(v), v)
+        if i == len(convs) - 1:
+            last = v
+            break
+        q[i] = quant(v, scales[i + 1])
+        qs[i] = sc[i + 1]
+        if i == 0:
+            q["pool"] = F.max_pool2d(q[0], 3, 2, 1)
+            qs["pool"] = qs[0]
+    feat = last.double().mean(dim=(2, 3))
+    return (feat @ sd["fc.weight"].double().T + sd["fc.bias"].double()).float()
+
+
+def forward_fp32_activations(sd, x):
+    """max |x| of every calibration tensor, from a folded float64 forward."""
+    import torch.nn.functional as F
+    convs = resnet18_convs()
+    t = {"image": x.double()}
+    amax = [x.abs().max().item()]
+    for i, (name, bn, stride, pad, src, res, relu) in enumerate(convs[:-1]):
+        w, b = fold(sd, name, bn)
+        v = F.conv2d(t[src], w.double(), b.double(), stride=stride, padding=pad)
+        if res is not None:
+            v = v + t[res]
+        if relu:
+            v = v.clamp_min(0)
+        t[i] = v
+        amax.append(v.abs().max().item())
+        if i == 0:
+            t["pool"] = F.max_pool2d(v, 3, 2, 1)
+    return amax
+
+
+def write_int8(out, model, inputs, random_x):
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    with torch.inference_mode():
+        amax = forward_fp32_activations(sd, inputs)
+        scales = [float(np.float32(a / 127.0)) for a in amax]
+        with open(os.path.join(out, "weights.safetensors"), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        os.makedirs(os.path.join(out, "int8"), exist_ok=True)
+        table = {"format": "resnetd-int8-calibration", "version": 1, "weights_sha256": digest,
+                 "method": "percentile", "percentile": 100.0, "images": len(inputs), "histogram_bins": 2048,
+                 "scales": dict(zip(tensor_names(), scales))}
+        with open(os.path.join(out, "int8", "table.json"), "w") as f:
+            json.dump(table, f, indent=2)
+        np.save(os.path.join(out, "int8", "logits.npy"),
+                torch.cat([forward_int8(sd, inputs[i:i + 8], scales) for i in range(0, len(inputs), 8)]).numpy())
+        np.save(os.path.join(out, "int8", "random_logits.npy"), forward_int8(sd, random_x, scales).numpy())
 
 
 def bench(batches, threads, iters):

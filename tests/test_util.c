@@ -150,7 +150,10 @@ START_TEST(device_and_precision_names_parse)
         ck_assert_msg(engine_parse_devices(bad[i], &d, list, ENGINE_MAX_DEVICES, &n) != 0, "%s", bad[i]);
     ck_assert_int_eq(engine_parse_precision("fp16", &p), 0);
     ck_assert_int_eq(p, ENGINE_PRECISION_FP16);
-    ck_assert_int_ne(engine_parse_precision("int8", &p), 0);
+    ck_assert_int_eq(engine_parse_precision("int8", &p), 0);
+    ck_assert_int_eq(p, ENGINE_PRECISION_INT8);
+    ck_assert_str_eq(engine_precision_name(ENGINE_PRECISION_INT8), "int8");
+    ck_assert_int_ne(engine_parse_precision("int4", &p), 0);
     ck_assert_str_eq(engine_device_name(ENGINE_DEVICE_CUDA), "cuda");
     ck_assert_str_eq(engine_precision_name(ENGINE_PRECISION_FP32), "fp32");
 }

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "config.h"
+#include "model/calib.h"
 #include "model/clock.h"
 #include "model/devjpeg.h"
 #include "model/engine.h"
@@ -46,6 +47,7 @@
 typedef struct bench_opts {
     engine_config ecfg;
     const char *weights;        /* path or "synthetic" */
+    const char *calibration;    /* INT8 calibration table, or NULL */
     int batches[BENCH_MAX_BATCHES];
     int nbatches;
     int iters;
@@ -126,7 +128,8 @@ static void usage(FILE *f)
             "Usage: resnetd-bench [OPTION]...\n"
             "Time ResNet18 inference through the engine interface, and JPEG preprocessing.\n\n"
             "  --device D           cpu, cuda, cuda:N or auto (default auto)\n"
-            "  --precision P        fp32 or fp16 (default: the engine's default)\n"
+            "  --precision P        fp32, fp16 or int8 (default: the engine's default)\n"
+            "  --calibration FILE   INT8 calibration table for the weights (resnetd-calibrate)\n"
             "  --weights F          safetensors weights, or 'synthetic' (default)\n"
             "  --batches LIST       comma-separated batch sizes (default 1,8,32)\n"
             "  --iters N            timed batches per size, after %d warm-up (default 10)\n"
@@ -178,7 +181,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
            OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
-           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS };
+           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
@@ -195,6 +198,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"layers", no_argument, NULL, OPT_LAYERS},
         {"pipeline", required_argument, NULL, OPT_PIPELINE},
         {"gpus", required_argument, NULL, OPT_GPUS},
+        {"calibration", required_argument, NULL, OPT_CALIB},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -216,11 +220,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case OPT_PRECISION:
             if (engine_parse_precision(optarg, &o->ecfg.precision) != 0) {
-                fprintf(stderr, "resnetd-bench: --precision must be fp32 or fp16, got '%s'\n", optarg);
+                fprintf(stderr, "resnetd-bench: --precision must be fp32, fp16 or int8, got '%s'\n", optarg);
                 return -1;
             }
             break;
         case OPT_WEIGHTS: o->weights = optarg; break;
+        case OPT_CALIB: o->calibration = optarg; break;
         case OPT_BATCHES:
             if (parse_batches(optarg, o) != 0) {
                 fprintf(stderr, "resnetd-bench: --batches must be up to %d sizes in 1..%d, got '%s'\n",
@@ -1056,6 +1061,16 @@ int main(int argc, char **argv)
         if (wrc != 0) {
             fprintf(stderr, "resnetd-bench: %s\n", err);
             return 1;
+        }
+        static calib_table calib;
+        if (o.calibration) {
+            if (calib_load(o.calibration, &calib, err, sizeof err) != 0 ||
+                calib_check_weights(&calib, o.calibration, &w, o.weights, err, sizeof err) != 0) {
+                fprintf(stderr, "resnetd-bench: %s\n", err);
+                weights_free(&w);
+                return 1;
+            }
+            o.ecfg.calib = &calib;
         }
         int rc = bench_engine(&o, &w, res, &info, &extras, err, sizeof err);
         if (rc == 0 && (o.ngpus > 0 || o.gpus_all))

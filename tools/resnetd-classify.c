@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "config.h"
+#include "model/calib.h"
 #include "model/engine.h"
 #include "model/labels.h"
 #include "model/npy.h"
@@ -20,7 +21,7 @@
 #define CLASSIFY_MAX_BATCH 16
 
 typedef struct classify_opts {
-    const char *weights, *labels, *dump_dir;
+    const char *weights, *labels, *dump_dir, *calibration;
     int top_k;                  /* 0: the default, 5 or all classes of a smaller head */
     int json, logits, fast;
     unsigned long long max_pixels;
@@ -36,7 +37,9 @@ static void usage(FILE *f)
             "  --labels FILE        class names, one a line (default: %s)\n"
             "  --top-k K            labels to print per file, 1..the model's classes (default 5)\n"
             "  --device D           cpu, cuda, cuda:N or auto (default auto)\n"
-            "  --precision P        fp32 or fp16 (default: fp32 on cpu, fp16 on cuda)\n"
+            "  --precision P        fp32, fp16 or int8 (default: fp32 on cpu, fp16 on cuda;\n"
+            "                       int8: cpu only, needs --calibration)\n"
+            "  --calibration FILE   INT8 calibration table made by resnetd-calibrate for these weights\n"
             "  --json               one JSON object per file\n"
             "  --logits             add the raw logits (one per class) to the JSON\n"
             "  --dump-input DIR     write each preprocessed tensor as DIR/NAME.npy\n"
@@ -62,7 +65,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 static int parse_args(int argc, char **argv, classify_opts *o)
 {
     enum { OPT_WEIGHTS = 256, OPT_LABELS, OPT_TOPK, OPT_DEVICE, OPT_PRECISION, OPT_JSON, OPT_LOGITS,
-           OPT_DUMP, OPT_FAST, OPT_MAXPIX, OPT_THREADS, OPT_HELP, OPT_VERSION };
+           OPT_DUMP, OPT_FAST, OPT_MAXPIX, OPT_THREADS, OPT_CALIB, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {
         {"weights", required_argument, NULL, OPT_WEIGHTS},
         {"labels", required_argument, NULL, OPT_LABELS},
@@ -75,6 +78,7 @@ static int parse_args(int argc, char **argv, classify_opts *o)
         {"fast", no_argument, NULL, OPT_FAST},
         {"max-pixels", required_argument, NULL, OPT_MAXPIX},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"calibration", required_argument, NULL, OPT_CALIB},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -103,10 +107,11 @@ static int parse_args(int argc, char **argv, classify_opts *o)
             break;
         case OPT_PRECISION:
             if (engine_parse_precision(optarg, &o->ecfg.precision) != 0) {
-                fprintf(stderr, "resnetd-classify: --precision must be fp32 or fp16, got '%s'\n", optarg);
+                fprintf(stderr, "resnetd-classify: --precision must be fp32, fp16 or int8, got '%s'\n", optarg);
                 return -1;
             }
             break;
+        case OPT_CALIB: o->calibration = optarg; break;
         case OPT_JSON: o->json = 1; break;
         case OPT_LOGITS: o->logits = 1; break;
         case OPT_DUMP: o->dump_dir = optarg; break;
@@ -140,6 +145,14 @@ static int parse_args(int argc, char **argv, classify_opts *o)
     }
     if (o->logits && !o->json) {
         fprintf(stderr, "resnetd-classify: --logits needs --json\n");
+        return -1;
+    }
+    if (o->ecfg.precision == ENGINE_PRECISION_INT8 && !o->calibration) {
+        fprintf(stderr, "resnetd-classify: --precision int8 needs --calibration FILE (made by resnetd-calibrate)\n");
+        return -1;
+    }
+    if (o->calibration && o->ecfg.precision != ENGINE_PRECISION_INT8) {
+        fprintf(stderr, "resnetd-classify: --calibration is for --precision int8\n");
         return -1;
     }
     if (!o->labels)
@@ -237,6 +250,16 @@ int main(int argc, char **argv)
     if (wrc != 0) {
         fprintf(stderr, "resnetd-classify: %s\n", err);
         return 1;
+    }
+    calib_table calib;
+    if (o.calibration) {
+        if (calib_load(o.calibration, &calib, err, sizeof err) != 0 ||
+            calib_check_weights(&calib, o.calibration, &w, o.weights, err, sizeof err) != 0) {
+            fprintf(stderr, "resnetd-classify: %s\n", err);
+            status = 1;
+            goto out;
+        }
+        o.ecfg.calib = &calib;
     }
     if (labels_load(o.labels, w.classes, &lb, err, sizeof err) != 0) {
         fprintf(stderr, "resnetd-classify: labels: %s; weights %s\n", err, o.weights);

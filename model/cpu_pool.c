@@ -1,0 +1,145 @@
+/* The CPU engines' thread pool (see cpu_pool.h). Completion is counted per
+ * unit, so the caller never waits for a worker that the OS has not yet
+ * scheduled: such a worker later finds nothing left to claim. */
+#define _GNU_SOURCE   /* sched_getaffinity */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "model/cpu_pool.h"
+
+#define WORK_BITS 20
+#define WORK_MASK ((1u << WORK_BITS) - 1)
+
+typedef struct worker_arg {
+    cpu_pool *pl;
+    int tid;
+} worker_arg;
+
+/* Claims and runs units of the current job until none is left. */
+static void pool_work(cpu_pool *pl, int tid)
+{
+    for (;;) {
+        uint64_t w = atomic_load(&pl->work);
+        unsigned next = (unsigned)(w & WORK_MASK), total = (unsigned)((w >> WORK_BITS) & WORK_MASK);
+        if (next >= total)
+            return;
+        if (!atomic_compare_exchange_weak(&pl->work, &w, w + 1))
+            continue;
+        pl->fn(pl->ctx, (int)next, tid);
+        if ((unsigned)atomic_fetch_add(&pl->done_units, 1) + 1 == total) {
+            pthread_mutex_lock(&pl->mu);
+            pthread_cond_signal(&pl->done);
+            pthread_mutex_unlock(&pl->mu);
+        }
+    }
+}
+
+static void *pool_worker(void *p)
+{
+    worker_arg a = *(worker_arg *)p;
+    free(p);
+    cpu_pool *pl = a.pl;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pl->mu);
+    while (!pl->stop) {
+        if (pl->gen == seen) {
+            pthread_cond_wait(&pl->go, &pl->mu);
+            continue;
+        }
+        seen = pl->gen;
+        pthread_mutex_unlock(&pl->mu);
+        pool_work(pl, a.tid);
+        pthread_mutex_lock(&pl->mu);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+void cpu_pool_run(cpu_pool *pl, cpu_pool_fn *fn, void *ctx, int nunits)
+{
+    if (nunits <= 0)
+        return;
+    pl->fn = fn;
+    pl->ctx = ctx;
+    atomic_store(&pl->done_units, 0);
+    pl->seq++;
+    atomic_store(&pl->work, (pl->seq << (2 * WORK_BITS)) | ((uint64_t)nunits << WORK_BITS));
+    if (pl->nthreads > 1) {
+        pthread_mutex_lock(&pl->mu);
+        pl->gen++;
+        pthread_cond_broadcast(&pl->go);
+        pthread_mutex_unlock(&pl->mu);
+    }
+    pool_work(pl, 0);
+    if (atomic_load(&pl->done_units) < nunits) {
+        pthread_mutex_lock(&pl->mu);
+        while (atomic_load(&pl->done_units) < nunits)
+            pthread_cond_wait(&pl->done, &pl->mu);
+        pthread_mutex_unlock(&pl->mu);
+    }
+}
+
+int cpu_pool_start(cpu_pool *pl, int nthreads, char *err, size_t errlen)
+{
+    if (nthreads < 1 || nthreads > CPU_POOL_MAX_THREADS) {
+        snprintf(err, errlen, "cpu engine: threads must be 1..%d (got %d)", CPU_POOL_MAX_THREADS, nthreads);
+        return -1;
+    }
+    int rc = pthread_mutex_init(&pl->mu, NULL);
+    if (rc == 0 && (rc = pthread_cond_init(&pl->go, NULL)) != 0)
+        pthread_mutex_destroy(&pl->mu);
+    if (rc == 0 && (rc = pthread_cond_init(&pl->done, NULL)) != 0) {
+        pthread_cond_destroy(&pl->go);
+        pthread_mutex_destroy(&pl->mu);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "cpu engine: pthread init: %s", strerror(rc));
+        return -1;
+    }
+    pl->inited = 1;
+    pl->nthreads = nthreads;
+    for (int t = 1; t < nthreads; t++) {
+        worker_arg *a = malloc(sizeof *a);
+        if (!a) {
+            snprintf(err, errlen, "cpu engine: out of memory starting threads");
+            return -1;
+        }
+        a->pl = pl;
+        a->tid = t;
+        rc = pthread_create(&pl->th[t], NULL, pool_worker, a);
+        if (rc != 0) {
+            free(a);
+            snprintf(err, errlen, "cpu engine: pthread_create: %s", strerror(rc));
+            return -1;
+        }
+        pl->started++;
+    }
+    return 0;
+}
+
+void cpu_pool_stop(cpu_pool *pl)
+{
+    if (!pl->inited)
+        return;
+    pthread_mutex_lock(&pl->mu);
+    pl->stop = 1;
+    pthread_cond_broadcast(&pl->go);
+    pthread_mutex_unlock(&pl->mu);
+    for (int t = 1; t <= pl->started; t++)
+        pthread_join(pl->th[t], NULL);
+    pthread_cond_destroy(&pl->done);
+    pthread_cond_destroy(&pl->go);
+    pthread_mutex_destroy(&pl->mu);
+    pl->inited = 0;
+}
+
+int cpu_pool_cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

@@ -1,0 +1,56 @@
+/* A small thread pool for the CPU engines: a job is a count of independent
+ * units that the pool threads claim one at a time; the thread that runs the
+ * job works as thread 0 beside nthreads-1 workers, which sleep between jobs.
+ * One job at a time: cpu_pool_run is called by one thread (the engine's
+ * submitter, under the engine's own lock). Starting the pool allocates;
+ * running a job allocates nothing. */
+#ifndef RESNETD_CPU_POOL_H
+#define RESNETD_CPU_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CPU_POOL_MAX_THREADS 256
+
+/* Runs unit `unit` of the current job on pool thread tid (0: the caller). */
+typedef void cpu_pool_fn(void *ctx, int unit, int tid);
+
+typedef struct cpu_pool {
+    int nthreads;       /* including the caller */
+    pthread_t th[CPU_POOL_MAX_THREADS];
+    int started;        /* worker threads running (nthreads - 1 when complete) */
+    int inited;         /* mutex and conditions initialised */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen;  /* under mu: bumped per job to wake sleeping workers */
+    int stop;
+    cpu_pool_fn *fn;    /* the current job; stable while any unit of it runs */
+    void *ctx;
+    /* (job number << 40) | (units << 20) | next unit: claiming a unit is one
+     * compare-and-swap that also proves the job is still the current one. */
+    _Atomic uint64_t work;
+    atomic_int done_units;
+    uint64_t seq;       /* jobs published */
+} cpu_pool;
+
+/* Starts nthreads-1 workers (1..CPU_POOL_MAX_THREADS). pl must be zeroed.
+ * On failure cpu_pool_stop still must be called. */
+int cpu_pool_start(cpu_pool *pl, int nthreads, char *err, size_t errlen);
+/* Runs units 0..nunits-1 (fewer than 2^20) of fn and returns when all are done. */
+void cpu_pool_run(cpu_pool *pl, cpu_pool_fn *fn, void *ctx, int nunits);
+/* Joins the workers; safe on a zeroed or partly started pool. */
+void cpu_pool_stop(cpu_pool *pl);
+
+/* CPUs this process may run on. */
+int cpu_pool_cpu_count(void);
+
+/* Splits [0, total) into nparts near-equal parts; part i is [*lo, *hi). */
+static inline void cpu_pool_split(int total, int nparts, int i, int *lo, int *hi)
+{
+    *lo = (int)((long)total * i / nparts);
+    *hi = (int)((long)total * (i + 1) / nparts);
+}
+
+#endif

@@ -1,0 +1,696 @@
+/* The CPU engine at INT8: ResNet18 with int8 weights and activations,
+ * int32 accumulation and a fused requantising epilogue, behind the engine
+ * interface. The arithmetic is model/int8.h's, exactly: every conv (the
+ * stem included) is integer, the FC stays FP32.
+ *
+ * Why the stem is INT8 too: with an FP32 stem its output would depend on
+ * the summation order of a float GEMM, so no two implementations (this
+ * one, the CUDA kernels to come, the torch emulation in the tests) could
+ * agree on the int8 tensors that follow. Integer all the way, they agree
+ * bit for bit; only the average pool and the FC (FP32, as small as they
+ * are) are float, and they come last.
+ *
+ * Layouts: activations NHWC int8 without borders ([n][h][h][c]); the last
+ * conv's output is NHWC FP32. Weights [cout][Kp] int8, K = k*k*cin in KRSC
+ * order padded with zeros to Kp, a multiple of KBLK. A conv is a GEMM: rows
+ * are output pixels, built by im2col into a per-thread workspace of RB
+ * rows; a unit of work is RB rows times a range of output channels,
+ * claimed by the pool threads (model/cpu_pool.h). Two tiles compute the
+ * int32 sums, chosen at create: an AVX512-VNNI one (vpdpbusd, weights
+ * repacked for it) where the CPU has it, else a plain C one whose fixed
+ * inner trip count GCC vectorises at -O2 (multi-versioned for AVX-512 and
+ * AVX2). RESNETD_CPU_INT8_GEMM=generic|vnni forces one; both give the same
+ * integers, and the tests run both.
+ *
+ * Every buffer is allocated at create for max_batch; submit computes under
+ * a mutex (the activations are shared by the slots) and wait has nothing
+ * left to do. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "model/calib.h"
+#include "model/cpu_pool.h"
+#include "model/engine.h"
+#include "model/int8.h"
+#include "model/preprocess.h"
+
+#define KBLK 64                 /* K padding: the inner loop's trip count */
+#define MR 4                    /* rows per dot-product tile */
+#define NR 4                    /* output channels per tile */
+#define VR 8                    /* rows per VNNI tile */
+#define CG 32                   /* output channels per work-unit step (a VNNI tile's) */
+#define RB 64                   /* im2col rows per work unit (a multiple of MR and VR) */
+#define I8_MAX_BATCH 65536
+#define NT (RESNET18_NUM_CONVS + 2)   /* tensors: conv outputs, image, pool */
+#define T_IMAGE RESNET18_NUM_CONVS
+#define T_POOL (RESNET18_NUM_CONVS + 1)
+#define LAST (RESNET18_NUM_CONVS - 1)
+
+/* The AVX512-VNNI tile is x86-64 only, used when the CPU has it (and
+ * RESNETD_CPU_INT8_GEMM is not "generic"); it gives the same integers as
+ * the generic tile, which the tests check. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_VNNI_KERNEL 1
+#else
+#define HAVE_VNNI_KERNEL 0
+#endif
+
+/* GCC's function multi-versioning picks the widest vector ISA at load
+ * time; the loops are plain C either way. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("arch=icelake-server", "arch=skylake-avx512", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+typedef struct i8_layer {
+    const resnet18_conv_desc *d;
+    int K, Kp;              /* k*k*cin; padded to a multiple of KBLK */
+    int8_t *w;              /* [cout][Kp] */
+    int8_t *wv;             /* VNNI: [cout/16][Kp/4][16][4]; NULL without it */
+    int32_t *corr;          /* VNNI: [cout], 128 * sum_k w[c][k] */
+    float *mult;            /* [cout]: s_in * s_w[c] */
+    float *b;               /* [cout], BN folded */
+    int src, res;           /* tensors read (res -1: none) */
+    float res_scale;        /* scale of the residual tensor */
+    float out_inv;          /* 1 / scale of the output (unused by the last conv) */
+} i8_layer;
+
+typedef struct i8_engine {
+    engine pub;
+    int nthreads;
+    int vnni;                   /* which tile: AVX512-VNNI or the generic one */
+    i8_layer layer[RESNET18_NUM_CONVS];
+    int pool_h;
+    int th[NT], tc[NT];         /* tensor -> height (= width), channels */
+    int buf[NT];                /* int8 tensor -> buffer */
+    int8_t *act[NT];            /* distinct int8 buffers, [max_batch][h][h][c] */
+    int nact;
+    float *last;                /* the last conv's FP32 output, [max_batch][7][7][512] */
+    float *feat;                /* [max_batch][512] */
+    float *fc_w, *fc_b;         /* [classes][512], [classes] */
+    int8_t *ws;                 /* im2col rows: nthreads x RB x ws_stride */
+    size_t ws_stride;           /* the largest Kp */
+    float in_inv;               /* 1 / scale of the input image */
+    int8_t qlut[3][256];        /* uint8 pixel -> quantised normalised value */
+    pthread_mutex_t run_mu;
+    cpu_pool pool;
+    /* The job being run. */
+    const i8_layer *L;
+    int n, slot;
+    int M, rblocks, cparts;     /* conv: rows, row blocks, channel ranges per block */
+    int small_units;
+} i8_engine;
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* Zeroed and 64-byte aligned. */
+static void *alloc_bytes(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n + 64) != 0)
+        return NULL;
+    memset(p, 0, n + 64);
+    return p;
+}
+
+/* ---- the integer GEMM ------------------------------------------------------ */
+
+/* out[r][j] = sum_k a[r][k] * w[j][k] for MR rows (stride lda) and NR
+ * weight rows (stride ldw), Kp a multiple of KBLK. Exact: int32 never
+ * overflows for ResNet18's K (see int8.h). */
+VECTOR_CLONES
+static void dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restrict w, size_t ldw, int Kp,
+                     int32_t out[MR][NR])
+{
+    const int8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+    const int8_t *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
+    int32_t s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+    int32_t s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+    for (int k0 = 0; k0 < Kp; k0 += KBLK)
+        for (int k = k0; k < k0 + KBLK; k++) {
+            int x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+            int y0 = w0[k], y1 = w1[k], y2 = w2[k], y3 = w3[k];
+            s00 += x0 * y0; s01 += x0 * y1; s02 += x0 * y2; s03 += x0 * y3;
+            s10 += x1 * y0; s11 += x1 * y1; s12 += x1 * y2; s13 += x1 * y3;
+            s20 += x2 * y0; s21 += x2 * y1; s22 += x2 * y2; s23 += x2 * y3;
+            s30 += x3 * y0; s31 += x3 * y1; s32 += x3 * y2; s33 += x3 * y3;
+        }
+    out[0][0] = s00; out[0][1] = s01; out[0][2] = s02; out[0][3] = s03;
+    out[1][0] = s10; out[1][1] = s11; out[1][2] = s12; out[1][3] = s13;
+    out[2][0] = s20; out[2][1] = s21; out[2][2] = s22; out[2][3] = s23;
+    out[3][0] = s30; out[3][1] = s31; out[3][2] = s32; out[3][3] = s33;
+}
+
+/* Writes rows [m0, m0 + rows) of conv d's int8 A matrix (KRSC columns,
+ * zero past K up to Kp) into dst; rows at or past M are zero. */
+static void im2col_i8(const resnet18_conv_desc *d, const int8_t *in, int m0, int rows, int M, int8_t *dst,
+                      size_t Kp)
+{
+    const int oh = d->out_h, ih = d->in_h, cin = d->cin, k = d->k, s = d->stride, p = d->pad;
+    const size_t seg = (size_t)k * cin;
+    for (int r = 0; r < rows; r++) {
+        int8_t *row = dst + (size_t)r * Kp;
+        int m = m0 + r;
+        memset(row, 0, Kp);
+        if (m >= M)
+            continue;
+        int img = m / (oh * oh), rem = m % (oh * oh), oy = rem / oh, ox = rem % oh;
+        const int8_t *base = in + (size_t)img * ih * ih * cin;
+        int x0 = ox * s - p;
+        int kx0 = x0 < 0 ? -x0 : 0, kx1 = imin(k, ih - x0);
+        if (kx1 <= kx0)
+            continue;
+        for (int ky = 0; ky < k; ky++) {
+            int iy = oy * s - p + ky;
+            if (iy < 0 || iy >= ih)
+                continue;
+            memcpy(row + ky * seg + (size_t)kx0 * cin, base + ((size_t)iy * ih + x0 + kx0) * cin,
+                   (size_t)(kx1 - kx0) * cin);
+        }
+    }
+}
+
+/* The epilogue of int8.h for rows [r0, r0 + nrows) of the unit's block,
+ * channels [c, c + ncols): acc[i][j] is row r0 + i, channel c + j (row
+ * stride lda). */
+static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int ncols, const int32_t *acc,
+                     int lda)
+{
+    const int N = L->d->cout;
+    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
+    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
+    for (int i = 0; i < nrows; i++) {
+        const size_t o = (size_t)(m + i) * N + c;
+        for (int j = 0; j < ncols; j++) {
+            float v = (float)acc[i * lda + j] * L->mult[c + j];
+            v = v + L->b[c + j];
+            if (res)
+                v = v + (float)res[o + j] * L->res_scale;
+            if (L->d->relu && v < 0.0f)
+                v = 0.0f;
+            if (out8)
+                out8[o + j] = int8_quantize(v, L->out_inv);
+            else
+                e->last[o + j] = v;
+        }
+    }
+}
+
+#if HAVE_VNNI_KERNEL
+/* acc[VR][CG] = A[VR][Kp] * W^T for CG channels with AVX512-VNNI: vpdpbusd
+ * multiplies unsigned by signed bytes, so A is biased by 128 (a ^ 0x80 is
+ * a + 128 as unsigned) and 128 * sum_k w[c][k] (corr) is taken off again:
+ * the same exact integers as dot_tile. wv is the channel panel's weights
+ * as [Kp/4][16][4] per 16 channels, the second 16 at wv + Kp * 16. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void vnni_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, const int32_t *corr,
+                      int32_t acc[VR][CG])
+{
+    const __m512i bias = _mm512_set1_epi32((int)0x80808080u);
+    __m512i s[VR][2];
+    for (int r = 0; r < VR; r++)
+        s[r][0] = s[r][1] = _mm512_setzero_si512();
+    const int8_t *w1 = wv + (size_t)Kp * 16;
+    for (int k = 0; k < Kp; k += 4) {
+        __m512i b0 = _mm512_load_si512(wv + (size_t)k * 16), b1 = _mm512_load_si512(w1 + (size_t)k * 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < VR; r++) {
+            int32_t x;
+            memcpy(&x, a + r * lda + k, 4);
+            __m512i av = _mm512_xor_si512(_mm512_set1_epi32(x), bias);
+            s[r][0] = _mm512_dpbusd_epi32(s[r][0], av, b0);
+            s[r][1] = _mm512_dpbusd_epi32(s[r][1], av, b1);
+        }
+    }
+    __m512i c0 = _mm512_loadu_si512(corr), c1 = _mm512_loadu_si512(corr + 16);
+    for (int r = 0; r < VR; r++) {
+        _mm512_storeu_si512(acc[r], _mm512_sub_epi32(s[r][0], c0));
+        _mm512_storeu_si512(acc[r] + 16, _mm512_sub_epi32(s[r][1], c1));
+    }
+}
+#endif
+
+/* One unit of the current conv: row block u / cparts, channel range
+ * u % cparts (in groups of CG channels). */
+static void conv_unit(void *ctx, int u, int tid)
+{
+    i8_engine *e = ctx;
+    const i8_layer *L = e->L;
+    const int N = L->d->cout, M = e->M;
+    const size_t Kp = (size_t)L->Kp;
+    int blk = u / e->cparts, c0, c1;
+    cpu_pool_split(N / CG, e->cparts, u % e->cparts, &c0, &c1);
+    c0 *= CG;
+    c1 *= CG;
+    const int m0 = blk * RB, rows = imin(RB, M - m0);
+    int8_t *ws = e->ws + (size_t)tid * RB * e->ws_stride;
+    im2col_i8(L->d, e->act[e->buf[L->src]], m0, (rows + VR - 1) / VR * VR, M, ws, Kp);
+#if HAVE_VNNI_KERNEL
+    if (e->vnni) {
+        for (int r = 0; r < rows; r += VR)
+            for (int c = c0; c < c1; c += CG) {
+                int32_t acc[VR][CG];
+                vnni_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, L->corr + c, acc);
+                epilogue(e, L, m0 + r, imin(VR, rows - r), c, CG, acc[0], CG);
+            }
+        return;
+    }
+#endif
+    /* CG channels' weights (at most 147 KiB) stay in cache while every
+     * row of the block passes them. */
+    for (int cb = c0; cb < c1; cb += CG)
+        for (int r = 0; r < rows; r += MR)
+            for (int c = cb; c < cb + CG; c += NR) {
+                int32_t acc[MR][NR];
+                dot_tile(ws + (size_t)r * Kp, Kp, L->w + (size_t)c * Kp, Kp, (int)Kp, acc);
+                epilogue(e, L, m0 + r, imin(MR, rows - r), c, NR, acc[0], NR);
+            }
+}
+
+/* ---- the other steps ----------------------------------------------------- */
+
+/* Image rows -> int8 NHWC: uint8 pixels through the quantised LUT, or a
+ * normalised FP32 CHW tensor quantised directly (the same values). */
+static void quantize_input_unit(void *ctx, int u, int tid)
+{
+    i8_engine *e = ctx;
+    const int img = RESNET18_IMG;
+    const size_t plane = (size_t)img * img;
+    int lo, hi;
+    (void)tid;
+    cpu_pool_split(e->n * img, e->small_units, u, &lo, &hi);
+    for (int row = lo; row < hi; row++) {
+        int8_t *out = e->act[e->buf[T_IMAGE]] + (size_t)row * img * 3;
+        const float *chw = e->pub.input_f32[e->slot][row / img];
+        if (chw) {
+            const float *src = chw + (size_t)(row % img) * img;
+            for (int x = 0; x < img; x++)
+                for (int c = 0; c < 3; c++)
+                    out[x * 3 + c] = int8_quantize(src[c * plane + (size_t)x], e->in_inv);
+            continue;
+        }
+        const uint8_t *in = e->pub.input[e->slot] + (size_t)row * img * 3;
+        for (int i = 0; i < img * 3; i += 3)
+            for (int c = 0; c < 3; c++)
+                out[i + c] = e->qlut[c][in[i + c]];
+    }
+}
+
+/* 3x3/2 pad-1 max pool of the stem's int8 output. */
+static void maxpool_unit(void *ctx, int u, int tid)
+{
+    i8_engine *e = ctx;
+    const int ih = resnet18_convs[0].out_h, oh = e->pool_h, C = resnet18_convs[0].cout;
+    int lo, hi;
+    (void)tid;
+    cpu_pool_split(e->n * oh, e->small_units, u, &lo, &hi);
+    const int8_t *in = e->act[e->buf[0]];
+    int8_t *out = e->act[e->buf[T_POOL]];
+    for (int row = lo; row < hi; row++) {
+        int img = row / oh, oy = row % oh;
+        int y0 = oy * 2 - 1 < 0 ? 0 : oy * 2 - 1, y1 = imin(oy * 2 + 2, ih);
+        for (int ox = 0; ox < oh; ox++) {
+            int x0 = ox * 2 - 1 < 0 ? 0 : ox * 2 - 1, x1 = imin(ox * 2 + 2, ih);
+            int8_t *o = out + (((size_t)img * oh + oy) * oh + ox) * C;
+            memcpy(o, in + (((size_t)img * ih + y0) * ih + x0) * C, (size_t)C);
+            for (int iy = y0; iy < y1; iy++)
+                for (int ix = x0; ix < x1; ix++) {
+                    const int8_t *p = in + (((size_t)img * ih + iy) * ih + ix) * C;
+                    for (int c = 0; c < C; c++)
+                        o[c] = p[c] > o[c] ? p[c] : o[c];
+                }
+        }
+    }
+}
+
+/* Average pool of image `img` of the last conv's FP32 output, then the FC
+ * (FP32, plain loops: small beside the convs). */
+static void head_unit(void *ctx, int img, int tid)
+{
+    i8_engine *e = ctx;
+    const resnet18_conv_desc *d = &resnet18_convs[LAST];
+    const int hw = d->out_h * d->out_h, C = d->cout, classes = e->pub.classes;
+    float *f = e->feat + (size_t)img * C;
+    (void)tid;
+    for (int c = 0; c < C; c++)
+        f[c] = 0.0f;
+    for (int p = 0; p < hw; p++) {
+        const float *src = e->last + ((size_t)img * hw + p) * C;
+        for (int c = 0; c < C; c++)
+            f[c] += src[c];
+    }
+    for (int c = 0; c < C; c++)
+        f[c] /= (float)hw;
+    float *logits = e->pub.logits[e->slot] + (size_t)img * classes;
+    for (int k = 0; k < classes; k++) {
+        const float *w = e->fc_w + (size_t)k * C;
+        float s = 0.0f;
+        for (int c = 0; c < C; c++)
+            s += f[c] * w[c];
+        logits[k] = s + e->fc_b[k];
+    }
+}
+
+static void run_conv(i8_engine *e, int i)
+{
+    const i8_layer *L = &e->layer[i];
+    e->L = L;
+    e->M = e->n * L->d->out_h * L->d->out_h;
+    e->rblocks = (e->M + RB - 1) / RB;
+    /* Few row blocks (the 7x7 layers, small batches): split the channels
+     * too, so every thread has work. */
+    e->cparts = e->rblocks >= 2 * e->nthreads ? 1 : imin(L->d->cout / CG, 2 * e->nthreads);
+    cpu_pool_run(&e->pool, conv_unit, e, e->rblocks * e->cparts);
+}
+
+static void forward(i8_engine *e, int slot, int n)
+{
+    e->n = n;
+    e->slot = slot;
+    e->small_units = imin(4 * e->nthreads, n * e->pool_h);
+    cpu_pool_run(&e->pool, quantize_input_unit, e, e->small_units);
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        run_conv(e, i);
+        if (i == 0)
+            cpu_pool_run(&e->pool, maxpool_unit, e, e->small_units);
+    }
+    cpu_pool_run(&e->pool, head_unit, e, n);
+}
+
+/* ---- engine interface ------------------------------------------------------ */
+
+static int i8_submit(void *ctx, int slot, int n, char *err, size_t errlen)
+{
+    i8_engine *e = ctx;
+    if (n < 1 || n > e->pub.max_batch) {
+        snprintf(err, errlen, "batch of %d images outside 1..%d", n, e->pub.max_batch);
+        return -1;
+    }
+    pthread_mutex_lock(&e->run_mu);
+    forward(e, slot, n);
+    pthread_mutex_unlock(&e->run_mu);
+    return 0;
+}
+
+/* submit already computed the batch. */
+static int i8_wait(void *ctx, int slot, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)slot;
+    (void)err;
+    (void)errlen;
+    return 0;
+}
+
+static void i8_destroy(void *ctx)
+{
+    i8_engine *e = ctx;
+    if (!e)
+        return;
+    cpu_pool_stop(&e->pool);
+    pthread_mutex_destroy(&e->run_mu);
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        free(e->layer[i].w);
+        free(e->layer[i].wv);
+        free(e->layer[i].corr);
+        free(e->layer[i].mult);
+        free(e->layer[i].b);
+    }
+    for (int i = 0; i < e->nact; i++)
+        free(e->act[i]);
+    for (int s = 0; s < e->pub.nslots; s++) {
+        free(e->pub.input[s]);
+        free(e->pub.input_f32[s]);
+        free(e->pub.logits[s]);
+    }
+    free(e->last);
+    free(e->feat);
+    free(e->fc_w);
+    free(e->fc_b);
+    free(e->ws);
+    free(e);
+}
+
+static size_t i8_device_memory(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static const engine_ops i8_ops = {
+    .name = "cpu",
+    .submit = i8_submit,
+    .wait = i8_wait,
+    .destroy = i8_destroy,
+    .device_memory = i8_device_memory,
+    .pinned_memory = i8_device_memory,
+};
+
+static int tensor_id(int x) { return x >= 0 ? x : x == R18_IMAGE ? T_IMAGE : T_POOL; }
+
+/* Shapes of every tensor, then int8 buffers by liveness (a buffer is reused
+ * once its tensor's last reader has run). Times: 0 quantise, 1 stem, 2 max
+ * pool, i + 2 conv i (i >= 1). Returns the buffer count and each one's
+ * bytes per image, or -1. */
+static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t errlen)
+{
+    const resnet18_conv_desc *c0 = &resnet18_convs[0];
+    e->pool_h = (c0->out_h + 2 - 3) / 2 + 1;
+    e->th[T_IMAGE] = RESNET18_IMG;
+    e->tc[T_IMAGE] = 3;
+    e->th[T_POOL] = e->pool_h;
+    e->tc[T_POOL] = c0->cout;
+    int born[NT], last_use[NT];
+    for (int t = 0; t < NT; t++)
+        last_use[t] = -1;
+    born[T_IMAGE] = 0;
+    born[T_POOL] = 2;
+    last_use[0] = 2;
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int now = i == 0 ? 1 : i + 2, s = tensor_id(d->src);
+        if (d->src >= i || d->residual >= i || (i == 0) != (d->src == R18_IMAGE) || e->th[s] != d->in_h ||
+            e->tc[s] != d->cin || d->cout % CG != 0 ||
+            d->out_h != (d->in_h + 2 * d->pad - d->k) / d->stride + 1) {
+            snprintf(err, errlen, "cpu int8 engine: conv %s: shape does not chain", d->name);
+            return -1;
+        }
+        e->th[i] = d->out_h;
+        e->tc[i] = d->cout;
+        born[i] = now;
+        if (now > last_use[s])
+            last_use[s] = now;
+        if (d->residual != R18_NONE) {
+            int r = tensor_id(d->residual);
+            if (e->th[r] != d->out_h || e->tc[r] != d->cout) {
+                snprintf(err, errlen, "cpu int8 engine: conv %s: residual shape mismatch", d->name);
+                return -1;
+            }
+            if (now > last_use[r])
+                last_use[r] = now;
+        }
+    }
+    if (e->tc[LAST] != RESNET18_FEATURES) {
+        snprintf(err, errlen, "cpu int8 engine: last conv does not give %d features", RESNET18_FEATURES);
+        return -1;
+    }
+    int order[NT], n = 0, holder[NT], nbuf = 0;
+    order[n++] = T_IMAGE;
+    order[n++] = 0;
+    order[n++] = T_POOL;
+    for (int i = 1; i < LAST; i++)   /* the last conv's output is FP32, elsewhere */
+        order[n++] = i;
+    for (int j = 0; j < n; j++) {
+        int t = order[j], b = -1;
+        for (int k = 0; k < nbuf && b < 0; k++)
+            if (last_use[holder[k]] < born[t])
+                b = k;
+        if (b < 0) {
+            b = nbuf++;
+            per_image[b] = 0;
+        }
+        holder[b] = t;
+        e->buf[t] = b;
+        size_t bytes = (size_t)e->th[t] * e->th[t] * e->tc[t];
+        if (bytes > per_image[b])
+            per_image[b] = bytes;
+    }
+    e->buf[LAST] = -1;
+    return nbuf;
+}
+
+static int cpu_has_vnni(void)
+{
+#if HAVE_VNNI_KERNEL
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+#else
+    return 0;
+#endif
+}
+
+/* L->w into the VNNI tile's layout, and its bias corrections. */
+static int pack_vnni(i8_layer *L)
+{
+    const int N = L->d->cout, Kp = L->Kp;
+    L->wv = alloc_bytes((size_t)N * Kp);
+    L->corr = alloc_bytes((size_t)N * sizeof(int32_t));
+    if (!L->wv || !L->corr)
+        return -1;
+    for (int c = 0; c < N; c++) {
+        int32_t sum = 0;
+        for (int k = 0; k < Kp; k++) {
+            int8_t v = L->w[(size_t)c * Kp + k];
+            sum += v;
+            L->wv[(((size_t)(c / 16) * (Kp / 4) + (size_t)(k / 4)) * 16 + (size_t)(c % 16)) * 4 + (size_t)(k % 4)] = v;
+        }
+        L->corr[c] = 128 * sum;
+    }
+    return 0;
+}
+
+/* The input scale of conv i: its source tensor's (the pool's is the stem's). */
+static float src_scale(const calib_table *t, int src)
+{
+    if (src == R18_IMAGE)
+        return t->scale[0];
+    return t->scale[(src == R18_POOL ? 0 : src) + 1];
+}
+
+engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
+{
+    const calib_table *t = cfg->calib;
+    if (!t) {
+        snprintf(err, errlen, "cpu int8 engine: no calibration table");
+        return NULL;
+    }
+    if (cfg->max_batch < 1 || cfg->max_batch > I8_MAX_BATCH || cfg->nslots < 0 ||
+        cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 || cfg->threads > CPU_POOL_MAX_THREADS) {
+        snprintf(err, errlen, "cpu int8 engine: max batch must be 1..%d, slots 0..%d, threads 0..%d",
+                 I8_MAX_BATCH, ENGINE_MAX_SLOTS, CPU_POOL_MAX_THREADS);
+        return NULL;
+    }
+    i8_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "cpu int8 engine: out of memory");
+        return NULL;
+    }
+    int rc = pthread_mutex_init(&e->run_mu, NULL);
+    if (rc != 0) {
+        free(e);
+        snprintf(err, errlen, "cpu int8 engine: pthread_mutex_init: %s", strerror(rc));
+        return NULL;
+    }
+    e->pub.ops = &i8_ops;
+    e->pub.ctx = e;
+    e->pub.device = ENGINE_DEVICE_CPU;
+    e->pub.precision = ENGINE_PRECISION_INT8;
+    e->pub.max_batch = cfg->max_batch;
+    e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
+    e->pub.classes = w->classes;
+    e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
+    const char *force = getenv("RESNETD_CPU_INT8_GEMM");
+    if (force && strcmp(force, "generic") != 0 && strcmp(force, "vnni") != 0) {
+        snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic or vnni (got '%s')", force);
+        goto fail;
+    }
+    e->vnni = cpu_has_vnni() && !(force && strcmp(force, "generic") == 0);
+    if (force && strcmp(force, "vnni") == 0 && !e->vnni) {
+        snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=vnni but this CPU lacks AVX512-VNNI");
+        goto fail;
+    }
+
+    size_t per_image[NT];
+    int nbuf = plan_buffers(e, per_image, err, errlen);
+    if (nbuf < 0)
+        goto fail;
+    const size_t mb = (size_t)cfg->max_batch;
+    const resnet18_conv_desc *dl = &resnet18_convs[LAST];
+    const size_t last_floats = (size_t)dl->out_h * dl->out_h * dl->cout;
+    /* Buffers are touched at create: ask for no more than the machine has. */
+    size_t per_batch = (size_t)e->pub.nslots * (RESNET18_INPUT_BYTES + (size_t)w->classes * 4) +
+                       (last_floats + RESNET18_FEATURES) * 4;
+    for (int b = 0; b < nbuf; b++)
+        per_batch += per_image[b];
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (double)per_batch * mb > (double)pages * page) {
+        snprintf(err, errlen, "cpu int8 engine: max batch %d needs %.0f MiB, more than this machine's %.0f MiB",
+                 cfg->max_batch, (double)per_batch * mb / 1048576.0, (double)pages * page / 1048576.0);
+        goto fail;
+    }
+    for (int b = 0; b < nbuf; b++) {
+        if (!(e->act[b] = alloc_bytes(per_image[b] * mb)))
+            goto oom;
+        e->nact++;
+    }
+    for (int s = 0; s < e->pub.nslots; s++) {
+        e->pub.input[s] = alloc_bytes(mb * RESNET18_INPUT_BYTES);
+        e->pub.input_f32[s] = calloc(mb, sizeof *e->pub.input_f32[s]);
+        e->pub.logits[s] = alloc_bytes(mb * (size_t)w->classes * sizeof(float));
+        if (!e->pub.input[s] || !e->pub.input_f32[s] || !e->pub.logits[s])
+            goto oom;
+    }
+    e->last = alloc_bytes(mb * last_floats * sizeof(float));
+    e->feat = alloc_bytes(mb * RESNET18_FEATURES * sizeof(float));
+    e->fc_w = alloc_bytes((size_t)w->classes * RESNET18_FEATURES * sizeof(float));
+    e->fc_b = alloc_bytes((size_t)w->classes * sizeof(float));
+    if (!e->last || !e->feat || !e->fc_w || !e->fc_b)
+        goto oom;
+    memcpy(e->fc_w, w->fc_w, (size_t)w->classes * RESNET18_FEATURES * sizeof(float));
+    memcpy(e->fc_b, w->fc_b, (size_t)w->classes * sizeof(float));
+
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        i8_layer *L = &e->layer[i];
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int N = d->cout;
+        L->d = d;
+        L->K = d->k * d->k * d->cin;
+        L->Kp = (L->K + KBLK - 1) / KBLK * KBLK;
+        L->src = tensor_id(d->src);
+        L->res = d->residual == R18_NONE ? -1 : tensor_id(d->residual);
+        L->res_scale = L->res < 0 ? 0.0f : src_scale(t, d->residual);
+        L->out_inv = i == LAST ? 0.0f : 1.0f / t->scale[i + 1];
+        L->w = alloc_bytes((size_t)N * L->Kp);
+        L->mult = alloc_bytes((size_t)N * sizeof(float));
+        L->b = alloc_bytes((size_t)N * sizeof(float));
+        int8_t *q = malloc((size_t)N * L->K);
+        if (!L->w || !L->mult || !L->b || !q) {
+            free(q);
+            goto oom;
+        }
+        int8_quantize_weights(w->conv[i].w, N, L->K, q, L->mult);
+        const float s_in = src_scale(t, d->src);
+        for (int c = 0; c < N; c++) {
+            memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
+            L->mult[c] = s_in * L->mult[c];
+        }
+        free(q);
+        memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
+        if (e->vnni && pack_vnni(L) != 0)
+            goto oom;
+        if ((size_t)L->Kp > e->ws_stride)
+            e->ws_stride = (size_t)L->Kp;
+    }
+    e->ws = alloc_bytes((size_t)e->nthreads * RB * e->ws_stride);
+    if (!e->ws)
+        goto oom;
+    float lut[3][256];
+    preprocess_normalize_lut(lut);
+    e->in_inv = 1.0f / t->scale[0];
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            e->qlut[c][v] = int8_quantize(lut[c][v], e->in_inv);
+
+    if (cpu_pool_start(&e->pool, e->nthreads, err, errlen) != 0)
+        goto fail;
+    return &e->pub;
+
+oom:
+    snprintf(err, errlen, "cpu int8 engine: out of memory for max batch %d", cfg->max_batch);
+fail:
+    i8_destroy(e);
+    return NULL;
+}

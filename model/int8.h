@@ -1,0 +1,73 @@
+/* The integer semantics of resnetd's INT8 inference, defined once: every
+ * INT8 engine (the CPU one now, CUDA kernels later) and the torch emulation
+ * in tests/reference.py compute exactly this, so their INT8 activations are
+ * equal bit for bit, not merely close.
+ *
+ * All arithmetic below is IEEE float32 with round-to-nearest-even, one
+ * rounding per operation, no fused multiply-add (C11 with -std=c11 does
+ * not contract; CUDA code must use __fmul_rn/__fadd_rn). rint() is
+ * round half to even (rintf in the default rounding mode, torch.round).
+ *
+ * Weights, per output channel c of a BN-folded conv (resnet18_weights):
+ *   m       = max_i |w[c][i]|
+ *   s_w[c]  = m / 127            (1 when m == 0)
+ *   q_w     = clamp(rint(w / s_w[c]), -127, 127)
+ * Activations, per tensor t with the calibration table's scale s_t:
+ *   inv_t   = 1 / s_t
+ *   q(x)    = clamp(rint(x * inv_t), -127, 127)        (symmetric, no -128)
+ *   q(NaN)  = 0   (a non-finite FP32 input tensor must not reach a float to
+ *                  integer conversion, which C leaves undefined; +-inf
+ *                  clamp to +-127 like any large value)
+ * Every conv, the stem included, runs on int8: acc = sum q_in * q_w in
+ * int32 (exact: |acc| <= 127 * 127 * 4608 < 2^31). Its epilogue, for
+ * output channel c, with mult[c] = s_in * s_w[c] computed once:
+ *   v = (float)acc * mult[c]
+ *   v = v + bias[c]
+ *   v = v + (float)r * s_r        if the conv adds a residual r (int8, scale s_r)
+ *   v = v < 0 ? 0 : v             if the conv has a ReLU
+ *   out = q_out(v)                the next tensor's int8 value, or
+ *   out = v                       for the last conv, whose FP32 output feeds
+ *                                 the average pool and the FP32 FC.
+ * The 3x3/2 max pool runs on the stem's int8 output (the same as pooling in
+ * float and then quantising, since q is monotone), so the pool's output has
+ * the stem output's scale. The image is quantised after normalisation with
+ * the "input" scale. The only FP32 arithmetic whose order differs between
+ * implementations is therefore the average pool and the FC. */
+#ifndef RESNETD_INT8_H
+#define RESNETD_INT8_H
+
+#include <math.h>
+#include <stdint.h>
+
+/* q(x) above, given inv = 1 / s. */
+static inline int8_t int8_quantize(float x, float inv)
+{
+    float q = rintf(x * inv);
+    if (q != q)
+        return 0;
+    if (q > 127.0f)
+        q = 127.0f;
+    if (q < -127.0f)
+        q = -127.0f;
+    return (int8_t)q;
+}
+
+/* Quantises cout rows of K weights: q[c][i] and scale[c] as above. */
+static inline void int8_quantize_weights(const float *w, int cout, int K, int8_t *q, float *scale)
+{
+    for (int c = 0; c < cout; c++) {
+        const float *row = w + (size_t)c * K;
+        float m = 0.0f;
+        for (int i = 0; i < K; i++)
+            if (fabsf(row[i]) > m)
+                m = fabsf(row[i]);
+        float s = m > 0.0f ? m / 127.0f : 1.0f;
+        scale[c] = s;
+        for (int i = 0; i < K; i++) {
+            float v = rintf(row[i] / s);
+            q[(size_t)c * K + i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,121 @@
+#!/bin/sh
+# INT8 end to end on real photographs (tools/make-photos): resnetd-calibrate
+# is deterministic and writes a whole table by either method; INT8 and FP32
+# resnetd-classify are compared on the held-out photos (top-1 agreement and
+# logits rel L2, printed; with the reference's seeded random weights these
+# check the pipeline, not accuracy: see README "INT8"); every refusal of a
+# missing, unreadable, partial or mismatched table, and of INT8 on CUDA,
+# gives its clear error in resnetd-classify and resnetd --check-config.
+# RESNETD_REAL_WEIGHTS=model.safetensors adds the real-weights figure and
+# requires >= 99% agreement there. Skips (77) without the reference data or
+# when the photo packages cannot be fetched.
+set -eu
+ref=${RESNETD_REF_DIR:?}
+bin=${RESNETD_BUILDDIR:?}
+src=${RESNETD_SRCDIR:?}
+if [ ! -f "$ref/int8/table.json" ] || [ -z "${TORCH_PYTHON:-}" ]; then
+  echo "reference data or torch missing"
+  [ "${RESNETD_REQUIRE_REFERENCE:-0}" = 1 ] && exit 1
+  exit 77
+fi
+photos=$bin/tests/photos
+set +e
+"$TORCH_PYTHON" "$src/tools/make-photos" --out "$photos"
+rc=$?
+set -e
+if [ "$rc" != 0 ]; then
+  echo "SKIP: tools/make-photos could not make the photo set (exit $rc): no network or apt lists?"
+  exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+w=$ref/weights.safetensors
+fail() { echo "FAIL: $*"; exit 1; }
+
+# --- calibration: deterministic, both methods ---------------------------------
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --out "$out/a.json"
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method entropy --out "$out/b.json"
+cmp "$out/a.json" "$out/b.json" || fail "two calibrations of the same inputs differ"
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method percentile --percentile 99.99 \
+  --out "$out/p.json"
+"$TORCH_PYTHON" - "$out/a.json" "$out/p.json" "$w" <<'PY'
+import hashlib, json, sys
+a, p = (json.load(open(f)) for f in sys.argv[1:3])
+digest = hashlib.sha256(open(sys.argv[3], "rb").read()).hexdigest()
+for t, method in ((a, "entropy"), (p, "percentile")):
+    assert t["format"] == "resnetd-int8-calibration" and t["version"] == 1, t
+    assert t["weights_sha256"] == digest and t["method"] == method and t["images"] > 100, t
+    assert len(t["scales"]) == 20 and all(s > 0 for s in t["scales"].values()), t["scales"]
+assert p["percentile"] == 99.99
+print("calibrate: deterministic; entropy and percentile tables of %d images" % a["images"])
+PY
+if "$bin/resnetd-calibrate" --weights "$w" --images "$out/none" --out "$out/x.json" 2>"$out/err"; then
+  fail "calibrate without images succeeded"
+fi
+grep -q "$out/none" "$out/err" || fail "calibrate error does not name the directory: $(cat "$out/err")"
+
+# --- INT8 vs FP32 on the held-out photos ------------------------------------
+fp32() {    # weights: FP32 logits of the held-out photos into $out/f32.jsonl
+  "$bin/resnetd-classify" --weights "$1" --device cpu --json --logits "$photos"/heldout/*.jpg >"$out/f32.jsonl"
+}
+agree() {   # weights table label min-agreement max-rel-l2, against $out/f32.jsonl
+  "$bin/resnetd-classify" --weights "$1" --device cpu --precision int8 --calibration "$2" --json --logits \
+    "$photos"/heldout/*.jpg >"$out/i8.jsonl"
+  "$TORCH_PYTHON" "$src/tests/int8_agreement.py" "$out/f32.jsonl" "$out/i8.jsonl" "$3" "$4" "$5"
+}
+fp32 "$w"
+agree "$w" "$out/a.json" "seeded random weights, entropy" 0.75 0.15
+agree "$w" "$out/p.json" "seeded random weights, percentile 99.99" 0.75 0.15
+if [ -n "${RESNETD_REAL_WEIGHTS:-}" ]; then
+  "$bin/resnetd-calibrate" --weights "$RESNETD_REAL_WEIGHTS" --images "$photos/calib" --out "$out/real.json"
+  fp32 "$RESNETD_REAL_WEIGHTS"
+  agree "$RESNETD_REAL_WEIGHTS" "$out/real.json" "real weights $RESNETD_REAL_WEIGHTS, entropy" 0.99 1
+else
+  echo "real weights: not measured (set RESNETD_REAL_WEIGHTS=model.safetensors)"
+fi
+
+# --- refusals -----------------------------------------------------------------
+"$TORCH_PYTHON" - "$out/a.json" "$out/partial.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+del t["scales"]["layer3.0.downsample.0"]
+json.dump(t, open(sys.argv[2], "w"))
+PY
+printf '{"format": "resnetd-int8-calibration", "version": 1,' >"$out/truncated.json"
+ft=$ref/ft10/weights.safetensors
+img=$photos/heldout/$(ls "$photos/heldout" | head -n 1)
+# expect_refusal WHAT EXPECTED-TEXT COMMAND...: non-zero exit, the text on stderr.
+expect_refusal() {
+  what=$1 want=$2
+  shift 2
+  if "$@" >"$out/stdout" 2>"$out/stderr"; then fail "$what: accepted"; fi
+  grep -qF -- "$want" "$out/stderr" || fail "$what: error lacks '$want': $(cat "$out/stderr")"
+  echo "refused, $what: $(grep -F -- "$want" "$out/stderr" | head -n 1)"
+}
+for tool in classify daemon; do
+  if [ $tool = classify ]; then
+    run() { "$bin/resnetd-classify" --device cpu "$@" "$img"; }
+  else
+    run() { "$bin/resnetd" --device cpu --check-config "$@"; }
+  fi
+  expect_refusal "$tool int8 without a table" "needs" run --weights "$w" --precision int8
+  expect_refusal "$tool missing table" "$out/absent.json: cannot read" \
+    run --weights "$w" --precision int8 --calibration "$out/absent.json"
+  expect_refusal "$tool truncated table" "$out/truncated.json:1: not JSON" \
+    run --weights "$w" --precision int8 --calibration "$out/truncated.json"
+  expect_refusal "$tool table of other weights" "was made for weights with SHA-256" \
+    run --weights "$ft" --labels "$ref/ft10/labels.txt" --precision int8 --calibration "$out/a.json"
+  expect_refusal "$tool table missing a tensor" "has no scale for tensor layer3.0.downsample.0" \
+    run --weights "$w" --precision int8 --calibration "$out/partial.json"
+done
+expect_refusal "classify int8 on cuda" "INT8 kernels are not built for CUDA" \
+  "$bin/resnetd-classify" --device cuda --weights "$w" --precision int8 --calibration "$out/a.json" "$img"
+expect_refusal "daemon int8 on cuda" "INT8 kernels are not built for CUDA" \
+  "$bin/resnetd" --device cuda --check-config --weights "$w" --precision int8 --calibration "$out/a.json"
+
+# The config-file form works, and --check-config says int8.
+printf 'weights = %s\ndevice = cpu\nprecision = int8\ncalibration = %s\n' "$w" "$out/a.json" >"$out/resnetd.conf"
+"$bin/resnetd" --config "$out/resnetd.conf" --check-config >"$out/ok" 2>"$out/stderr" ||
+  fail "config with a good table refused: $(cat "$out/stderr")"
+grep -q "int8" "$out/ok" || fail "--check-config does not report int8: $(cat "$out/ok")"
+echo "int8: ok"
