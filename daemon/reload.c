@@ -12,6 +12,7 @@
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/reload.h"
+#include "model/calib.h"
 #include "model/clock.h"
 #include "model/engine.h"
 
@@ -172,6 +173,18 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
         snprintf(msg, msglen, "%s", err);
         return -1;
     }
+    /* INT8 engines need the calibration table the configuration names now,
+     * made for the new weights (a table for the old ones is refused: its
+     * scales would not fit). Engines copy its scales. */
+    calib_table calib;
+    int int8 = infer_engine(rl->inf[0])->precision == ENGINE_PRECISION_INT8;
+    if (int8 && (calib_load(fresh.calibration, &calib, err, sizeof err) != 0 ||
+                 calib_check_weights(&calib, fresh.calibration, &w, fresh.weights, err, sizeof err) != 0)) {
+        snprintf(msg, msglen, "%s", err);
+        weights_free(&w);
+        served_model_unref(m);
+        return -1;
+    }
     /* Every new engine is built and warmed up before any is swapped in, so
      * a failure leaves all engines on the old model. Engines copy the
      * weights: w is freed once they are built. */
@@ -181,7 +194,7 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
         engine *cur = infer_engine(rl->inf[built]);
         engine_config ec = { .device = cur->device, .device_index = cur->device_index, .precision = cur->precision,
                              .max_batch = cur->max_batch, .nslots = cur->nslots,
-                             .threads = (int)rl->given.engine_threads };
+                             .threads = (int)rl->given.engine_threads, .calib = int8 ? &calib : NULL };
         char label[32];
         infer_engine_label(cur, label, sizeof label);
         if (!(e[built] = engine_create(&w, &ec, err, sizeof err))) {

@@ -118,4 +118,57 @@ printf 'weights = %s\ndevice = cpu\nprecision = int8\ncalibration = %s\n' "$w" "
 "$bin/resnetd" --config "$out/resnetd.conf" --check-config >"$out/ok" 2>"$out/stderr" ||
   fail "config with a good table refused: $(cat "$out/stderr")"
 grep -q "int8" "$out/ok" || fail "--check-config does not report int8: $(cat "$out/ok")"
+# --- reload of an INT8 daemon: SIGHUP reads the table again, checked against
+# the weights; a bad one leaves the running model serving.
+cp "$out/a.json" "$out/live.json"
+printf 'weights = %s\nlabels = %s\ndevice = cpu\nprecision = int8\ncalibration = %s\nlisten = 127.0.0.1:0\n' \
+  "$w" "$src/etc/imagenet-classes.txt" "$out/live.json" >"$out/live.conf"
+"$bin/resnetd" --config "$out/live.conf" 2>"$out/daemon.log" &
+pid=$!
+"$TORCH_PYTHON" - "$pid" "$out" "$img" <<'PY' || { kill "$pid" 2>/dev/null; cat "$out/daemon.log"; fail "int8 reload"; }
+import json, os, re, shutil, signal, sys, time, urllib.request
+pid, out, img = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+log = os.path.join(out, "daemon.log")
+
+def wait_log(pattern, after=0, limit=60):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        text = open(log).read()
+        m = re.search(pattern, text[after:])
+        if m:
+            return text, m
+        time.sleep(0.1)
+    raise AssertionError("no %r in the log:\n%s" % (pattern, open(log).read()[-2000:]))
+
+text, m = wait_log(r"\(port (\d+)\)")
+port = int(m.group(1))
+wait_log(r"ready")
+
+def classify():
+    req = urllib.request.Request("http://127.0.0.1:%d/classify?top_k=3" % port, data=open(img, "rb").read(),
+                                 headers={"Content-Type": "image/jpeg"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = json.load(r)
+    assert body["precision"] == "int8", body
+    return [p["index"] for p in body["results"][0]["predictions"]], body["model_version"]
+
+before, v1 = classify()
+mark = len(open(log).read())
+os.kill(pid, signal.SIGHUP)
+wait_log(r"reload: now serving", mark)
+after, v2 = classify()
+assert v2 == v1 + 1 and after == before, (v1, v2, before, after)
+# A table missing a tensor: refused, the model stays.
+shutil.copy(os.path.join(out, "partial.json"), os.path.join(out, "live.json"))
+mark = len(open(log).read())
+os.kill(pid, signal.SIGHUP)
+wait_log(r"reload failed, the running model keeps serving: .*layer3\.0\.downsample\.0", mark)
+still, v3 = classify()
+assert v3 == v2 and still == before, (v3, still)
+os.kill(pid, signal.SIGTERM)
+print("int8 reload: SIGHUP rebuilt the INT8 engine with the table (version %d -> %d, same answers); "
+      "a table missing a tensor refused, version %d kept serving" % (v1, v2, v3))
+PY
+wait "$pid" || fail "the INT8 daemon did not exit 0"
+
 echo "int8: ok"
