@@ -91,8 +91,8 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
             float f = (float)d;
             if (!v)
                 why = "has no scale for tensor";
-            else if (!json_is_number(v) || !isfinite(f) || !(f > 0))
-                why = "scale is not a positive finite float32 for tensor";
+            else if (!json_is_number(v) || !isfinite(f) || !(f > 0) || !isfinite(1.0f / f) || f > 1e30f)
+                why = "scale is not a positive float32 from 1e-38 to 1e30 for tensor";
             else
                 t->scale[i] = f;
         }
@@ -200,8 +200,12 @@ void calib_hist_add(calib_hist *h, const float *x, size_t n)
     }
     const double per = CALIB_BINS / h->range;
     for (size_t i = 0; i < n; i++) {
-        long b = (long)(fabs((double)x[i]) * per);
-        h->count[b < CALIB_BINS ? b : CALIB_BINS - 1]++;
+        double v = fabs((double)x[i]) * per;
+        /* NaN, or inf after the range has doubled past the largest float:
+         * into the last bin (a float to integer conversion of either is
+         * undefined). */
+        long b = isfinite(v) && v < CALIB_BINS ? (long)v : CALIB_BINS - 1;
+        h->count[b]++;
     }
 }
 

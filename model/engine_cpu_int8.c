@@ -42,7 +42,7 @@
 #define VR 8                    /* rows per VNNI tile */
 #define CG 32                   /* output channels per work-unit step (a VNNI tile's) */
 #define RB 64                   /* im2col rows per work unit (a multiple of MR and VR) */
-#define I8_MAX_BATCH 65536
+#define I8_MAX_BATCH 4096            /* conv1 has n * 12544 / RB work units: < 2^20 (cpu_pool) */
 #define NT (RESNET18_NUM_CONVS + 2)   /* tensors: conv outputs, image, pool */
 #define T_IMAGE RESNET18_NUM_CONVS
 #define T_POOL (RESNET18_NUM_CONVS + 1)

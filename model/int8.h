@@ -4,8 +4,9 @@
  * equal bit for bit, not merely close.
  *
  * All arithmetic below is IEEE float32 with round-to-nearest-even, one
- * rounding per operation, no fused multiply-add (C11 with -std=c11 does
- * not contract; CUDA code must use __fmul_rn/__fadd_rn). rint() is
+ * rounding per operation, no fused multiply-add (the build passes
+ * -ffp-contract=off: clang contracts a * b + c by default; CUDA code must
+ * use __fmul_rn/__fadd_rn). rint() is
  * round half to even (rintf in the default rounding mode, torch.round).
  *
  * Weights, per output channel c of a BN-folded conv (resnet18_weights):

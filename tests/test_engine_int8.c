@@ -359,7 +359,17 @@ START_TEST(bad_tables_are_refused_with_a_reason)
     good.scale[5] = 0.0f;
     ck_assert_int_eq(calib_save(p, &good, err, sizeof err), 0);
     ck_assert_int_eq(calib_load(p, &t, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "not a positive finite") && strstr(err, calib_tensor_name(5)), "%s", err);
+    ck_assert_msg(strstr(err, "not a positive float32") && strstr(err, calib_tensor_name(5)), "%s", err);
+    /* Scales whose reciprocal or products are not finite: a subnormal one
+     * (1 / s is inf) and a huge one (s_in * s_w overflows). */
+    static const float odd[] = { 1e-40f, 1e35f };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        good.scale[5] = odd[i];
+        ck_assert_int_eq(calib_save(p, &good, err, sizeof err), 0);
+        ck_assert_int_eq(calib_load(p, &t, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "not a positive float32") && strstr(err, calib_tensor_name(5)), "%g: %s",
+                      (double)odd[i], err);
+    }
     ck_assert_int_eq(calib_load(tmp_path("missing.json"), &t, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "cannot read"), "%s", err);
     ck_assert_int_eq(unlink(p), 0);

@@ -19,7 +19,7 @@ mkdir -p "$out"
 # engine.c includes autoconf's config.h: an empty one builds the CPU engine only.
 : >"$out/config.h"
 pc() { pkg-config "$@"; }
-flags="-g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined
+flags="-g -O1 -std=c11 -ffp-contract=off -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined
   -fno-sanitize-recover=undefined -fno-omit-frame-pointer -I$src -I$out"
 
 for t in $targets; do
@@ -29,8 +29,9 @@ for t in $targets; do
     jpeg) files="model/preprocess.c"; libs="$(pc --libs libjpeg) -lm" ;;
     v2) files="daemon/v2.c daemon/budget.c model/topk.c model/utf8.c"; libs="$(pc --libs jansson) -lm -lpthread" ;;
     safetensors) files="model/weights.c model/sha256.c model/resnet18.c"; libs="$(pc --libs jansson) -lm" ;;
-    config) files="daemon/config.c model/textfile.c model/devjpeg.c model/engine.c model/engine_cpu.c model/resnet18.c model/preprocess.c"
-            libs="$(pc --libs libjpeg libturbojpeg) $( (pc --libs openblas || pc --libs openblas-pthread) 2>/dev/null) -lm -lpthread"
+    config) files="daemon/config.c model/textfile.c model/devjpeg.c model/engine.c model/engine_cpu.c model/engine_cpu_int8.c
+                   model/cpu_pool.c model/calib.c model/sha256.c model/resnet18.c model/preprocess.c"
+            libs="$(pc --libs libjpeg libturbojpeg jansson) $( (pc --libs openblas || pc --libs openblas-pthread) 2>/dev/null) -lm -lpthread"
             flags_extra="$( (pc --cflags openblas || pc --cflags openblas-pthread) 2>/dev/null)" ;;
     *) echo "fuzz: unknown target $t" >&2; exit 2 ;;
     esac
