@@ -57,9 +57,9 @@ void openblas_set_num_threads(int num_threads);
 #define BLAS_WS_FLOATS (8 * 1024 * 1024) /* blas path im2col chunk: 32 MiB */
 #define MAX_THREADS CPU_POOL_MAX_THREADS
 #define CPU_MAX_BATCH 65536   /* keeps every layer's work units under 2^20 */
-#define NTENSORS (RESNET18_NUM_CONVS + 2)  /* conv outputs, image, pool */
-#define T_IMAGE RESNET18_NUM_CONVS
-#define T_POOL (RESNET18_NUM_CONVS + 1)
+#define NTENSORS R18_NTENSORS  /* conv outputs, image, pool */
+#define T_IMAGE R18_T_IMAGE
+#define T_POOL R18_T_POOL
 
 typedef struct cpu_engine cpu_engine;
 
@@ -669,64 +669,28 @@ int engine_cpu_observe(engine *pub, engine_observer_fn *fn, void *ctx, char *err
     return 0;
 }
 
-static int tensor_id(int x) { return x >= 0 ? x : x == R18_IMAGE ? T_IMAGE : T_POOL; }
+static int tensor_id(int x) { return resnet18_tensor_id(x); }
 
-/* Walks the conv table: checks that shapes chain, decides which convs read
- * their input in place (and so which tensors need a zero border), then gives
- * every tensor an activation buffer, reusing a buffer once its tensor is
- * dead. Returns the buffer count and each buffer's size in floats per image,
- * or -1. */
+/* Checks that shapes chain (resnet18.h's plan), decides which convs read
+ * their input in place (and so which tensors need a zero border), then
+ * gives every tensor an activation buffer, reusing a buffer once its
+ * tensor is dead. Returns the buffer count and each buffer's size in
+ * floats per image, or -1. */
 static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, size_t errlen)
 {
-    const resnet18_conv_desc *c0 = &resnet18_convs[0];
-    int *h = e->th, *ch = e->tc, *pad = e->pad;
-    e->pool_h = (c0->out_h + 2 - 3) / 2 + 1;
-    h[T_IMAGE] = RESNET18_IMG;
-    ch[T_IMAGE] = 3;
-    h[T_POOL] = e->pool_h;
-    ch[T_POOL] = c0->cout;
-    /* Times: 0 normalise, 1 conv0, 2 maxpool, i + 2 conv i (i >= 1), then the
-     * average pool. A tensor lives from the time it is written to its last
-     * read. */
-    int born[NTENSORS], last_use[NTENSORS];
-    for (int t = 0; t < NTENSORS; t++)
-        last_use[t] = -1;
-    born[T_IMAGE] = 0;
-    born[T_POOL] = 2;
-    last_use[0] = 2;
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
-        const resnet18_conv_desc *d = &resnet18_convs[i];
-        const int now = i == 0 ? 1 : i + 2;
-        if ((d->src >= i) || (d->residual >= i) || (i == 0) != (d->src == R18_IMAGE)) {
-            snprintf(err, errlen, "cpu engine: conv %s reads a tensor not yet computed", d->name);
-            return -1;
-        }
-        int s = tensor_id(d->src);
-        if (h[s] != d->in_h || ch[s] != d->cin ||
-            d->out_h != (d->in_h + 2 * d->pad - d->k) / d->stride + 1 || d->cout % NR != 0) {
-            snprintf(err, errlen, "cpu engine: conv %s: shape does not chain", d->name);
-            return -1;
-        }
-        h[i] = d->out_h;
-        ch[i] = d->cout;
-        born[i] = now;
-        if (now > last_use[s])
-            last_use[s] = now;
-        if (d->residual != R18_NONE) {
-            int r = tensor_id(d->residual);
-            if (h[r] != d->out_h || ch[r] != d->cout) {
-                snprintf(err, errlen, "cpu engine: conv %s: residual shape mismatch", d->name);
-                return -1;
-            }
-            if (now > last_use[r])
-                last_use[r] = now;
-        }
-    }
-    last_use[RESNET18_NUM_CONVS - 1] = RESNET18_NUM_CONVS + 2;
-    if (ch[RESNET18_NUM_CONVS - 1] != RESNET18_FEATURES) {
-        snprintf(err, errlen, "cpu engine: last conv does not give %d features", RESNET18_FEATURES);
+    int *pad = e->pad;
+    resnet18_tensors tp;
+    if (resnet18_plan_tensors(&tp, NR, err, errlen) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "cpu engine: %s", why);
         return -1;
     }
+    memcpy(e->th, tp.h, sizeof e->th);
+    memcpy(e->tc, tp.c, sizeof e->tc);
+    e->pool_h = tp.h[T_POOL];
+    /* The last conv's output is read by the average pool, after it. */
+    tp.last_use[RESNET18_NUM_CONVS - 1] = RESNET18_NUM_CONVS + 2;
 
     /* In place: output rows are whole M-blocks (avx512 only). Its input then
      * needs a border of the conv's padding. A conv run through im2col writes
@@ -758,27 +722,17 @@ static int plan_buffers(cpu_engine *e, size_t per_image[NTENSORS], char *err, si
     }
 
     int order[NTENSORS], n = 0;
+    size_t elems[NTENSORS];
     order[n++] = T_IMAGE;
     order[n++] = 0;
     order[n++] = T_POOL;
     for (int i = 1; i < RESNET18_NUM_CONVS; i++)
         order[n++] = i;
-    int holder[NTENSORS], nbuf = 0;
-    for (int j = 0; j < n; j++) {
-        int t = order[j], b = -1;
-        for (int k = 0; k < nbuf && b < 0; k++)
-            if (last_use[holder[k]] < born[t])
-                b = k;
-        if (b < 0) {
-            b = nbuf++;
-            per_image[b] = 0;
-        }
-        holder[b] = t;
-        e->buf[t] = b;
-        size_t side = (size_t)h[t] + 2 * pad[t];
-        if (side * side * ch[t] > per_image[b])
-            per_image[b] = side * side * ch[t];
+    for (int t = 0; t < NTENSORS; t++) {
+        size_t side = (size_t)e->th[t] + 2 * pad[t];
+        elems[t] = side * side * e->tc[t];
     }
+    int nbuf = resnet18_share_buffers(&tp, order, n, elems, e->buf, per_image);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         cpu_layer *L = &e->layer[i];

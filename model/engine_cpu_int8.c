@@ -43,9 +43,9 @@
 #define CG 32                   /* output channels per work-unit step (a VNNI tile's) */
 #define RB 64                   /* im2col rows per work unit (a multiple of MR and VR) */
 #define I8_MAX_BATCH 4096            /* conv1 has n * 12544 / RB work units: < 2^20 (cpu_pool) */
-#define NT (RESNET18_NUM_CONVS + 2)   /* tensors: conv outputs, image, pool */
-#define T_IMAGE RESNET18_NUM_CONVS
-#define T_POOL (RESNET18_NUM_CONVS + 1)
+#define NT R18_NTENSORS           /* tensors: conv outputs, image, pool */
+#define T_IMAGE R18_T_IMAGE
+#define T_POOL R18_T_POOL
 #define LAST (RESNET18_NUM_CONVS - 1)
 
 /* The AVX512-VNNI tile is x86-64 only, used when the CPU has it (and
@@ -450,75 +450,32 @@ static const engine_ops i8_ops = {
     .pinned_memory = i8_device_memory,
 };
 
-static int tensor_id(int x) { return x >= 0 ? x : x == R18_IMAGE ? T_IMAGE : T_POOL; }
+static int tensor_id(int x) { return resnet18_tensor_id(x); }
 
-/* Shapes of every tensor, then int8 buffers by liveness (a buffer is reused
- * once its tensor's last reader has run). Times: 0 quantise, 1 stem, 2 max
- * pool, i + 2 conv i (i >= 1). Returns the buffer count and each one's
- * bytes per image, or -1. */
+/* Shapes of every tensor, then int8 buffers by liveness (resnet18.h's
+ * plan). Returns the buffer count and each one's bytes per image, or -1. */
 static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t errlen)
 {
-    const resnet18_conv_desc *c0 = &resnet18_convs[0];
-    e->pool_h = (c0->out_h + 2 - 3) / 2 + 1;
-    e->th[T_IMAGE] = RESNET18_IMG;
-    e->tc[T_IMAGE] = 3;
-    e->th[T_POOL] = e->pool_h;
-    e->tc[T_POOL] = c0->cout;
-    int born[NT], last_use[NT];
-    for (int t = 0; t < NT; t++)
-        last_use[t] = -1;
-    born[T_IMAGE] = 0;
-    born[T_POOL] = 2;
-    last_use[0] = 2;
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
-        const resnet18_conv_desc *d = &resnet18_convs[i];
-        const int now = i == 0 ? 1 : i + 2, s = tensor_id(d->src);
-        if (d->src >= i || d->residual >= i || (i == 0) != (d->src == R18_IMAGE) || e->th[s] != d->in_h ||
-            e->tc[s] != d->cin || d->cout % CG != 0 ||
-            d->out_h != (d->in_h + 2 * d->pad - d->k) / d->stride + 1) {
-            snprintf(err, errlen, "cpu int8 engine: conv %s: shape does not chain", d->name);
-            return -1;
-        }
-        e->th[i] = d->out_h;
-        e->tc[i] = d->cout;
-        born[i] = now;
-        if (now > last_use[s])
-            last_use[s] = now;
-        if (d->residual != R18_NONE) {
-            int r = tensor_id(d->residual);
-            if (e->th[r] != d->out_h || e->tc[r] != d->cout) {
-                snprintf(err, errlen, "cpu int8 engine: conv %s: residual shape mismatch", d->name);
-                return -1;
-            }
-            if (now > last_use[r])
-                last_use[r] = now;
-        }
-    }
-    if (e->tc[LAST] != RESNET18_FEATURES) {
-        snprintf(err, errlen, "cpu int8 engine: last conv does not give %d features", RESNET18_FEATURES);
+    resnet18_tensors tp;
+    if (resnet18_plan_tensors(&tp, CG, err, errlen) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "cpu int8 engine: %s", why);
         return -1;
     }
-    int order[NT], n = 0, holder[NT], nbuf = 0;
+    memcpy(e->th, tp.h, sizeof e->th);
+    memcpy(e->tc, tp.c, sizeof e->tc);
+    e->pool_h = tp.h[T_POOL];
+    int order[NT], n = 0;
+    size_t elems[NT];
     order[n++] = T_IMAGE;
     order[n++] = 0;
     order[n++] = T_POOL;
     for (int i = 1; i < LAST; i++)   /* the last conv's output is FP32, elsewhere */
         order[n++] = i;
-    for (int j = 0; j < n; j++) {
-        int t = order[j], b = -1;
-        for (int k = 0; k < nbuf && b < 0; k++)
-            if (last_use[holder[k]] < born[t])
-                b = k;
-        if (b < 0) {
-            b = nbuf++;
-            per_image[b] = 0;
-        }
-        holder[b] = t;
-        e->buf[t] = b;
-        size_t bytes = (size_t)e->th[t] * e->th[t] * e->tc[t];
-        if (bytes > per_image[b])
-            per_image[b] = bytes;
-    }
+    for (int t = 0; t < NT; t++)
+        elems[t] = (size_t)e->th[t] * e->th[t] * e->tc[t];
+    int nbuf = resnet18_share_buffers(&tp, order, n, elems, e->buf, per_image);
     e->buf[LAST] = -1;
     return nbuf;
 }

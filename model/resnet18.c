@@ -1,4 +1,6 @@
-/* The ResNet18 topology table: 20 convolutions in execution order. */
+/* The ResNet18 topology table: 20 convolutions in execution order, and
+ * the tensor plan (shapes, lifetimes, shared buffers) the CPU engines use. */
+#include <stdio.h>
 #include "model/resnet18.h"
 
 /* Block structure (BasicBlock): out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)).
@@ -36,4 +38,77 @@ double resnet18_macs_per_image(int classes)
         macs += (double)c->out_h * c->out_h * c->cout * c->k * c->k * c->cin;
     }
     return macs + (double)RESNET18_FEATURES * classes;
+}
+
+int resnet18_tensor_id(int x)
+{
+    return x >= 0 ? x : x == R18_IMAGE ? R18_T_IMAGE : R18_T_POOL;
+}
+
+int resnet18_plan_tensors(resnet18_tensors *t, int cout_multiple, char *err, size_t errlen)
+{
+    const resnet18_conv_desc *c0 = &resnet18_convs[0];
+    t->h[R18_T_IMAGE] = RESNET18_IMG;
+    t->c[R18_T_IMAGE] = 3;
+    t->h[R18_T_POOL] = (c0->out_h + 2 - 3) / 2 + 1;
+    t->c[R18_T_POOL] = c0->cout;
+    for (int i = 0; i < R18_NTENSORS; i++)
+        t->last_use[i] = -1;
+    t->born[R18_T_IMAGE] = 0;
+    t->born[R18_T_POOL] = 2;
+    t->last_use[0] = 2;
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int now = i == 0 ? 1 : i + 2;
+        if (d->src >= i || d->residual >= i || (i == 0) != (d->src == R18_IMAGE)) {
+            snprintf(err, errlen, "conv %s reads a tensor not yet computed", d->name);
+            return -1;
+        }
+        int s = resnet18_tensor_id(d->src);
+        if (t->h[s] != d->in_h || t->c[s] != d->cin || d->cout % cout_multiple != 0 ||
+            d->out_h != (d->in_h + 2 * d->pad - d->k) / d->stride + 1) {
+            snprintf(err, errlen, "conv %s: shape does not chain", d->name);
+            return -1;
+        }
+        t->h[i] = d->out_h;
+        t->c[i] = d->cout;
+        t->born[i] = now;
+        if (now > t->last_use[s])
+            t->last_use[s] = now;
+        if (d->residual != R18_NONE) {
+            int r = resnet18_tensor_id(d->residual);
+            if (t->h[r] != d->out_h || t->c[r] != d->cout) {
+                snprintf(err, errlen, "conv %s: residual shape mismatch", d->name);
+                return -1;
+            }
+            if (now > t->last_use[r])
+                t->last_use[r] = now;
+        }
+    }
+    if (t->c[RESNET18_NUM_CONVS - 1] != RESNET18_FEATURES) {
+        snprintf(err, errlen, "last conv does not give %d features", RESNET18_FEATURES);
+        return -1;
+    }
+    return 0;
+}
+
+int resnet18_share_buffers(const resnet18_tensors *t, const int *order, int n, const size_t *elems, int *buf,
+                           size_t *per_image)
+{
+    int holder[R18_NTENSORS], nbuf = 0;
+    for (int j = 0; j < n; j++) {
+        int x = order[j], b = -1;
+        for (int k = 0; k < nbuf && b < 0; k++)
+            if (t->last_use[holder[k]] < t->born[x])
+                b = k;
+        if (b < 0) {
+            b = nbuf++;
+            per_image[b] = 0;
+        }
+        holder[b] = x;
+        buf[x] = b;
+        if (elems[x] > per_image[b])
+            per_image[b] = elems[x];
+    }
+    return nbuf;
 }

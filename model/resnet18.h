@@ -39,6 +39,34 @@ typedef struct resnet18_conv_desc {
 /* conv 0 is the stem (7x7/2 + ReLU), followed by a 3x3/2 pad-1 maxpool. */
 extern const resnet18_conv_desc resnet18_convs[RESNET18_NUM_CONVS];
 
+/* The graph's tensors as the CPU engines number them: conv i's output is
+ * tensor i, then the image and the max pool's output. Each has a side
+ * (height = width), channels, and the steps it lives between (0 the
+ * image, 1 the stem, 2 the max pool, i + 2 conv i for i >= 1). */
+#define R18_NTENSORS (RESNET18_NUM_CONVS + 2)
+#define R18_T_IMAGE RESNET18_NUM_CONVS
+#define R18_T_POOL (RESNET18_NUM_CONVS + 1)
+typedef struct resnet18_tensors {
+    int h[R18_NTENSORS], c[R18_NTENSORS];
+    int born[R18_NTENSORS];         /* the step that writes it */
+    int last_use[R18_NTENSORS];     /* the last step that reads it, -1 none */
+} resnet18_tensors;
+
+/* A conv table index, R18_IMAGE or R18_POOL as a tensor number. */
+int resnet18_tensor_id(int x);
+
+/* Walks the conv table: shapes chain, residuals match, every cout is a
+ * multiple of cout_multiple, the last conv gives RESNET18_FEATURES.
+ * Returns 0, or -1 with the reason in err. */
+int resnet18_plan_tensors(resnet18_tensors *t, int cout_multiple, char *err, size_t errlen);
+
+/* Gives tensors order[0..n) in turn a buffer (buf[tensor]), reusing one
+ * whose tensor's last read comes before the new tensor is written;
+ * per_image[b] is the largest elems[tensor] buffer b holds. Returns the
+ * buffer count. */
+int resnet18_share_buffers(const resnet18_tensors *t, const int *order, int n, const size_t *elems, int *buf,
+                           size_t *per_image);
+
 typedef struct resnet18_conv {
     float *w;           /* [cout][k][k][cin], BN folded */
     float *b;           /* [cout], BN folded */
