@@ -16,6 +16,14 @@
 // Tile shapes are template parameters; kTilesF16/kTilesF32 list the
 // instantiations; the engine times them per layer and batch (or asks
 // conv_plan_pick's cost model) and may split K when a layer has few tiles.
+//
+// INT8 (kTilesS8) runs the FP16 kernels themselves, instantiated with S8:
+// an int8 NHWC tensor of c channels is byte for byte an FP16 one of c/2,
+// and the s8 MMA fragments (mma.sync m16n8k32, wgmma m64nNk32 K-major)
+// have the f16 ones' byte layout (m16n8k16, m64nNk16), so the loaders,
+// swizzles and ldmatrix run unchanged on int8 data described as halves.
+// Only the MMA (s8, exact int32 sums) and the epilogue differ: model/int8.h's
+// requantisation, bit for bit the CPU INT8 engine's.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,11 +45,12 @@ conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, in
     return s;
 }
 
-int conv_shape_check(const conv_shape *s, int fp16, char *err, size_t errlen)
+int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
 {
-    int chunk = fp16 ? 8 : 4;
-    int stem_layout = fp16 && s->c == 4 && s->kw % 2 == 0 && s->w % 2 == 0 && s->pad_w % 2 == 0 &&
-                      s->stride % 2 == 0;
+    // Elements per 16-byte chunk, and the stem's channels (two pixels a chunk).
+    int chunk = kind == CONV_INT8 ? 16 : kind == CONV_FP16 ? 8 : 4;
+    int stem_layout = kind != CONV_FP32 && s->c == chunk / 2 && s->kw % 2 == 0 && s->w % 2 == 0 &&
+                      s->pad_w % 2 == 0 && s->stride % 2 == 0;
     if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->kh < 1 || s->kw < 1 ||
         s->stride < 1 || s->pad_h < 0 || s->pad_w < 0 || s->oh < 1 || s->ow < 1) {
         snprintf(err, errlen, "conv shape out of range");
@@ -216,6 +225,89 @@ __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], const
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// The same fragments read as int8: m16n8k32, exact int32 sums.
+__device__ __forceinline__ void mma_16816(int d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Accumulators of a kernel instantiated for FP16 or INT8.
+template <bool S8>
+struct acc_type {
+    typedef float type;
+};
+template <>
+struct acc_type<true> {
+    typedef int type;
+};
+
+// Raw sums as the split-K partial buffer's 32-bit words (int32 for INT8).
+__device__ __forceinline__ float partial_bits(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float partial_bits(int x)
+{
+    return __int_as_float(x);
+}
+
+// model/int8.h's epilogue of one output: v = acc * mult + bias (+ r * s_r),
+// ReLU, each step rounded on its own (no FMA), as the CPU engine does it.
+__device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r, float res_scale, bool res,
+                                          int relu)
+{
+    float v = __fadd_rn(__fmul_rn(__int2float_rn(acc), mult), bias);
+    if (res)
+        v = __fadd_rn(v, __fmul_rn(__int2float_rn(r), res_scale));
+    return relu && v < 0.f ? 0.f : v;
+}
+
+// Eight int32 sums of one output row, channels col..col+7: the epilogue,
+// then 8 int8 values (one 8-byte store) or, for the last conv, 8 floats.
+__device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
+                                          const int8_t *res, int relu, void *out, size_t o)
+{
+    int a[8];
+    *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(sums);
+    *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(sums + 4);
+    int8_t r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (res)
+        *reinterpret_cast<uint2 *>(r) = *reinterpret_cast<const uint2 *>(res + o);
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res != NULL, relu);
+    if (q.out_f32) {
+        float *f = reinterpret_cast<float *>(out) + o;
+        *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4 *>(f + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        return;
+    }
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        w[j / 4] |= (uint32_t)(int8_quantize_dev(v[j], q.out_inv) & 0xff) << (8 * (j % 4));
+    *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
+}
+
+template <int BM, int BN, int T>
+__device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
+                                                 const float *bias, const conv_q8 &q, const int8_t *res, int relu,
+                                                 void *out, int tid)
+{
+    for (int id = tid; id < BM * BN / 8; id += T) {
+        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
+        int row = m0 + r, col = n0 + c;
+        if (row >= M || col >= N)
+            continue;
+        store8_s8(Cs + r * ldc + c, col, bias, q, res, relu, out, (size_t)row * N + col);
+    }
+}
+
 // Eight FP32 sums of one output row (bias added) + 8 residual halves (res,
 // may be NULL), ReLU, stored as 8 halves at out: 16-byte accesses.
 __device__ __forceinline__ void store8_f16(const float *sums, const __half *res, int relu, __half *out)
@@ -275,13 +367,17 @@ struct f16_tile {
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
+// S8: int8 data described as halves (see the top of the file), s8 MMA,
+// int32 sums, model/int8.h's epilogue with q; res and out are then int8
+// (out FP32 when q.out_f32). Otherwise FP16 and q unused.
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool S8>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
     conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in,
                             const __half *__restrict__ wgt, const float *__restrict__ bias,
-                            const __half *__restrict__ res, __half *__restrict__ out, int relu,
-                            float *__restrict__ partial, int kt_per_split)
+                            const void *__restrict__ res, void *__restrict__ out, int relu,
+                            float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
+    typedef typename acc_type<S8>::type acc_t;
     typedef f16_tile<BM, BN, BK, WM, WN, STAGES, MINB> cfg;
     constexpr int T = cfg::threads, LDS = cfg::lds, KCH = BK / 8;
     constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
@@ -327,14 +423,14 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         }
     };
 
-    float acc[MI][NI][4];
+    acc_t acc[MI][NI][4];
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
         for (int j = 0; j < NI; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++)
-                acc[i][j][q] = 0.f;
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0;
 
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
@@ -393,7 +489,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                     int row = m0 + wm * WTM + mi * 16 + (lane >> 2) + h * 8;
                     if (row < M)
                         *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
-                            make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+                            make_float2(partial_bits(acc[mi][ni][2 * h]), partial_bits(acc[mi][ni][2 * h + 1]));
                 }
         }
         return;
@@ -404,8 +500,25 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     // with 16-byte residual loads and output stores.
     constexpr int LDC = BN + 8;  // +8 floats: a half-warp's float2 stores hit 32 distinct banks
     static_assert(BM * LDC * 4 <= cfg::smem, "epilogue tile must fit in the kernel's smem");
-    float *Cs = reinterpret_cast<float *>(smem_raw);
     __syncthreads();  // every warp is done with As/Bs
+    if constexpr (S8) {  // raw int32 sums staged; int8.h's epilogue does the rest
+        int *Ci = reinterpret_cast<int *>(smem_raw);
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) {
+            int c = wn * WTN + ni * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                    *reinterpret_cast<int2 *>(Ci + r * LDC + c) = make_int2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+                }
+        }
+        __syncthreads();
+        epilogue_rows_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, out, tid);
+        return;
+    }
+    float *Cs = reinterpret_cast<float *>(smem_raw);
 #pragma unroll
     for (int ni = 0; ni < NI; ni++) {
         int c = wn * WTN + ni * 8 + (lane & 3) * 2;
@@ -420,7 +533,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             }
     }
     __syncthreads();
-    epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, res, relu, out, tid);
+    epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, static_cast<const __half *>(res), relu,
+                                 static_cast<__half *>(out), tid);
 }
 
 /* ===================================================================== */
@@ -508,100 +622,80 @@ __device__ __forceinline__ void wgmma_pin(float (&d)[R])
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D[64 x N] += A[64 x 16] * B[N x 16]^T, FP32 accumulators, both operands
-// K-major in shared memory.
-template <int N>
+template <int R>
+__device__ __forceinline__ void wgmma_pin(int (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+r"(d[i])::"memory");
+}
+
+// D[64 x N] += A[64 x 16] * B[N x 16]^T (FP16, FP32 accumulators) or
+// A[64 x 32] * B[N x 32]^T (INT8, int32 accumulators), both operands
+// K-major in shared memory: 32 bytes of K either way. The operand lists
+// are spelled out once per N; the accumulators are the first N/2 operands,
+// the descriptors and the scale-d flag the next three.
+#define WG_D8(c, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3]), c(d[i + 4]), c(d[i + 5]), c(d[i + 6]), c(d[i + 7])
+#define WG_D32(c, i) WG_D8(c, i), WG_D8(c, i + 8), WG_D8(c, i + 16), WG_D8(c, i + 24)
+#define WG_ACC32(c) WG_D32(c, 0)
+#define WG_ACC64(c) WG_D32(c, 0), WG_D32(c, 32)
+#define WG_ACC128(c) WG_D32(c, 0), WG_D32(c, 32), WG_D32(c, 64), WG_D32(c, 96)
+#define WG_REGS32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REGS64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS128 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define F_(x) "+f"(x)
+#define R_(x) "+r"(x)
+
+template <int N, typename T>
 struct wgmma_op;
 
-template <>
-struct wgmma_op<64> {
-    static __device__ __forceinline__ void mma(float (&d)[32], uint64_t da, uint64_t db)
-    {
+// DA, DB, P: the operand numbers of the descriptors and the flag. FP16
+// takes A/B scale and transpose immediates; INT8 has none.
 #ifdef RESNETD_WGMMA
-        asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(1));
+#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                             \
+    template <>                                                                                         \
+    struct wgmma_op<N, T> {                                                                             \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db)              \
+        {                                                                                               \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                  \
+                         "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" WG_REGS##NACC "}, %" DA ", %" DB \
+                         ", p" IMM ";\n}\n"                                                              \
+                         : WG_ACC##NACC(CONSTR)                                                         \
+                         : "l"(da), "l"(db), "r"(1));                                                   \
+        }                                                                                               \
+    };
 #else
-        (void)d; (void)da; (void)db;
+#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                 \
+    template <>                                                                             \
+    struct wgmma_op<N, T> {                                                                 \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db)  \
+        {                                                                                   \
+            (void)d;                                                                        \
+            (void)da;                                                                       \
+            (void)db;                                                                       \
+        }                                                                                   \
+    };
 #endif
-    }
-};
-
-template <>
-struct wgmma_op<128> {
-    static __device__ __forceinline__ void mma(float (&d)[64], uint64_t da, uint64_t db)
-    {
-#ifdef RESNETD_WGMMA
-        asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(1));
-#else
-        (void)d; (void)da; (void)db;
-#endif
-    }
-};
-
-template <>
-struct wgmma_op<256> {
-    static __device__ __forceinline__ void mma(float (&d)[128], uint64_t da, uint64_t db)
-    {
-#ifdef RESNETD_WGMMA
-        asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(da), "l"(db), "r"(1));
-#else
-        (void)d; (void)da; (void)db;
-#endif
-    }
-};
+WGMMA_OP(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "32", "33", "34")
+WGMMA_OP(128, 64, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "64", "65", "66")
+WGMMA_OP(256, 128, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "128", "129", "130")
+WGMMA_OP(64, 32, int, R_, "k32.s32.s8.s8", "", "32", "33", "34")
+WGMMA_OP(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66")
+WGMMA_OP(256, 128, int, R_, "k32.s32.s8.s8", "", "128", "129", "130")
 
 template <int BM, int BN, int STAGES>
 struct wg_tile {
@@ -613,14 +707,16 @@ struct wg_tile {
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
 };
 
-template <int BM, int BN, int STAGES>
+// S8 as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
+template <int BM, int BN, int STAGES, bool S8>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
     conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
                               const __half *__restrict__ wgt, const float *__restrict__ bias,
-                              const __half *__restrict__ res, __half *__restrict__ out, int relu,
-                              float *__restrict__ partial, int kt_per_split)
+                              const void *__restrict__ res, void *__restrict__ out, int relu,
+                              float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
 #ifdef RESNETD_WGMMA
+    typedef typename acc_type<S8>::type acc_t;
     typedef wg_tile<BM, BN, STAGES> cfg;
     constexpr int T = cfg::threads, BK = cfg::bk, KCH = BK / 8, ROW_STEP = T / KCH;
     constexpr int A_PER = BM / ROW_STEP, B_PER = BN / ROW_STEP, NACC = BN / 2;
@@ -665,10 +761,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         }
     };
 
-    float acc[NACC];
+    acc_t acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; i++)
-        acc[i] = 0.f;
+        acc[i] = 0;
     wgmma_pin(acc);
 
 #pragma unroll
@@ -692,7 +788,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++)  // +32 bytes of K per step: +2 in descriptor units
-            wgmma_op<BN>::mma(acc, da + 2 * kk, db + 2 * kk);
+            wgmma_op<BN, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
         wgmma_commit();
         wgmma_wait<1>();
         wgmma_pin(acc);
@@ -717,18 +813,30 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 int row = m0 + rbase + 8 * h;
                 if (row < M)
                     *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
-                        make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                        make_float2(partial_bits(acc[4 * j + 2 * h]), partial_bits(acc[4 * j + 2 * h + 1]));
             }
         }
         return;
     }
 
     // Epilogue as in the mma.sync kernel: acc + bias staged in shared
-    // memory as FP32, then 8 channels of a row per thread with 16-byte
-    // residual loads and output stores.
+    // memory as FP32 (INT8: the raw int32 sums), then 8 channels of a row
+    // per thread with 16-byte residual loads and output stores.
     constexpr int LDC = BN + 8;
-    float *Cs = reinterpret_cast<float *>(smem);
     __syncthreads();  // every warpgroup is done with the tiles
+    if constexpr (S8) {
+        int *Ci = reinterpret_cast<int *>(smem);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<int2 *>(Ci + (rbase + 8 * h) * LDC + 8 * j + cbase) =
+                    make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        __syncthreads();
+        epilogue_rows_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, out, tid);
+        return;
+    }
+    float *Cs = reinterpret_cast<float *>(smem);
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         int c = 8 * j + cbase;
@@ -739,10 +847,11 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 make_float2(acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
     }
     __syncthreads();
-    epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, res, relu, out, tid);
+    epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, static_cast<const __half *>(res), relu,
+                                 static_cast<__half *>(out), tid);
 #else
     (void)s; (void)in; (void)wgt; (void)bias; (void)res; (void)out; (void)relu; (void)partial;
-    (void)kt_per_split;
+    (void)kt_per_split; (void)q;
 #endif
 }
 
@@ -781,12 +890,15 @@ static int conv_halo_fits(const conv_shape *s)
 
 __global__ void __launch_bounds__(256, 1)
     conv3x3c64_halo_kernel(const conv_shape s, const __half *__restrict__ in, const __half *__restrict__ wgt,
-                           const float *__restrict__ bias, const __half *__restrict__ res,
-                           __half *__restrict__ out, int relu, float *__restrict__ partial, int kt_per_split)
+                           const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out_,
+                           int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
     (void)partial;
     (void)kt_per_split;
+    (void)q;
 #ifdef RESNETD_WGMMA
+    const __half *res = static_cast<const __half *>(res_);
+    __half *out = static_cast<__half *>(out_);
     constexpr int T = 256, C = 64;
     const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
     const int tpi = (HP + HALO_BM - 1) / HALO_BM, ntiles = s.n * tpi;
@@ -860,7 +972,7 @@ __global__ void __launch_bounds__(256, 1)
             const uint64_t da = wgmma_desc(a), db = wgmma_desc(wbase + t * 8192);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                wgmma_op<64>::mma(acc, da + 2 * kk, db + 2 * kk);
+                wgmma_op<64, float>::mma(acc, da + 2 * kk, db + 2 * kk);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -896,7 +1008,7 @@ __global__ void __launch_bounds__(256, 1)
     }
     cp_async_wait<0>();
 #else
-    (void)s; (void)in; (void)wgt; (void)bias; (void)res; (void)out; (void)relu;
+    (void)s; (void)in; (void)wgt; (void)bias; (void)res_; (void)out_; (void)relu;
 #endif
 }
 
@@ -1277,12 +1389,50 @@ __global__ void __launch_bounds__(256)
     store4(out + i, v);
 }
 
+// INT8: the int32 partial sums added exactly, then model/int8.h's
+// epilogue; four channels per thread.
+__global__ void __launch_bounds__(256)
+    splitk_epilogue_s8_kernel(const int *__restrict__ partial, int splits, int M, int N,
+                              const float *__restrict__ bias, const conv_q8 q, const int8_t *__restrict__ res,
+                              int relu, void *__restrict__ out)
+{
+    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    long total = (long)M * N;
+    if (i >= total)
+        return;
+    int col = (int)(i % N);
+    int4 a = make_int4(0, 0, 0, 0);
+    for (int z = 0; z < splits; z++) {
+        int4 p = *reinterpret_cast<const int4 *>(partial + (size_t)z * total + i);
+        a.x += p.x; a.y += p.y; a.z += p.z; a.w += p.w;
+    }
+    const int acc[4] = {a.x, a.y, a.z, a.w};
+    int8_t r[4] = {0, 0, 0, 0};
+    if (res)
+        *reinterpret_cast<uint32_t *>(r) = *reinterpret_cast<const uint32_t *>(res + i);
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        v[j] = s8_value(acc[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res != NULL, relu);
+    if (q.out_f32) {
+        *reinterpret_cast<float4 *>(reinterpret_cast<float *>(out) + i) = make_float4(v[0], v[1], v[2], v[3]);
+        return;
+    }
+    uint32_t w = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        w |= (uint32_t)(int8_quantize_dev(v[j], q.out_inv) & 0xff) << (8 * j);
+    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = w;
+}
+
 /* ===================================================================== */
 /* The tile table and the host launchers                                 */
 /* ===================================================================== */
 
-typedef void (*f16_kernel_fn)(const conv_shape, const __half *, const __half *, const float *,
-                              const __half *, __half *, int, float *, int);
+// The FP16 and INT8 kernels share one signature (INT8 data passed as
+// halves, q used only by INT8).
+typedef void (*f16_kernel_fn)(const conv_shape, const __half *, const __half *, const float *, const void *,
+                              void *, int, float *, int, const conv_q8);
 typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, const float *,
                               const float *, float *, int, float *, int);
 
@@ -1295,14 +1445,24 @@ struct f32_entry {
     f32_kernel_fn fn;
 };
 
+// Names and info.bk of INT8 tiles count int8 elements (bytes): twice the
+// halves of the kernel's own BK.
 #define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB>}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>}
+#define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
+    {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>}
 #define WG_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
       0, 1, 0, 0},                                                                                           \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST>}
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, false>}
+#define WG_S8_TILE(BM, BN, ST)                                                                                  \
+    {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
+      0, 1, 0, 0},                                                                                              \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, true>}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -1330,6 +1490,26 @@ static f16_entry kTilesF16[] = {
     WG_TILE(256, 64, 4),
     {{"wgmma_halo3x3c64", HALO_BM, 64, 64, 256, HALO_SMEM, 0, 1, 1, 0}, conv3x3c64_halo_kernel},
 };
+// The FP16 shapes again, minus the halo kernel (its patch rows are one
+// 64-channel FP16 pixel each).
+static f16_entry kTilesS8[] = {
+    S8_TILE(256, 128, 32, 4, 2, 3, 1, 64),
+    S8_TILE(128, 128, 32, 2, 4, 4, 2, 64),
+    S8_TILE(128, 128, 64, 2, 4, 3, 2, 128),
+    S8_TILE(128, 64, 64, 2, 2, 3, 2, 128),
+    S8_TILE(256, 64, 32, 4, 2, 4, 2, 64),
+    S8_TILE(128, 64, 32, 2, 2, 4, 3, 64),
+    S8_TILE(64, 128, 32, 2, 2, 4, 3, 64),
+    S8_TILE(64, 64, 64, 2, 2, 3, 3, 128),
+    S8_TILE(32, 64, 64, 1, 2, 3, 4, 128),
+    WG_S8_TILE(128, 128, 4),
+    WG_S8_TILE(128, 128, 3),
+    WG_S8_TILE(128, 64, 4),
+    WG_S8_TILE(64, 128, 4),
+    WG_S8_TILE(64, 64, 4),
+    WG_S8_TILE(128, 256, 3),
+    WG_S8_TILE(256, 64, 4),
+};
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
     F32_TILE(128, 64),
@@ -1342,6 +1522,14 @@ static f32_entry kTilesF32[] = {
 };
 #define NTILES_F16 ((int)(sizeof kTilesF16 / sizeof kTilesF16[0]))
 #define NTILES_F32 ((int)(sizeof kTilesF32 / sizeof kTilesF32[0]))
+#define NTILES_S8 ((int)(sizeof kTilesS8 / sizeof kTilesS8[0]))
+
+// The FP16-signature table of a kind (FP16 or INT8), with its size.
+static f16_entry *half_table(int kind, int *n)
+{
+    *n = kind == CONV_INT8 ? NTILES_S8 : NTILES_F16;
+    return kind == CONV_INT8 ? kTilesS8 : kTilesF16;
+}
 
 // Persistent grids: the SMs of the device conv_init last ran on (another
 // count only changes how many tiles each CTA loops over), or the test's cap.
@@ -1353,22 +1541,23 @@ void conv_set_persistent_cap(int ctas)
     g_persistent_cap = ctas > 0 ? ctas : 0;
 }
 
-int conv_tile_fits(int fp16, int tile, const conv_shape *s)
+int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
-    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    const conv_tile_info *t = conv_tile_get(kind, tile);
     return t && (!t->halo || conv_halo_fits(s));
 }
 
-int conv_tile_count(int fp16)
+int conv_tile_count(int kind)
 {
-    return fp16 ? NTILES_F16 : NTILES_F32;
+    return kind == CONV_INT8 ? NTILES_S8 : kind == CONV_FP16 ? NTILES_F16 : NTILES_F32;
 }
 
-const conv_tile_info *conv_tile_get(int fp16, int tile)
+const conv_tile_info *conv_tile_get(int kind, int tile)
 {
-    if (tile < 0 || tile >= conv_tile_count(fp16))
+    if (tile < 0 || tile >= conv_tile_count(kind))
         return NULL;
-    return fp16 ? &kTilesF16[tile].info : &kTilesF32[tile].info;
+    return kind == CONV_INT8 ? &kTilesS8[tile].info : kind == CONV_FP16 ? &kTilesF16[tile].info
+                                                                         : &kTilesF32[tile].info;
 }
 
 cudaError_t conv_init(void)
@@ -1395,16 +1584,20 @@ cudaError_t conv_init(void)
         if (e != cudaSuccess)
             return e;
     }
-    for (int i = 0; i < NTILES_F16; i++) {
-        conv_tile_info *t = &kTilesF16[i].info;
-        t->usable = !t->sm90a || has_wgmma;
-        if (!t->usable)
-            continue;
-        e = cudaFuncSetAttribute(kTilesF16[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
-        if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF16[i].fn, t->threads, t->smem);
-        if (e != cudaSuccess)
-            return e;
+    for (int kind = CONV_FP16; kind <= CONV_INT8; kind++) {
+        int n;
+        f16_entry *tab = half_table(kind, &n);
+        for (int i = 0; i < n; i++) {
+            conv_tile_info *t = &tab[i].info;
+            t->usable = !t->sm90a || has_wgmma;
+            if (!t->usable)
+                continue;
+            e = cudaFuncSetAttribute(tab[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
+            if (e == cudaSuccess)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, tab[i].fn, t->threads, t->smem);
+            if (e != cudaSuccess)
+                return e;
+        }
     }
     for (int i = 0; i < NTILES_F32; i++) {
         conv_tile_info *t = &kTilesF32[i].info;
@@ -1422,9 +1615,9 @@ cudaError_t conv_init(void)
 
 // Split-K for a tile: when its CTAs would fill under half the GPU, split K
 // so that about one full wave runs, keeping at least 4 k tiles per split.
-static conv_plan plan_for_tile(int fp16, int tile, const conv_shape *s, int num_sms)
+static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_sms)
 {
-    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    const conv_tile_info *t = conv_tile_get(kind, tile);
     long M = (long)s->n * s->oh * s->ow;
     long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
     long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
@@ -1443,28 +1636,28 @@ static conv_plan plan_for_tile(int fp16, int tile, const conv_shape *s, int num_
     return p;
 }
 
-int conv_plan_candidates(int fp16, const conv_shape *s, int num_sms, conv_plan *out, int max)
+int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *out, int max)
 {
     int n = 0;
-    for (int i = 0; i < conv_tile_count(fp16) && n < max; i++)
-        if (conv_tile_get(fp16, i)->usable && conv_tile_fits(fp16, i, s))
-            out[n++] = plan_for_tile(fp16, i, s, num_sms);
+    for (int i = 0; i < conv_tile_count(kind) && n < max; i++)
+        if (conv_tile_get(kind, i)->usable && conv_tile_fits(kind, i, s))
+            out[n++] = plan_for_tile(kind, i, s, num_sms);
     return n;
 }
 
 // Estimated time of a plan: the waves of CTAs it takes, each as long as a
 // tile's work divided by how well that tile shape uses the SM (bigger tiles
 // reuse each loaded byte more), plus the split-K epilogue's traffic.
-conv_plan conv_plan_pick(int fp16, const conv_shape *s, int num_sms)
+conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms)
 {
     long M = (long)s->n * s->oh * s->ow;
-    conv_plan best = plan_for_tile(fp16, 0, s, num_sms);
+    conv_plan best = plan_for_tile(kind, 0, s, num_sms);
     double best_t = 1e300;
-    for (int i = 0; i < conv_tile_count(fp16); i++) {
-        const conv_tile_info *t = conv_tile_get(fp16, i);
+    for (int i = 0; i < conv_tile_count(kind); i++) {
+        const conv_tile_info *t = conv_tile_get(kind, i);
         if (!t->usable || t->halo)
             continue;
-        conv_plan p = plan_for_tile(fp16, i, s, num_sms);
+        conv_plan p = plan_for_tile(kind, i, s, num_sms);
         int per_sm = t->ctas_per_sm > 0 ? t->ctas_per_sm : 1;
         long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn) * p.splits;
         long slots = (long)num_sms * per_sm;
@@ -1487,38 +1680,47 @@ size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p)
     return p->splits > 1 ? (size_t)p->splits * s->n * s->oh * s->ow * s->k * sizeof(float) : 0;
 }
 
-cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
+cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
                         const float *bias, const void *res, int relu, void *out, float *workspace,
-                        cudaStream_t st)
+                        const conv_q8 *q, cudaStream_t st)
 {
     // Not t->usable: that is the planner's filter, and conv_init on another
     // device (cuda:all with mixed GPUs) may change it after this plan was made.
-    const conv_tile_info *t = conv_tile_get(fp16, p->tile);
-    if (!t || p->splits < 1 || (p->splits > 1 && !workspace))
+    const conv_tile_info *t = conv_tile_get(kind, p->tile);
+    if (!t || p->splits < 1 || (p->splits > 1 && !workspace) || ((kind == CONV_INT8) != (q != NULL)))
         return cudaErrorInvalidValue;
     long M = (long)s->n * s->oh * s->ow;
     float *partial = p->splits > 1 ? workspace : NULL;
     dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
     if (t->halo) {  // persistent CTAs over the padded-grid tiles
-        if (!fp16 || p->splits != 1 || !conv_halo_fits(s))
+        if (kind != CONV_FP16 || p->splits != 1 || !conv_halo_fits(s))
             return cudaErrorInvalidValue;
         long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm);
         long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
         grid = dim3((unsigned)(tiles < most ? tiles : most), 1, 1);
     }
-    if (fp16)
-        kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const __half *)in, (const __half *)w, bias,
-                                                                 (const __half *)res, (__half *)out, relu, partial,
-                                                                 p->kt_per_split);
-    else
+    const conv_q8 none = {NULL, 0.f, 0.f, 0};
+    if (kind == CONV_INT8) {
+        conv_shape h = *s;  // int8 channels as pairs: the kernels' halves
+        h.c /= 2;
+        kTilesS8[p->tile].fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res,
+                                                                out, relu, partial, p->kt_per_split, *q);
+    } else if (kind == CONV_FP16) {
+        kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const __half *)in, (const __half *)w, bias, res,
+                                                                 out, relu, partial, p->kt_per_split, none);
+    } else {
         kTilesF32[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const float *)in, (const float *)w, bias,
                                                            (const float *)res, (float *)out, relu, partial,
                                                            p->kt_per_split);
+    }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !partial)
         return e;
     unsigned blocks = (unsigned)((M * s->k / 4 + 255) / 256);
-    if (fp16)
+    if (kind == CONV_INT8)
+        splitk_epilogue_s8_kernel<<<blocks, 256, 0, st>>>((const int *)partial, p->splits, (int)M, s->k, bias, *q,
+                                                          (const int8_t *)res, relu, out);
+    else if (kind == CONV_FP16)
         splitk_epilogue_kernel<__half><<<blocks, 256, 0, st>>>(partial, p->splits, (int)M, s->k, bias,
                                                                (const __half *)res, relu, (__half *)out);
     else

@@ -1,10 +1,16 @@
 // The CUDA engine: implements model/engine.h on one GPU.
 //
 // At creation it converts the folded weights once to the kernels' layout and
-// precision (KRSC FP16 or FP32; the stem padded to 4 input channels and 8
-// taps per row, see stem_weights), allocates every buffer, and captures one
-// CUDA graph per (slot, batch-size bucket). After that submit/wait allocate
-// nothing and never synchronise the device.
+// precision (KRSC FP16, FP32 or INT8; the stem padded to 4 input channels
+// (8 at INT8: the same 8 bytes a pixel) and 8 taps per row, see
+// stem_weights), allocates every buffer, and captures one CUDA graph per
+// (slot, batch-size bucket). After that submit/wait allocate nothing and
+// never synchronise the device.
+//
+// INT8 computes model/int8.h exactly, as the CPU INT8 engine does: int8
+// activations and weights, the calibration table's scales (quantised once
+// by calib_conv_params / calib_input_lut, shared with the CPU engine), the
+// last conv's output, the average pool and the FC in FP32.
 //
 // Buffers. Per slot: a stream, a pinned uint8 NHWC input (engine.input[s],
 // max_batch x 224 x 224 x 3), its device copy, a device buffer for images
@@ -39,6 +45,7 @@
 #include "gpu/engine_cuda.cuh"
 #include "gpu/gpu.h"
 #include "gpu/kernels.cuh"
+#include "model/calib.h"
 
 #define NCONV RESNET18_NUM_CONVS
 #define MAX_BUCKETS 48
@@ -67,7 +74,8 @@ typedef struct cuda_slot {
 
 typedef struct cuda_engine {
     engine pub;
-    int fp16, esize, num_sms;
+    int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
+    int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
     void *w[NCONV];   // KRSC, stem padded
@@ -76,7 +84,11 @@ typedef struct cuda_engine {
     float *fc_b;
     conv_shape shape_per_image[NCONV];  // n = 1
     void *buf[MAX_BUFFERS];
-    size_t buf_elems[MAX_BUFFERS];  // per image
+    size_t buf_bytes[MAX_BUFFERS];  // per image
+    float *mult[NCONV];   // INT8: [cout] s_in * s_w[c] (device)
+    conv_q8 q8[NCONV];    // INT8: each conv's epilogue
+    int8_t *qlut;         // INT8: [3][256] the quantised normalisation (device)
+    float in_inv;         // INT8: 1 / the input's scale
     int nbuf;
     int tensor_buf[NTENSORS];
     void *feat;       // [max_batch][512]
@@ -111,22 +123,29 @@ static cudaError_t host_alloc(cuda_engine *ce, void **p, size_t bytes)
 
 /* ---- weights ---------------------------------------------------------- */
 
-// The stem's 7x7x3 filters as 7 x 8 x 4: a zero tap in front of each row
-// (so that with pad 4 every 16-byte chunk starts on an even pixel) and a
-// zero fourth channel. Returns [64][7][8][4] FP32.
-static float *stem_weights(const float *w)
+// The stem's 7x7x3 filters as 7 x 8 x c (c = STEM_C, or 8 bytes at INT8):
+// a zero tap in front of each row (so that with pad 4 every 16-byte chunk
+// starts on an even pixel) and zero channels after the third. w is
+// [64][7][7][3] of esize-byte elements; returns [64][7][8][c] of them.
+static void *stem_weights(const void *w, size_t esize, int c)
 {
     const resnet18_conv_desc *d = &resnet18_convs[0];
-    float *p = (float *)calloc((size_t)d->cout * d->k * STEM_KW * STEM_C, sizeof(float));
+    unsigned char *p = (unsigned char *)calloc((size_t)d->cout * d->k * STEM_KW * c, esize);
+    const unsigned char *src = (const unsigned char *)w;
     if (!p)
         return NULL;
     for (int o = 0; o < d->cout; o++)
         for (int r = 0; r < d->k; r++)
             for (int s = 0; s < d->k; s++)
-                for (int c = 0; c < 3; c++)
-                    p[(((size_t)o * d->k + r) * STEM_KW + s + 1) * STEM_C + c] =
-                        w[(((size_t)o * d->k + r) * d->k + s) * 3 + c];
+                memcpy(p + (((size_t)o * d->k + r) * STEM_KW + s + 1) * c * esize,
+                       src + (((size_t)o * d->k + r) * d->k + s) * 3 * esize, 3 * esize);
     return p;
+}
+
+// Channels a stem pixel has in the engine's layout.
+static int stem_channels(const cuda_engine *ce)
+{
+    return ce->kind == CONV_INT8 ? 2 * STEM_C : STEM_C;
 }
 
 // Copies n floats to a new device array in the engine's precision.
@@ -153,23 +172,80 @@ fail:
     return -1;
 }
 
-static int upload_weights(cuda_engine *ce, const resnet18_weights *w, char *err, size_t errlen)
+// Copies bytes to a new device array.
+static int upload_bytes(cuda_engine *ce, const void *src, size_t bytes, void **dst, char *err, size_t errlen)
+{
+    CUDA_TRY(dev_alloc(ce, dst, bytes));
+    CUDA_TRY(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
+    return 0;
+fail:
+    return -1;
+}
+
+// INT8: conv i's weights quantised (the stem's padded) and its epilogue.
+static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, int i, char *err,
+                          size_t errlen)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    const size_t K = (size_t)d->k * d->k * d->cin;
+    int8_t *q = (int8_t *)malloc((size_t)d->cout * K);
+    float *mult = (float *)malloc((size_t)d->cout * sizeof(float));
+    void *stem = NULL;
+    conv_q8 *qp = &ce->q8[i];
+    int rc = -1;
+    if (!q || !mult) {
+        snprintf(err, errlen, "out of host memory quantising the weights");
+        goto done;
+    }
+    calib_conv_params(w, t, i, q, mult, &qp->res_scale, &qp->out_inv);
+    qp->out_f32 = i == NCONV - 1;
+    if (i == 0 && !(stem = stem_weights(q, 1, stem_channels(ce)))) {
+        snprintf(err, errlen, "out of host memory padding the stem weights");
+        goto done;
+    }
+    if (upload_bytes(ce, stem ? stem : q, stem ? (size_t)d->cout * d->k * STEM_KW * stem_channels(ce) : d->cout * K,
+                     &ce->w[i], err, errlen) != 0 ||
+        upload_bytes(ce, mult, (size_t)d->cout * sizeof(float), (void **)&ce->mult[i], err, errlen) != 0)
+        goto done;
+    qp->mult = ce->mult[i];
+    rc = 0;
+done:
+    free(stem);
+    free(mult);
+    free(q);
+    return rc;
+}
+
+static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, char *err, size_t errlen)
 {
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         size_t n = (size_t)d->cout * d->k * d->k * d->cin;
-        float *stem = NULL;
-        if (i == 0) {
-            stem = stem_weights(w->conv[0].w);
-            if (!stem) {
-                snprintf(err, errlen, "out of host memory padding the stem weights");
+        if (ce->kind == CONV_INT8) {
+            if (upload_conv_s8(ce, w, t, i, err, errlen) != 0)
                 return -1;
+        } else {
+            float *stem = NULL;
+            if (i == 0) {
+                stem = (float *)stem_weights(w->conv[0].w, sizeof(float), STEM_C);
+                if (!stem) {
+                    snprintf(err, errlen, "out of host memory padding the stem weights");
+                    return -1;
+                }
+                n = (size_t)d->cout * d->k * STEM_KW * STEM_C;
             }
-            n = (size_t)d->cout * d->k * STEM_KW * STEM_C;
+            int rc = upload(ce, stem ? stem : w->conv[i].w, n, ce->fp16, &ce->w[i], err, errlen);
+            free(stem);
+            if (rc != 0)
+                return -1;
         }
-        int rc = upload(ce, stem ? stem : w->conv[i].w, n, ce->fp16, &ce->w[i], err, errlen);
-        free(stem);
-        if (rc != 0 || upload(ce, w->conv[i].b, d->cout, 0, (void **)&ce->b[i], err, errlen) != 0)
+        if (upload(ce, w->conv[i].b, d->cout, 0, (void **)&ce->b[i], err, errlen) != 0)
+            return -1;
+    }
+    if (ce->kind == CONV_INT8) {
+        int8_t lut[3][256];
+        calib_input_lut(t, lut, &ce->in_inv);
+        if (upload_bytes(ce, lut, sizeof lut, (void **)&ce->qlut, err, errlen) != 0)
             return -1;
     }
     if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->fp16, &ce->fc_w, err, errlen) != 0 ||
@@ -187,14 +263,16 @@ static conv_shape conv_shape_for(const cuda_engine *ce, int i, int n)
     return s;
 }
 
-static size_t tensor_elems(int t)
+// Bytes of tensor t per image.
+static size_t tensor_bytes(const cuda_engine *ce, int t)
 {
     if (t == T_IMG)
-        return (size_t)RESNET18_IMG * RESNET18_IMG * STEM_C;
+        return (size_t)RESNET18_IMG * RESNET18_IMG * stem_channels(ce) * ce->esize;
     if (t == T_POOL)
-        return (size_t)resnet18_convs[1].in_h * resnet18_convs[1].in_h * resnet18_convs[0].cout;
+        return (size_t)resnet18_convs[1].in_h * resnet18_convs[1].in_h * resnet18_convs[0].cout * ce->esize;
     const resnet18_conv_desc *d = &resnet18_convs[t];
-    return (size_t)d->out_h * d->out_h * d->cout;
+    size_t esize = ce->kind == CONV_INT8 && t == NCONV - 1 ? sizeof(float) : (size_t)ce->esize;
+    return (size_t)d->out_h * d->out_h * d->cout * esize;
 }
 
 static int source_tensor(int src)
@@ -231,22 +309,22 @@ static void plan_buffers(cuda_engine *ce)
     ce->nbuf = 0;
     for (int j = 0; j < NTENSORS; j++) {
         int t = order[j], step = write_step[t];
-        size_t need = tensor_elems(t);
+        size_t need = tensor_bytes(ce, t);
         for (int b = 0; b < ce->nbuf; b++)
             if (owner[b] >= 0 && last_read[owner[b]] < step)
                 owner[b] = -1;
         int pick = -1;
         for (int b = 0; b < ce->nbuf; b++)  // the smallest free buffer that fits, else the largest free
-            if (owner[b] < 0 && (pick < 0 || (ce->buf_elems[b] >= need && (ce->buf_elems[pick] < need ||
-                                                                          ce->buf_elems[b] < ce->buf_elems[pick])) ||
-                                 (ce->buf_elems[pick] < need && ce->buf_elems[b] > ce->buf_elems[pick])))
+            if (owner[b] < 0 && (pick < 0 || (ce->buf_bytes[b] >= need && (ce->buf_bytes[pick] < need ||
+                                                                          ce->buf_bytes[b] < ce->buf_bytes[pick])) ||
+                                 (ce->buf_bytes[pick] < need && ce->buf_bytes[b] > ce->buf_bytes[pick])))
                 pick = b;
         if (pick < 0) {
             pick = ce->nbuf++;
-            ce->buf_elems[pick] = 0;
+            ce->buf_bytes[pick] = 0;
         }
-        if (ce->buf_elems[pick] < need)
-            ce->buf_elems[pick] = need;
+        if (ce->buf_bytes[pick] < need)
+            ce->buf_bytes[pick] = need;
         owner[pick] = t;
         ce->tensor_buf[t] = pick;
     }
@@ -284,8 +362,8 @@ static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p
     const resnet18_conv_desc *d = &resnet18_convs[i];
     conv_shape sh = conv_shape_for(ce, i, n);
     const void *res = d->residual == R18_NONE ? NULL : tensor_ptr(ce, source_tensor(d->residual));
-    return conv_launch(ce->fp16, p, &sh, tensor_ptr(ce, source_tensor(d->src)), ce->w[i], ce->b[i], res, d->relu,
-                       tensor_ptr(ce, i), ce->workspace, st);
+    return conv_launch(ce->kind, p, &sh, tensor_ptr(ce, source_tensor(d->src)), ce->w[i], ce->b[i], res, d->relu,
+                       tensor_ptr(ce, i), ce->workspace, ce->kind == CONV_INT8 ? &ce->q8[i] : NULL, st);
 }
 
 static int bucket_for(const cuda_engine *ce, int n);
@@ -305,9 +383,16 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     } while (0)
 
     const conv_plan *plan = ce->plan[bucket_for(ce, n)];
-    CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), (long)n * RESNET18_IMG * RESNET18_IMG, st));
-    CUDA_TRY(place_f32_launch(ce->fp16, sl->d_f32, sl->d_which, tensor_ptr(ce, T_IMG), n,
-                              RESNET18_IMG * RESNET18_IMG, st));
+    const long npix = (long)n * RESNET18_IMG * RESNET18_IMG;
+    if (ce->kind == CONV_INT8) {
+        int8_t *img = (int8_t *)tensor_ptr(ce, T_IMG);
+        CUDA_TRY(normalize_s8_launch(sl->d_in, ce->qlut, img, npix, st));
+        CUDA_TRY(place_f32_s8_launch(sl->d_f32, sl->d_which, ce->in_inv, img, n, RESNET18_IMG * RESNET18_IMG, st));
+    } else {
+        CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), npix, st));
+        CUDA_TRY(place_f32_launch(ce->fp16, sl->d_f32, sl->d_which, tensor_ptr(ce, T_IMG), n,
+                                  RESNET18_IMG * RESNET18_IMG, st));
+    }
     MARK();
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
@@ -315,8 +400,12 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
         MARK();
         if (i == 0) {
             const resnet18_conv_desc *l1 = &resnet18_convs[1];
-            CUDA_TRY(maxpool_launch(ce->fp16, tensor_ptr(ce, 0), tensor_ptr(ce, T_POOL), n, d->out_h, d->out_h,
-                                    d->cout, l1->in_h, l1->in_h, st));
+            if (ce->kind == CONV_INT8)
+                CUDA_TRY(maxpool_s8_launch((const int8_t *)tensor_ptr(ce, 0), (int8_t *)tensor_ptr(ce, T_POOL), n,
+                                           d->out_h, d->out_h, d->cout, l1->in_h, l1->in_h, st));
+            else
+                CUDA_TRY(maxpool_launch(ce->fp16, tensor_ptr(ce, 0), tensor_ptr(ce, T_POOL), n, d->out_h,
+                                        d->out_h, d->cout, l1->in_h, l1->in_h, st));
             MARK();
         }
     }
@@ -357,7 +446,7 @@ static size_t plans_workspace(cuda_engine *ce)
         for (int i = 0; i < NCONV; i++) {
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
-            int nc = conv_plan_candidates(ce->fp16, &sh, ce->num_sms, c, MAX_CANDIDATES);
+            int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
             for (int j = 0; j < nc; j++) {
                 size_t w = conv_workspace_bytes(&sh, &c[j]);
                 most = w > most ? w : most;
@@ -393,7 +482,7 @@ static int autotune(cuda_engine *ce, char *err, size_t errlen)
         for (int i = 0; i < NCONV; i++) {
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
-            int nc = conv_plan_candidates(ce->fp16, &sh, ce->num_sms, c, MAX_CANDIDATES);
+            int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
             float best = 1e30f;
             for (int j = 0; j < nc; j++) {
                 CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], st));
@@ -431,7 +520,7 @@ static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
     for (int b = 0; b < ce->nbuckets; b++)
         for (int i = 0; i < NCONV; i++) {
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
-            ce->plan[b][i] = conv_plan_pick(ce->fp16, &sh, ce->num_sms);
+            ce->plan[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms);
         }
     const char *env = getenv("RESNETD_GPU_AUTOTUNE");
     if (env && strcmp(env, "0") == 0)
@@ -605,7 +694,9 @@ static void cuda_destroy(void *ctx)
     for (int i = 0; i < NCONV; i++) {
         cudaFree(ce->w[i]);
         cudaFree(ce->b[i]);
+        cudaFree(ce->mult[i]);
     }
+    cudaFree(ce->qlut);
     for (int b = 0; b < ce->nbuf; b++)
         cudaFree(ce->buf[b]);
     cudaFree(ce->fc_w);
@@ -673,14 +764,21 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     ce->pub.ops = &cuda_ops;
     ce->pub.ctx = ce;
     ce->pub.device = ENGINE_DEVICE_CUDA;
-    ce->pub.precision = cfg->precision == ENGINE_PRECISION_FP32 ? ENGINE_PRECISION_FP32 : ENGINE_PRECISION_FP16;
+    ce->pub.precision = cfg->precision == ENGINE_PRECISION_FP32 || cfg->precision == ENGINE_PRECISION_INT8
+                            ? cfg->precision : ENGINE_PRECISION_FP16;
     ce->pub.device_index = cfg->device_index;
     ce->pub.max_batch = cfg->max_batch;
     ce->pub.nslots = nslots;
     ce->pub.classes = w->classes;
     ce->topk = w->classes < GPU_TOPK ? w->classes : GPU_TOPK;
     ce->fp16 = ce->pub.precision == ENGINE_PRECISION_FP16;
-    ce->esize = ce->fp16 ? 2 : 4;
+    ce->kind = ce->pub.precision == ENGINE_PRECISION_INT8 ? CONV_INT8 : ce->fp16 ? CONV_FP16 : CONV_FP32;
+    ce->esize = ce->kind == CONV_INT8 ? 1 : ce->fp16 ? 2 : 4;
+    if (ce->kind == CONV_INT8 && !cfg->calib) {
+        snprintf(err, errlen, "cuda engine: precision int8 needs a calibration table");
+        free(ce);
+        return NULL;
+    }
     ce->last_slot = -1;
     size_t nb = (size_t)cfg->max_batch;
 
@@ -696,23 +794,23 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0) {  // padded stem; ow fixed because the extra left tap would add a column
-            ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, STEM_C, d->cout, d->k, STEM_KW, d->stride,
+            ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, stem_channels(ce), d->cout, d->k, STEM_KW, d->stride,
                                                      d->pad, d->pad + 1);
             ce->shape_per_image[i].ow = d->out_h;
         } else {
             ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, d->cin, d->cout, d->k, d->k, d->stride,
                                                      d->pad, d->pad);
         }
-        if (conv_shape_check(&ce->shape_per_image[i], ce->fp16, err, errlen) != 0)
+        if (conv_shape_check(&ce->shape_per_image[i], ce->kind, err, errlen) != 0)
             goto fail;
     }
-    if (upload_weights(ce, w, err, errlen) != 0)
+    if (upload_weights(ce, w, cfg->calib, err, errlen) != 0)
         goto fail;
 
     plan_buffers(ce);
     for (int b = 0; b < ce->nbuf; b++)
-        CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_elems[b] * ce->esize));
-    CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * ce->esize));
+        CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_bytes[b]));
+    CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * (ce->fp16 ? sizeof(__half) : sizeof(float))));
     CUDA_TRY(dev_alloc(ce, &ce->blas_ws, BLAS_WORKSPACE));
     CUBLAS_TRY(cublasCreate(&ce->blas));
     CUBLAS_TRY(cublasSetWorkspace(ce->blas, ce->blas_ws, BLAS_WORKSPACE));
@@ -799,7 +897,7 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].splits = 0;
         if (op == 1 || (op >= 3 && op < NCONV + 2)) {
             const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];
-            out[op].tile = conv_tile_get(ce->fp16, p->tile)->name;
+            out[op].tile = conv_tile_get(ce->kind, p->tile)->name;
             out[op].splits = p->splits;
         }
         count++;
@@ -811,6 +909,22 @@ fail:
     for (int i = 0; i <= NOPS; i++)
         if (marks[i])
             cudaEventDestroy(marks[i]);
+    return -1;
+}
+
+extern "C" int engine_cuda_last_conv(engine *e, int n, float *out, char *err, size_t errlen)
+{
+    cuda_engine *ce = as_cuda(e);
+    const resnet18_conv_desc *d = &resnet18_convs[NCONV - 1];
+    if (!ce || ce->kind != CONV_INT8 || n < 1 || n > e->max_batch) {
+        snprintf(err, errlen, "the last conv's output needs an INT8 CUDA engine and 1..max_batch images");
+        return -1;
+    }
+    CUDA_TRY(cudaSetDevice(e->device_index));
+    CUDA_TRY(cudaMemcpy(out, tensor_ptr(ce, NCONV - 1), (size_t)n * d->out_h * d->out_h * d->cout * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+    return 0;
+fail:
     return -1;
 }
 

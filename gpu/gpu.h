@@ -52,6 +52,11 @@ int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char
 int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms, char *err,
                             size_t errlen);
 
+/* Tests: after engine_wait, the last conv's output of the latest batch
+ * (activations are shared by the slots) for its first n images, INT8
+ * engines only, where it is FP32: out[n][7][7][512]. */
+int engine_cuda_last_conv(engine *e, int n, float *out, char *err, size_t errlen);
+
 /* The nvJPEG hardware decoder bound to CUDA engine e (gpu/nvjpeg_decode.cu,
  * built only with nvJPEG); model/devjpeg.c calls it. exact: libjpeg-exact
  * pixels (slower). NULL with err when the device has no hardware JPEG

@@ -1,6 +1,7 @@
 // Host-data wrappers around single kernels, for tests/test_gpu_kernels.c
 // (declared in gpu/gpu_test.h). Slow and simple on purpose: allocate, copy,
 // poison the output, launch, synchronise, copy back, free.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_fp16.h>
@@ -52,23 +53,50 @@ static cudaError_t to_host(int fp16, const void *dev, size_t n, float *host)
     return e;
 }
 
-extern "C" int gpu_test_conv_tiles(int fp16)
+extern "C" int gpu_test_conv_tiles(int kind)
 {
-    return conv_tile_count(fp16);
+    return conv_tile_count(kind);
 }
 
-extern "C" const char *gpu_test_conv_tile_name(int fp16, int tile)
+extern "C" const char *gpu_test_conv_tile_name(int kind, int tile)
 {
-    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    const conv_tile_info *t = conv_tile_get(kind, tile);
     return t ? t->name : "?";
 }
 
-extern "C" int gpu_test_conv_tile_usable(int fp16, int tile)
+extern "C" int gpu_test_conv_tile_usable(int kind, int tile)
 {
-    const conv_tile_info *t = conv_tile_get(fp16, tile);
+    const conv_tile_info *t = conv_tile_get(kind, tile);
     if (!t || conv_init() != cudaSuccess)
         return -1;
     return t->usable;
+}
+
+// Tile `tile` with K split over `splits` CTAs (fewer when K is short; none
+// for a special kernel).
+static conv_plan test_plan(const conv_tile_info *info, int tile, int splits, const conv_shape *s)
+{
+    conv_plan plan = {tile, 1, 0};
+    plan.kt_per_split = (s->kh * s->kw * s->c + info->bk - 1) / info->bk;
+    if (splits > 1 && !info->halo) {
+        int kt = plan.kt_per_split;
+        plan.kt_per_split = (kt + splits - 1) / splits;
+        plan.splits = (kt + plan.kt_per_split - 1) / plan.kt_per_split;
+    }
+    return plan;
+}
+
+// The shape of a test conv, checked; -1 with err when the kernels refuse it.
+static int test_shape(int kind, gpu_test_conv_shape *t, conv_shape *s, char *err, size_t errlen)
+{
+    *s = conv_shape_make(t->n, t->h, t->w, t->c, t->k, t->kh, t->kw, t->stride, t->pad_h, t->pad_w);
+    if (t->oh > 0)
+        s->oh = t->oh;
+    if (t->ow > 0)
+        s->ow = t->ow;
+    t->oh = s->oh;
+    t->ow = s->ow;
+    return conv_shape_check(s, kind, err, errlen);
 }
 
 extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
@@ -76,18 +104,12 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
 {
     void *din = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
     float *dbias = NULL, *dws = NULL;
-    conv_plan plan = {tile, 1, 0};
+    conv_plan plan;
     const conv_tile_info *info = conv_tile_get(fp16, tile);
     int rc = -1;
     size_t nin, nw, nout;
-    conv_shape s = conv_shape_make(t->n, t->h, t->w, t->c, t->k, t->kh, t->kw, t->stride, t->pad_h, t->pad_w);
-    if (t->oh > 0)
-        s.oh = t->oh;
-    if (t->ow > 0)
-        s.ow = t->ow;
-    t->oh = s.oh;
-    t->ow = s.ow;
-    if (conv_shape_check(&s, fp16, err, errlen) != 0)
+    conv_shape s;
+    if (test_shape(fp16, t, &s, err, errlen) != 0)
         return -1;
     if (!info || splits < 1) {
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
@@ -95,14 +117,7 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
     }
     if (!conv_tile_fits(fp16, tile, &s))
         return 1;
-    if (info->halo)
-        splits = 1;
-    plan.kt_per_split = (s.kh * s.kw * s.c + info->bk - 1) / info->bk;
-    if (splits > 1) {
-        int kt = plan.kt_per_split;
-        plan.kt_per_split = (kt + splits - 1) / splits;
-        plan.splits = (kt + plan.kt_per_split - 1) / plan.kt_per_split;
-    }
+    plan = test_plan(info, tile, splits, &s);
     nin = (size_t)s.n * s.h * s.w * s.c;
     nw = (size_t)s.k * s.kh * s.kw * s.c;
     nout = (size_t)s.n * s.oh * s.ow * s.k;
@@ -117,7 +132,7 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
     conv_set_persistent_cap(info->halo ? 2 : 0);  // every CTA through several tiles and both buffers
-    CUDA_TRY(conv_launch(fp16, &plan, &s, din, dw, dbias, dres, relu, dout, dws, 0));
+    CUDA_TRY(conv_launch(fp16, &plan, &s, din, dw, dbias, dres, relu, dout, dws, NULL, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(to_host(fp16, dout, nout, out));
@@ -130,6 +145,99 @@ fail:
     cudaFree(dres);
     cudaFree(dout);
     cudaFree(dws);
+    return rc;
+}
+
+extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
+                                const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
+                                const int8_t *res, int relu, void *out, char *err, size_t errlen)
+{
+    void *din = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
+    float *dbias = NULL, *dmult = NULL, *dws = NULL;
+    const conv_tile_info *info = conv_tile_get(CONV_INT8, tile);
+    int rc = -1;
+    conv_shape s;
+    if (test_shape(CONV_INT8, t, &s, err, errlen) != 0)
+        return -1;
+    if (!info || splits < 1) {
+        snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
+        return -1;
+    }
+    const conv_plan plan = test_plan(info, tile, splits, &s);
+    const size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * s.kh * s.kw * s.c;
+    const size_t nout = (size_t)s.n * s.oh * s.ow * s.k, obytes = nout * (out_f32 ? 4 : 1);
+    conv_q8 q = {NULL, res_scale, out_inv, out_f32};
+    CUDA_TRY(conv_init());
+    CUDA_TRY(cudaMalloc(&din, nin));
+    CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc(&dw, nw));
+    CUDA_TRY(cudaMemcpy(dw, w, nw, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&dbias, s.k * sizeof(float)));
+    CUDA_TRY(cudaMemcpy(dbias, bias, s.k * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&dmult, s.k * sizeof(float)));
+    CUDA_TRY(cudaMemcpy(dmult, mult, s.k * sizeof(float), cudaMemcpyHostToDevice));
+    q.mult = dmult;
+    if (res) {
+        CUDA_TRY(cudaMalloc(&dres, nout));
+        CUDA_TRY(cudaMemcpy(dres, res, nout, cudaMemcpyHostToDevice));
+    }
+    CUDA_TRY(poisoned(0, (obytes + 3) / 4, &dout));
+    if (plan.splits > 1)
+        CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
+    CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, dw, dbias, dres, relu, dout, dws, &q, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(out, dout, obytes, cudaMemcpyDeviceToHost));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dw);
+    cudaFree(dbias);
+    cudaFree(dmult);
+    cudaFree(dres);
+    cudaFree(dout);
+    cudaFree(dws);
+    return rc;
+}
+
+extern "C" int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256], int8_t *out, char *err,
+                                     size_t errlen)
+{
+    uint8_t *din = NULL;
+    int8_t *dlut = NULL, *dout = NULL;
+    int rc = -1;
+    CUDA_TRY(cudaMalloc((void **)&din, npix * 3));
+    CUDA_TRY(cudaMemcpy(din, in, npix * 3, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&dlut, 768));
+    CUDA_TRY(cudaMemcpy(dlut, lut, 768, cudaMemcpyHostToDevice));
+    CUDA_TRY(poisoned(0, npix * 2, (void **)&dout));
+    CUDA_TRY(normalize_s8_launch(din, dlut, dout, npix, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(out, dout, npix * 8, cudaMemcpyDeviceToHost));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dlut);
+    cudaFree(dout);
+    return rc;
+}
+
+extern "C" int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out,
+                                   char *err, size_t errlen)
+{
+    int8_t *din = NULL, *dout = NULL;
+    size_t nin = (size_t)n * h * w * c, nout = (size_t)n * oh * ow * c;
+    int rc = -1;
+    CUDA_TRY(cudaMalloc((void **)&din, nin));
+    CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&dout, nout));
+    CUDA_TRY(cudaMemset(dout, 0x55, nout));
+    CUDA_TRY(maxpool_s8_launch(din, dout, n, h, w, c, oh, ow, 0));
+    CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(out, dout, nout, cudaMemcpyDeviceToHost));
+    rc = 0;
+fail:
+    cudaFree(din);
+    cudaFree(dout);
     return rc;
 }
 

@@ -23,12 +23,13 @@ typedef struct gpu_test_conv_shape {
     int oh, ow;            /* 0: computed from the above */
 } gpu_test_conv_shape;
 
-/* The conv tile table: how many configurations, and their names. */
-int gpu_test_conv_tiles(int fp16);
-const char *gpu_test_conv_tile_name(int fp16, int tile);
+/* The conv tile table of a kind (0 FP32, 1 FP16, 2 INT8): how many
+ * configurations, and their names. */
+int gpu_test_conv_tiles(int kind);
+const char *gpu_test_conv_tile_name(int kind, int tile);
 /* 1 when this device runs the tile (wgmma tiles need compute capability 9.0),
  * 0 when not, -1 when the device cannot be queried. */
-int gpu_test_conv_tile_usable(int fp16, int tile);
+int gpu_test_conv_tile_usable(int kind, int tile);
 
 /* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.
  * splits > 1 splits K over that many CTAs (fewer when K is short) and adds
@@ -37,6 +38,20 @@ int gpu_test_conv_tile_usable(int fp16, int tile);
  * kernel that does not run this shape (nothing computed), -1 on error. */
 int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
                   int relu, float *out, char *err, size_t errlen);
+
+/* INT8 (model/int8.h): in, w (KRSC) and res int8 with c % 16 == 0 (or the
+ * stem's c = 8 layout); the sums' epilogue with mult, bias, res_scale,
+ * relu, then quantised with out_inv into int8 out, or out_f32: FP32 out.
+ * Returns as gpu_test_conv. */
+int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w,
+                     const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
+                     const int8_t *res, int relu, void *out, char *err, size_t errlen);
+/* INT8 input: in npix RGB pixels -> out npix x 8 (lut[c][byte], then 0s). */
+int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256], int8_t *out, char *err,
+                          size_t errlen);
+/* INT8 3x3/2 pad-1 max pool; c % 16 == 0. */
+int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out, char *err,
+                        size_t errlen);
 
 /* in: npix RGB pixels; out: npix x 4 (normalised RGB, then 0). */
 int gpu_test_normalize(int fp16, const uint8_t *in, long npix, float *out, char *err, size_t errlen);

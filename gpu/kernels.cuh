@@ -1,9 +1,10 @@
 // The kernels of the CUDA engine and their host launchers (CUDA C++ only;
 // host C code reaches them through gpu/gpu.h and gpu/gpu_test.h).
 //
-// Layouts: activations NHWC, FP16 (__half) or FP32; conv weights KRSC
-// ([cout][kh][kw][cin]) in the same precision; biases FP32. Every launcher
-// takes the stream to run in and returns the launch's error.
+// Layouts: activations NHWC, FP16 (__half), FP32 or INT8; conv weights
+// KRSC ([cout][kh][kw][cin]) in the same precision; biases FP32. Every
+// launcher takes the stream to run in and returns the launch's error.
+// INT8 follows model/int8.h bit for bit (the last conv's output is FP32).
 #ifndef RESNETD_GPU_KERNELS_CUH
 #define RESNETD_GPU_KERNELS_CUH
 
@@ -14,9 +15,13 @@
 // One convolution: input n x h x w x c, weights k x kh x kw x c, output
 // n x oh x ow x k. As an implicit GEMM: M = n*oh*ow output pixels, N = k
 // output channels, K = kh*kw*c. Requirements (checked by conv_shape_check):
-// c % 8 == 0 (FP16) or c % 4 == 0 (FP32), or c == 4 with kw even and
-// w even and pad_w even for FP16 (the stem's layout: a 16-byte chunk is two
-// whole pixels, both inside or both outside the image); k % 8 == 0.
+// c a multiple of a 16-byte chunk's elements (4 FP32, 8 FP16, 16 INT8),
+// or half a chunk with kw, w, pad_w and stride even (the stem's layout: a
+// chunk is two whole pixels, both inside or both outside the image);
+// k % 8 == 0.
+// The conv kernels' element types: FP32, FP16, INT8 (int32 sums).
+enum { CONV_FP32 = 0, CONV_FP16 = 1, CONV_INT8 = 2 };
+
 struct conv_shape {
     int n, h, w, c;
     int k, kh, kw;
@@ -27,12 +32,12 @@ struct conv_shape {
 conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h,
                            int pad_w);
 // 0 when the kernels support the shape, else -1 with the reason in err.
-int conv_shape_check(const conv_shape *s, int fp16, char *err, size_t errlen);
+int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen);
 
 // The tile table: the template instantiations a layer can run with.
 struct conv_tile_info {
     const char *name;   // "f16_128x128x32_w2x4_s4", ...
-    int bm, bn, bk;     // CTA tile in M, N and K
+    int bm, bn, bk;     // CTA tile in M, N and K (K in the kind's elements)
     int threads;
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
@@ -40,11 +45,11 @@ struct conv_tile_info {
     int halo;           // a special kernel for some shapes only (conv_tile_fits), no split-K
     int usable;         // filled by conv_init: the current device runs it
 };
-int conv_tile_count(int fp16);
-const conv_tile_info *conv_tile_get(int fp16, int tile);
+int conv_tile_count(int kind);
+const conv_tile_info *conv_tile_get(int kind, int tile);
 // 1 when the tile can run the shape (every general tile can; a special one
 // only its own shapes).
-int conv_tile_fits(int fp16, int tile, const conv_shape *s);
+int conv_tile_fits(int kind, int tile, const conv_shape *s);
 // Sets shared-memory limits and reads occupancy; once per process and device.
 cudaError_t conv_init(void);
 // Tests: at most this many CTAs for the persistent kernels, so that each
@@ -58,20 +63,49 @@ struct conv_plan {
     int tile, splits, kt_per_split;
 };
 // Every tile, each with the split the heuristic gives it; returns the count.
-int conv_plan_candidates(int fp16, const conv_shape *s, int num_sms, conv_plan *out, int max);
+int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *out, int max);
 // The plan a cost model picks (used when the engine does not autotune).
-conv_plan conv_plan_pick(int fp16, const conv_shape *s, int num_sms);
+conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms);
 // Workspace a plan needs (FP32 partial sums), 0 without split-K.
 size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
+// q(x) of model/int8.h given inv = 1 / s: rint(x * inv) (no FMA), NaN ->
+// 0, clamped to +-127; the CPU engine's int8_quantize, bit for bit.
+__device__ __forceinline__ int int8_quantize_dev(float x, float inv)
+{
+    float q = rintf(__fmul_rn(x, inv));
+    if (q != q)
+        return 0;
+    return (int)fminf(fmaxf(q, -127.f), 127.f);
+}
+
+// INT8's epilogue (model/int8.h): v = acc * mult[c] + bias[c]
+// (+ res * res_scale), ReLU, then q(v) with out_inv into an int8 output, or
+// v itself into an FP32 one (out_f32: the last conv).
+struct conv_q8 {
+    const float *mult;  // [k], device: s_in * s_w[c]
+    float res_scale;    // the residual's scale
+    float out_inv;      // 1 / the output's scale
+    int out_f32;
+};
 // out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
-// NULL when p->splits == 1.
-cudaError_t conv_launch(int fp16, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
+// NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds.
+cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
                         const float *bias, const void *res, int relu, void *out, float *workspace,
-                        cudaStream_t st);
+                        const conv_q8 *q, cudaStream_t st);
 
 // uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
 // fourth channel zero: the stem reads 16-byte chunks of whole pixels.
 cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st);
+// INT8: uint8 RGB [npix][3] -> [npix][8] int8, channel c = lut[c][byte]
+// (lut: 3 x 256 in device memory, the quantised normalisation), 3..7 zero.
+cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *out, long npix, cudaStream_t st);
+// INT8 place_f32_launch: the images are quantised with inv (1 / the input
+// scale) into out's [hw][8] layout.
+cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
+                                cudaStream_t st);
+// INT8 3x3/2 pad-1 max pool, NHWC; c % 16 == 0.
+cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w, int c, int oh, int ow,
+                              cudaStream_t st);
 // Images that came as normalised FP32 tensors: for each of the n images
 // with which[i] >= 0, out's image i becomes in[which[i]] ([3][hw] CHW FP32)
 // in out's [hw][4] layout (FP16 or FP32, fourth channel zero), replacing

@@ -99,6 +99,76 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
     return cudaGetLastError();
 }
 
+/* ---- INT8 input: quantised normalisation, 8 bytes a pixel ------------- */
+
+// The stem's INT8 layout is the FP16 one's bytes: 8 per pixel, so that a
+// 16-byte chunk is two whole pixels. The normalised and quantised value of
+// each byte of each channel comes from a table the engine computed on the
+// host exactly as the CPU INT8 engine does (model/int8.h).
+__global__ void __launch_bounds__(256)
+    normalize_s8_kernel(const uint8_t *__restrict__ in, const int8_t *__restrict__ lut, int8_t *__restrict__ out,
+                        long npix)
+{
+    __shared__ uint32_t words[NORM_PIX * 3 / 4];
+    __shared__ int8_t q[3][256];
+    const long base = (long)blockIdx.x * NORM_PIX;
+    const long n = npix - base < NORM_PIX ? npix - base : NORM_PIX;
+    const uint8_t *bytes = reinterpret_cast<const uint8_t *>(words);
+    for (int k = threadIdx.x; k < 3 * 256; k += blockDim.x)
+        q[k / 256][k % 256] = lut[k];
+    if (n == NORM_PIX) {
+        const uint32_t *src = reinterpret_cast<const uint32_t *>(in + base * 3);
+        for (int k = threadIdx.x; k < NORM_PIX * 3 / 4; k += blockDim.x)
+            words[k] = src[k];
+    } else {
+        uint8_t *dst = reinterpret_cast<uint8_t *>(words);
+        for (long k = threadIdx.x; k < n * 3; k += blockDim.x)
+            dst[k] = in[base * 3 + k];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        uint32_t lo = (uint32_t)(uint8_t)q[0][bytes[i * 3]] | (uint32_t)(uint8_t)q[1][bytes[i * 3 + 1]] << 8 |
+                      (uint32_t)(uint8_t)q[2][bytes[i * 3 + 2]] << 16;
+        reinterpret_cast<uint2 *>(out)[base + i] = make_uint2(lo, 0u);
+    }
+}
+
+cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *out, long npix, cudaStream_t st)
+{
+    unsigned blocks = (unsigned)((npix + NORM_PIX - 1) / NORM_PIX);
+    normalize_s8_kernel<<<blocks, 256, 0, st>>>(in, lut, out, npix);
+    return cudaGetLastError();
+}
+
+// One quantised value as the low byte of a word.
+__device__ static inline uint32_t quantize_byte(float x, float inv)
+{
+    return (uint32_t)int8_quantize_dev(x, inv) & 0xffu;
+}
+
+__global__ void __launch_bounds__(256)
+    place_f32_s8_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv,
+                        int8_t *__restrict__ out, int n, int hw)
+{
+    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= (long)n * hw)
+        return;
+    int src = which[p / hw];
+    if (src < 0)
+        return;
+    const float *x = in + (long)src * 3 * hw + p % hw;
+    uint32_t lo = quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * (long)hw], inv) << 16;
+    reinterpret_cast<uint2 *>(out)[p] = make_uint2(lo, 0u);
+}
+
+cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
+                                cudaStream_t st)
+{
+    unsigned blocks = (unsigned)(((long)n * hw + 255) / 256);
+    place_f32_s8_kernel<<<blocks, 256, 0, st>>>(in, which, inv, out, n, hw);
+    return cudaGetLastError();
+}
+
 /* ---- 3x3/2 max pool, pad 1 ------------------------------------------- */
 
 // A vector of V channels: 8 halves or 4 floats, 16 bytes.
@@ -136,6 +206,24 @@ struct vec16<float> {
     {
         for (int i = 0; i < 4; i++)
             f[i] = fmaxf(f[i], o.f[i]);
+    }
+};
+
+template <>
+struct vec16<int8_t> {
+    static constexpr int V = 16;
+    unsigned w[4];
+    __device__ static vec16 lowest()
+    {
+        vec16 r;
+        for (int i = 0; i < 4; i++)
+            r.w[i] = 0x80808080u;  // -128 in every byte
+        return r;
+    }
+    __device__ void max_with(const vec16 &o)
+    {
+        for (int i = 0; i < 4; i++)
+            w[i] = __vmaxs4(w[i], o.w[i]);
     }
 };
 
@@ -179,6 +267,17 @@ cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, in
         maxpool3x3s2_kernel<__half><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, h, w, c, oh, ow);
     else
         maxpool3x3s2_kernel<float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, h, w, c, oh, ow);
+    return cudaGetLastError();
+}
+
+// On int8 values: the same as pooling in float and quantising after, q
+// being monotone (model/int8.h).
+cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w, int c, int oh, int ow,
+                              cudaStream_t st)
+{
+    long total = (long)n * oh * ow * (c / 16);
+    unsigned blocks = (unsigned)((total + 255) / 256);
+    maxpool3x3s2_kernel<int8_t><<<blocks, 256, 0, st>>>(in, out, n, h, w, c, oh, ow);
     return cudaGetLastError();
 }
 

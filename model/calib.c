@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/calib.h"
+#include "model/int8.h"
+#include "model/preprocess.h"
 
 #define TARGET_BINS 128   /* int8 magnitudes 0..127 */
 
@@ -34,6 +36,36 @@ int calib_parse_method(const char *s, calib_method *m)
 const char *calib_weights_id(const resnet18_weights *w)
 {
     return w->synthetic ? CALIB_WEIGHTS_SYNTHETIC : w->sha256;
+}
+
+/* The input scale of a conv: its source tensor's (the pool's is the stem's). */
+static float src_scale(const calib_table *t, int src)
+{
+    if (src == R18_IMAGE)
+        return t->scale[0];
+    return t->scale[(src == R18_POOL ? 0 : src) + 1];
+}
+
+void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult,
+                      float *res_scale, float *out_inv)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    int8_quantize_weights(w->conv[i].w, d->cout, d->k * d->k * d->cin, q, mult);
+    const float s_in = src_scale(t, d->src);
+    for (int c = 0; c < d->cout; c++)
+        mult[c] = s_in * mult[c];
+    *res_scale = d->residual == R18_NONE ? 0.0f : src_scale(t, d->residual);
+    *out_inv = i == RESNET18_NUM_CONVS - 1 ? 0.0f : 1.0f / t->scale[i + 1];
+}
+
+void calib_input_lut(const calib_table *t, int8_t lut[3][256], float *in_inv)
+{
+    float f[3][256];
+    preprocess_normalize_lut(f);
+    *in_inv = 1.0f / t->scale[0];
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            lut[c][v] = int8_quantize(f[c][v], *in_inv);
 }
 
 static int valid_id(const char *s)

@@ -19,6 +19,10 @@
 #include <stdint.h>
 #include "model/resnet18.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CALIB_FORMAT "resnetd-int8-calibration"
 #define CALIB_VERSION 1
 /* Quantised tensors: 0 is the normalised input image, i >= 1 the output of
@@ -59,6 +63,17 @@ int calib_check_weights(const calib_table *t, const char *table_path, const resn
 /* Writes t (replacing path atomically). */
 int calib_save(const char *path, const calib_table *t, char *err, size_t errlen);
 
+/* What an INT8 engine derives from a table (model/int8.h), computed here
+ * once so that every engine uses the same floats. Conv i of w: q [cout][K]
+ * (KRSC, K = k*k*cin) and mult[c] = s_in * s_w[c]; *res_scale is the
+ * residual's scale (0 without one), *out_inv 1 / the output's scale (0 for
+ * the last conv, whose output stays FP32). */
+void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult,
+                      float *res_scale, float *out_inv);
+/* The quantised normalisation of each byte value of each channel, and
+ * *in_inv = 1 / the input's scale (for images that come as FP32). */
+void calib_input_lut(const calib_table *t, int8_t lut[3][256], float *in_inv);
+
 /* A histogram of |x| over [0, range): CALIB_BINS equal bins. The range is
  * set by the first non-zero value and doubles (merging bin pairs) whenever
  * a larger one arrives, so one pass suffices and the result depends only
@@ -78,5 +93,9 @@ void calib_hist_add(calib_hist *h, const float *x, size_t n);
  * all-zero tensor gets scale 1. */
 float calib_scale_entropy(const calib_hist *h);
 float calib_scale_percentile(const calib_hist *h, double percentile);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

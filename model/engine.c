@@ -40,12 +40,6 @@ engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char 
         c.device = ENGINE_DEVICE_CPU;
 #endif
     }
-    /* Not a silent fallback: device auto that found a GPU asked for it. */
-    if (c.precision == ENGINE_PRECISION_INT8 && c.device == ENGINE_DEVICE_CUDA) {
-        snprintf(err, errlen, "precision int8: INT8 kernels are not built for CUDA yet (the CPU engine has "
-                 "them): use device cpu, or precision fp16 on the GPU");
-        return NULL;
-    }
     if (c.device == ENGINE_DEVICE_CPU)
         return engine_cpu_create(w, &c, err, errlen);
 #ifdef HAVE_CUDA

@@ -29,7 +29,7 @@
 #define ENGINE_MAX_DEVICES 16    /* engines one daemon drives at once (cuda:all) */
 
 typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
-/* INT8 (CPU only for now) needs a calibration table: see model/int8.h for
+/* INT8 (CPU and CUDA engines) needs a calibration table: see model/int8.h for
  * its arithmetic and model/calib.h for the table. */
 typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION_FP16,
                ENGINE_PRECISION_INT8 } engine_precision;
@@ -114,6 +114,10 @@ int engine_parse_precision(const char *s, engine_precision *p);
  * stops observing. Returns -1 (with err) on any other engine. */
 typedef void engine_observer_fn(void *ctx, int tensor, const float *data, int n, int h, int c, int pad);
 int engine_cpu_observe(engine *e, engine_observer_fn *fn, void *ctx, char *err, size_t errlen);
+
+/* Tests: the CPU INT8 engine's last conv output (FP32, NHWC
+ * [n][7][7][512]) of its latest batch; NULL for any other engine. */
+const float *engine_cpu_int8_last_conv(engine *e);
 
 /* Engines. engine_cuda_create and gpu_device_count live in gpu/ and exist
  * only when built with CUDA; gpu_device_count returns 0 without a device. */

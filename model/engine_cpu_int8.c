@@ -509,14 +509,6 @@ static int pack_vnni(i8_layer *L)
     return 0;
 }
 
-/* The input scale of conv i: its source tensor's (the pool's is the stem's). */
-static float src_scale(const calib_table *t, int src)
-{
-    if (src == R18_IMAGE)
-        return t->scale[0];
-    return t->scale[(src == R18_POOL ? 0 : src) + 1];
-}
-
 engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
 {
     const calib_table *t = cfg->calib;
@@ -608,8 +600,6 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         L->Kp = (L->K + KBLK - 1) / KBLK * KBLK;
         L->src = tensor_id(d->src);
         L->res = d->residual == R18_NONE ? -1 : tensor_id(d->residual);
-        L->res_scale = L->res < 0 ? 0.0f : src_scale(t, d->residual);
-        L->out_inv = i == LAST ? 0.0f : 1.0f / t->scale[i + 1];
         L->w = alloc_bytes((size_t)N * L->Kp);
         L->mult = alloc_bytes((size_t)N * sizeof(float));
         L->b = alloc_bytes((size_t)N * sizeof(float));
@@ -618,12 +608,9 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
             free(q);
             goto oom;
         }
-        int8_quantize_weights(w->conv[i].w, N, L->K, q, L->mult);
-        const float s_in = src_scale(t, d->src);
-        for (int c = 0; c < N; c++) {
+        calib_conv_params(w, t, i, q, L->mult, &L->res_scale, &L->out_inv);
+        for (int c = 0; c < N; c++)
             memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
-            L->mult[c] = s_in * L->mult[c];
-        }
         free(q);
         memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
         if (e->vnni && pack_vnni(L) != 0)
@@ -634,12 +621,7 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     e->ws = alloc_bytes((size_t)e->nthreads * RB * e->ws_stride);
     if (!e->ws)
         goto oom;
-    float lut[3][256];
-    preprocess_normalize_lut(lut);
-    e->in_inv = 1.0f / t->scale[0];
-    for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++)
-            e->qlut[c][v] = int8_quantize(lut[c][v], e->in_inv);
+    calib_input_lut(t, e->qlut, &e->in_inv);
 
     if (cpu_pool_start(&e->pool, e->nthreads, err, errlen) != 0)
         goto fail;
@@ -650,4 +632,9 @@ oom:
 fail:
     i8_destroy(e);
     return NULL;
+}
+
+const float *engine_cpu_int8_last_conv(engine *pub)
+{
+    return pub && pub->ops == &i8_ops ? ((i8_engine *)pub->ctx)->last : NULL;
 }

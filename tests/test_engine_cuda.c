@@ -6,7 +6,8 @@
  * two slots in flight at once; logits poisoned before every run. Also checks
  * the GPU's softmax top-k against the logits it returned. The same for
  * reference.py's 10-class fine-tune and a 3-class head (its first 3 rows:
- * fewer classes than the GPU's top-k), batches of 1, 3 and 17.
+ * fewer classes than the GPU's top-k), batches of 1, 3 and 17. INT8 against
+ * the CPU INT8 engine: the last conv's output equal bit for bit.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpu/gpu.h"
+#include "model/calib.h"
 #include "model/engine.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
@@ -221,6 +223,109 @@ START_TEST(head_of_3_classes_ranks_only_3_on_the_gpu)
 }
 END_TEST
 
+/* ---- INT8 ---------------------------------------------------------------- */
+
+/* A calibration table from the pool: each tensor's max |x| under the FP32
+ * CPU engine, / 127. (What the scales are does not matter for equality
+ * with the CPU INT8 engine; these keep every tensor's values spread.) */
+static void observe_max(void *ctx, int tensor, const float *data, int n, int h, int c, int pad)
+{
+    float *m = (float *)ctx + tensor;
+    size_t count = (size_t)n * (h + 2 * pad) * (h + 2 * pad) * c;
+    for (size_t i = 0; i < count; i++)
+        *m = fabsf(data[i]) > *m ? fabsf(data[i]) : *m;
+}
+
+static void make_table(const resnet18_weights *w, calib_table *t)
+{
+    char err[256];
+    float most[CALIB_NTENSORS] = {0};
+    float *logits = malloc((size_t)POOL * (size_t)w->classes * sizeof(float));
+    ck_assert_ptr_nonnull(logits);
+    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL};
+    engine *cpu = engine_create(w, &cfg, err, sizeof err);
+    ck_assert_msg(cpu != NULL, "%s", err);
+    ck_assert_msg(engine_cpu_observe(cpu, observe_max, most, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(engine_infer(cpu, pool, POOL, logits, err, sizeof err) == 0, "%s", err);
+    engine_destroy(cpu);
+    free(logits);
+    memset(t, 0, sizeof *t);
+    snprintf(t->weights_sha256, sizeof t->weights_sha256, "%s", calib_weights_id(w));
+    for (int i = 0; i < CALIB_NTENSORS; i++) {
+        ck_assert_msg(most[i] > 0, "tensor %d all zero", i);
+        t->scale[i] = most[i] / 127.0f;
+    }
+}
+
+/* model/int8.h fixes every integer and every float of the convs, so the
+ * last conv's FP32 output must equal the CPU INT8 engine's bit for bit;
+ * only the average pool and the FC sum in another order (logits within
+ * 1e-5, same top-1). Same images, FP32 inputs included, both slots. */
+START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
+{
+    static const int full[] = {1, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
+    const int *batches = quick ? small : full;
+    int nb = quick ? 3 : 6, max = quick ? 17 : 300;
+    char err[256];
+    setup_once(&imagenet);
+    calib_table t;
+    make_table(&imagenet.w, &t);
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_INT8, .max_batch = max,
+                         .nslots = 2, .calib = &t};
+    engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "%s", err);
+    ck_assert_int_eq(e->precision, ENGINE_PRECISION_INT8);
+    cfg.device = ENGINE_DEVICE_CPU;
+    cfg.nslots = 1;
+    engine *cpu = engine_create(&imagenet.w, &cfg, err, sizeof err);
+    ck_assert_msg(cpu != NULL, "%s", err);
+    const resnet18_conv_desc *last = &resnet18_convs[RESNET18_NUM_CONVS - 1];
+    const size_t per = (size_t)last->out_h * last->out_h * last->cout, C = (size_t)e->classes;
+    float *gpu_last = malloc((size_t)max * per * sizeof(float));
+    int *which = malloc(sizeof(int) * max);
+    ck_assert(gpu_last && which);
+    for (int b = 0; b < nb; b++) {
+        const int n = batches[b], s = b % 2;
+        fill_slot(e, s, n, which);
+        memcpy(cpu->input[0], e->input[s], (size_t)n * RESNET18_INPUT_BYTES);
+        for (int i = 0; i < n; i++)
+            cpu->input_f32[0][i] = e->input_f32[s][i];
+        ck_assert_msg(engine_submit(e, s, n, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_wait(e, s, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_cuda_last_conv(e, n, gpu_last, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_submit(cpu, 0, n, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(engine_wait(cpu, 0, err, sizeof err) == 0, "%s", err);
+        const float *cpu_last = engine_cpu_int8_last_conv(cpu);
+        ck_assert_ptr_nonnull(cpu_last);
+        size_t differ = 0, nonzero = 0;
+        for (size_t i = 0; i < (size_t)n * per; i++) {
+            differ += memcmp(&gpu_last[i], &cpu_last[i], sizeof(float)) != 0;
+            nonzero += cpu_last[i] != 0.0f;
+        }
+        ck_assert_msg(differ == 0, "int8 n=%d: %zu of %zu last-conv values differ from the CPU INT8 engine's", n,
+                      differ, (size_t)n * per);
+        ck_assert_msg(nonzero > (size_t)n * per / 10, "int8 n=%d: only %zu non-zero outputs", n, nonzero);
+        double worst = 0;
+        for (int i = 0; i < n; i++) {
+            const float *got = e->logits[s] + i * C, *ref = cpu->logits[0] + i * C;
+            double rel = testutil_rel_l2(got, ref, C);
+            worst = rel > worst ? rel : worst;
+            int a, c;
+            testutil_topk(got, (int)C, 1, &a);
+            testutil_topk(ref, (int)C, 1, &c);
+            ck_assert_msg(rel <= 1e-5 && a == c, "int8 n=%d image %d: rel L2 %.3g, top-1 %d vs CPU %d", n, i, rel,
+                          a, c);
+        }
+        fprintf(stderr, "  int8 n=%3d slot %d: last conv bit-exact (%zu values), logits worst rel L2 %.3g\n", n, s,
+                (size_t)n * per, worst);
+    }
+    free(gpu_last);
+    free(which);
+    engine_destroy(cpu);
+    engine_destroy(e);
+}
+END_TEST
+
 START_TEST(default_precision_is_fp16_and_layer_times_cover_every_op)
 {
     char err[256];
@@ -269,7 +374,9 @@ int main(void)
      * under compute-sanitizer, whose racecheck is slow. */
     Suite *s = suite_create("engine_cuda");
     TCase *fp32 = tcase_create("fp32"), *fp16 = tcase_create("fp16"), *api = tcase_create("api");
-    TCase *heads = tcase_create("heads");
+    TCase *heads = tcase_create("heads"), *int8 = tcase_create("int8");
+    tcase_set_timeout(int8, 1200);
+    tcase_add_test(int8, int8_matches_the_cpu_int8_engine_bit_for_bit);
     tcase_set_timeout(fp32, 1200);
     tcase_set_timeout(fp16, 1200);
     tcase_set_timeout(heads, 1200);
@@ -283,6 +390,7 @@ int main(void)
     suite_add_tcase(s, fp32);
     suite_add_tcase(s, fp16);
     suite_add_tcase(s, heads);
+    suite_add_tcase(s, int8);
     suite_add_tcase(s, api);
     int rc = testutil_run(s);
     model_free(&imagenet);

@@ -1,13 +1,14 @@
 /* Unit tests of every gpu/ kernel against a CPU reference in double, on
  * random data and on shapes chosen so that tiles end raggedly in M, N and
  * K. Every conv tile configuration runs every shape, in FP32 and FP16,
- * with and without split-K. Exits 77 (skip) when no CUDA device is usable. */
+ * with and without split-K; INT8 tiles must match model/int8.h bit for bit. Exits 77 (skip) when no CUDA device is usable. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpu/gpu.h"
 #include "gpu/gpu_test.h"
+#include "model/int8.h"
 #include "tests/testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -173,6 +174,182 @@ START_TEST(conv_fp16_matches_reference_on_ragged_shapes_every_tile)
 }
 END_TEST
 
+/* ---- INT8 convolution: model/int8.h, bit for bit ---------------------------- */
+
+/* Shapes as above with int8 channel counts (multiples of 16, the stem's 8). */
+static const gpu_test_conv_shape s8_shapes[] = {
+    /* n  h   w   c   k  kh kw s ph pw oh ow */
+    {2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0},
+    {3, 11, 11, 32, 40, 3, 3, 2, 1, 1, 0, 0},
+    {2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0},
+    {2, 20, 20, 8, 16, 7, 8, 2, 3, 4, 0, 10},
+    {2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0},
+    {1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0},
+    {5, 6, 6, 48, 8, 3, 3, 1, 1, 1, 0, 0},
+    {2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0},
+};
+#define NS8 ((int)(sizeof s8_shapes / sizeof s8_shapes[0]))
+
+static int8_t rand_s8(void)
+{
+    return (int8_t)((int)(rng_u32() % 255) - 127);
+}
+
+/* The epilogue of model/int8.h for one output, as the CPU INT8 engine
+ * computes it (the build compiles C with -ffp-contract=off). */
+static float s8_ref_value(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu)
+{
+    float v = (float)acc * mult;
+    v = v + bias;
+    if (res)
+        v = v + (float)*res * res_scale;
+    if (relu && v < 0.0f)
+        v = 0.0f;
+    return v;
+}
+
+/* 1 when the tile ran the shape and matched bit for bit, 0 when it does not run it. */
+static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu, int out_f32)
+{
+    gpu_test_conv_shape s = s8_shapes[shape];
+    char err[256];
+    int oh = s.oh ? s.oh : (s.h + 2 * s.pad_h - s.kh) / s.stride + 1;
+    int ow = s.ow ? s.ow : (s.w + 2 * s.pad_w - s.kw) / s.stride + 1;
+    const int K = s.kh * s.kw * s.c;
+    size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * K, nout = (size_t)s.n * oh * ow * s.k;
+    int8_t *in = malloc(nin), *w = malloc(nw), *res = with_res ? malloc(nout) : NULL;
+    float *bias = rand_array(s.k, 1.0f), *mult = malloc(s.k * sizeof *mult);
+    unsigned char *out = malloc(nout * 4);
+    ck_assert(in && w && mult && out && (!with_res || res));
+    for (size_t i = 0; i < nin; i++)
+        in[i] = rand_s8();
+    for (size_t i = 0; i < nw; i++)
+        w[i] = rand_s8();
+    for (size_t i = 0; with_res && i < nout; i++)
+        res[i] = rand_s8();
+    /* Sums spread to about +-3 before the output scale: some clamp at 127. */
+    for (int c = 0; c < s.k; c++)
+        mult[c] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * sqrtf((float)K) / 3.0f);
+    const float res_scale = 0.01f, out_inv = 127.0f / 2.5f;
+    int rc = gpu_test_conv_s8(tile, splits, &s, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, err,
+                              sizeof err);
+    ck_assert_msg(rc >= 0, "%s", err);
+    size_t differ = 0, clamped = 0;
+    for (int b = 0; rc == 0 && b < s.n; b++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int k = 0; k < s.k; k++) {
+                    int32_t acc = 0;
+                    for (int r = 0; r < s.kh; r++) {
+                        int iy = oy * s.stride - s.pad_h + r;
+                        for (int q = 0; q < s.kw && iy >= 0 && iy < s.h; q++) {
+                            int ix = ox * s.stride - s.pad_w + q;
+                            if (ix < 0 || ix >= s.w)
+                                continue;
+                            const int8_t *x = in + (((size_t)b * s.h + iy) * s.w + ix) * s.c;
+                            const int8_t *f = w + ((size_t)k * s.kh * s.kw + (size_t)r * s.kw + q) * s.c;
+                            for (int c = 0; c < s.c; c++)
+                                acc += x[c] * f[c];
+                        }
+                    }
+                    size_t o = (((size_t)b * oh + oy) * ow + ox) * s.k + k;
+                    float v = s8_ref_value(acc, mult[k], bias[k], res ? res + o : NULL, res_scale, relu);
+                    if (out_f32) {
+                        differ += memcmp(&v, out + 4 * o, sizeof v) != 0;
+                    } else {
+                        int8_t q = int8_quantize(v, out_inv);
+                        clamped += q == 127 || q == -127;
+                        differ += (int8_t)out[o] != q;
+                    }
+                }
+    if (rc == 0) {
+        ck_assert_msg(differ == 0, "%s split %d shape %d res %d relu %d f32 %d: %zu of %zu outputs differ",
+                      gpu_test_conv_tile_name(2, tile), splits, shape, with_res, relu, out_f32, differ, nout);
+        ck_assert_msg(out_f32 || clamped < nout / 4, "shape %d: %zu of %zu outputs clamped", shape, clamped, nout);
+    }
+    free(in);
+    free(w);
+    free(res);
+    free(bias);
+    free(mult);
+    free(out);
+    return rc == 0;
+}
+
+START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
+{
+    int checked = 0;
+    for (int t = 0; t < gpu_test_conv_tiles(2); t++) {
+        int usable = gpu_test_conv_tile_usable(2, t);
+        ck_assert_int_ge(usable, 0);
+        if (!usable) {
+            printf("conv tile %s: not for this device, skipped\n", gpu_test_conv_tile_name(2, t));
+            continue;
+        }
+        int ran = 0;
+        for (int sh = 0; sh < NS8; sh++) {
+            if (quick && (sh == 4 || sh == 5))
+                continue;
+            ran += check_conv_s8(t, 1, sh, sh % 2, 1, 0);
+            ran += check_conv_s8(t, 1, sh, !(sh % 2), sh != 3, sh == 5);
+            ran += check_conv_s8(t, 3, sh, 1, 1, 0);  /* split-K: int32 partials */
+            ran += check_conv_s8(t, 2, sh, 1, 0, 1);  /* split-K into an FP32 output */
+        }
+        ck_assert_msg(ran > 0, "tile %s ran no shape", gpu_test_conv_tile_name(2, t));
+        printf("conv int8 tile %s: %d runs bit-exact\n", gpu_test_conv_tile_name(2, t), ran);
+        checked++;
+    }
+    ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
+START_TEST(normalize_and_maxpool_int8_match_model_int8)
+{
+    char err[256];
+    int8_t lut[3][256];
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            lut[c][v] = rand_s8();
+    long npix = 3 * 37 * 29;
+    uint8_t *in = malloc((size_t)npix * 3);
+    int8_t *out = malloc((size_t)npix * 8);
+    ck_assert(in && out);
+    for (long i = 0; i < npix * 3; i++)
+        in[i] = (uint8_t)rng_u32();
+    ck_assert_msg(gpu_test_normalize_s8(in, npix, lut, out, err, sizeof err) == 0, "%s", err);
+    for (long p = 0; p < npix; p++)
+        for (int c = 0; c < 8; c++)
+            ck_assert_msg(out[p * 8 + c] == (c < 3 ? lut[c][in[p * 3 + c]] : 0), "pixel %ld channel %d", p, c);
+    free(in);
+    free(out);
+
+    static const int shapes[][4] = {{2, 13, 13, 16}, {1, 112, 112, 64}, {3, 6, 9, 32}};
+    for (int i = 0; i < 3; i++) {
+        int n = shapes[i][0], h = shapes[i][1], w = shapes[i][2], c = shapes[i][3];
+        int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
+        size_t nin = (size_t)n * h * w * c;
+        int8_t *x = malloc(nin), *y = malloc((size_t)n * oh * ow * c);
+        ck_assert(x && y);
+        for (size_t j = 0; j < nin; j++)
+            x[j] = rand_s8();
+        ck_assert_msg(gpu_test_maxpool_s8(x, n, h, w, c, oh, ow, y, err, sizeof err) == 0, "%s", err);
+        for (int b = 0; b < n; b++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++)
+                    for (int ch = 0; ch < c; ch++) {
+                        int m = -128;
+                        for (int iy = oy * 2 - 1; iy <= oy * 2 + 1; iy++)
+                            for (int ix = ox * 2 - 1; ix <= ox * 2 + 1; ix++)
+                                if (iy >= 0 && iy < h && ix >= 0 && ix < w && x[(((size_t)b * h + iy) * w + ix) * c + ch] > m)
+                                    m = x[(((size_t)b * h + iy) * w + ix) * c + ch];
+                        ck_assert_int_eq(y[(((size_t)b * oh + oy) * ow + ox) * c + ch], m);
+                    }
+        free(x);
+        free(y);
+    }
+}
+END_TEST
+
 START_TEST(conv_rejects_unsupported_channels)
 {
     gpu_test_conv_shape s = {1, 5, 5, 6, 8, 3, 3, 1, 1, 1, 0, 0};
@@ -335,6 +512,8 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, conv_fp32_matches_reference_on_ragged_shapes_every_tile);
     tcase_add_test(tc, conv_fp16_matches_reference_on_ragged_shapes_every_tile);
+    tcase_add_test(tc, conv_int8_matches_model_int8_bit_for_bit_every_tile);
+    tcase_add_test(tc, normalize_and_maxpool_int8_match_model_int8);
     tcase_add_test(tc, conv_rejects_unsupported_channels);
     tcase_add_test(tc, normalize_matches_reference);
     tcase_add_test(tc, maxpool_matches_reference_on_odd_and_even_sizes);

@@ -111,10 +111,6 @@ for tool in classify daemon; do
   expect_refusal "$tool table missing a tensor" "has no scale for tensor layer3.0.downsample.0" \
     run --weights "$w" --precision int8 --calibration "$out/partial.json"
 done
-expect_refusal "classify int8 on cuda" "INT8 kernels are not built for CUDA" \
-  "$bin/resnetd-classify" --device cuda --weights "$w" --precision int8 --calibration "$out/a.json" "$img"
-expect_refusal "daemon int8 on cuda" "INT8 kernels are not built for CUDA" \
-  "$bin/resnetd" --device cuda --check-config --weights "$w" --precision int8 --calibration "$out/a.json"
 
 # The config-file form works, and --check-config says int8.
 printf 'weights = %s\ndevice = cpu\nprecision = int8\ncalibration = %s\n' "$w" "$out/a.json" >"$out/resnetd.conf"

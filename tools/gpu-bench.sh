@@ -1,7 +1,8 @@
 #!/bin/sh
-# Times the shipped CUDA engine (resnetd-bench --device cuda) and PyTorch
-# (tools/torch_anchor.py) in the same run on the GPU machine, and prints
-# our img/s against PyTorch's, batch by batch, with the ratios.
+# Times the shipped CUDA engine (resnetd-bench --device cuda; FP16, FP32 and
+# INT8) and PyTorch (tools/torch_anchor.py) in the same run on the GPU
+# machine, and prints our img/s against PyTorch's, batch by batch, with the
+# ratios.
 #
 # Ours "gpu" is the forward graph alone with inputs already on the GPU, as
 # the anchor times PyTorch; "e2e" is submit to wait through the engine
@@ -22,16 +23,24 @@ bench=./resnetd-bench
 
 $bench --device cuda --precision fp16 --batches "$BATCHES" --iters "$ITERS" --json >"$OUT/ours_fp16.json"
 $bench --device cuda --precision fp32 --batches "$BATCHES" --iters "$ITERS" --json >"$OUT/ours_fp32.json"
+# INT8 needs a calibration table of the bench's (synthetic) weights: made
+# from 64 generated photo-like JPEGs (the scales change clamping, not speed).
+[ -d "$OUT/calib-images" ] || ./tools/make-corpus --out "$OUT/calib-images" --count 64 >/dev/null
+./resnetd-calibrate --weights synthetic --images "$OUT/calib-images" --out "$OUT/calib.json" >"$OUT/calib.log" 2>&1
+$bench --device cuda --precision int8 --calibration "$OUT/calib.json" --batches "$BATCHES" --iters "$ITERS" \
+    --json >"$OUT/ours_int8.json"
 # Memory at max batch 256 (the acceptance point) and the two-slot pipeline at 64.
 $bench --device cuda --precision fp16 --batches 256 --iters "$ITERS" --pipeline 64 --json >"$OUT/ours_fp16_b256.json"
 if [ "${LAYERS:-0}" = 1 ]; then
     $bench --device cuda --precision fp16 --batches 1,256 --iters 5 --layers >"$OUT/layers_fp16.txt"
     $bench --device cuda --precision fp32 --batches 256 --iters 3 --layers >"$OUT/layers_fp32.txt"
+    $bench --device cuda --precision int8 --calibration "$OUT/calib.json" --batches 1,256 --iters 5 --layers \
+        >"$OUT/layers_int8.txt"
 fi
 PYTHONUNBUFFERED=1 python3 "$srcdir/tools/torch_anchor.py" --batches "$BATCHES" ${COMPILE:+--compile} \
     >"$OUT/torch.json" 2>"$OUT/torch.log"
 
-[ "${LAYERS:-0}" = 1 ] && cat "$OUT/layers_fp16.txt" "$OUT/layers_fp32.txt"
+[ "${LAYERS:-0}" = 1 ] && cat "$OUT/layers_fp16.txt" "$OUT/layers_fp32.txt" "$OUT/layers_int8.txt"
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -55,6 +64,13 @@ for b in sorted(o16):
     best = max(x for x in (eager, graph, comp) if x) if eager else None
     print(f"  b={b:<4} {g or 0:14.0f} {e:9.0f} | {eager or 0:11.0f} {graph or 0:7.0f} {comp or 0:8.0f} | "
           f"{ratio(g, eager):>9} {ratio(g, best):>8}")
+o8 = rows(json.load(open(f"{out}/ours_int8.json")))
+print("INT8 img/s        ours gpu  ours e2e | int8/our fp16 | int8/torch best fp16")
+for b in sorted(o8):
+    g = o8[b].get("gpu_img_per_s"); e = o8[b]["img_per_s"]; f = o16.get(b, {}).get("gpu_img_per_s")
+    eager, graph, comp = tv(f"fp16cl_b{b}"), tv(f"fp16cl_graph_b{b}"), tv(f"fp16cl_compile_b{b}")
+    best = max(x for x in (eager, graph, comp) if x) if eager else None
+    print(f"  b={b:<4} {g or 0:14.0f} {e:9.0f} | {ratio(g, f):>13} | {ratio(g, best):>20}")
 print("FP32 img/s        ours gpu  ours e2e | torch fp32 (no TF32)  | gpu/torch")
 for b in sorted(o32):
     g = o32[b].get("gpu_img_per_s"); e = o32[b]["img_per_s"]; p = tv(f"fp32_b{b}")

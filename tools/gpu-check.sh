@@ -8,14 +8,16 @@
 # ../shared/GPU.md):  bash tools/gpu-check.sh [tests|bench|engine|mixed|all|STAGE,STAGE...]
 #   tests   the GPU tests, memcheck (decode path), racecheck (conv kernels)
 #   bench   end to end through HTTP with the GPU decode path and its anchors
-#   engine  the engine alone, FP16/FP32, with PyTorch eager, CUDA graph and
+#   engine  the engine alone, FP16/INT8/FP32, with PyTorch eager, CUDA graph and
 #           torch.compile max-autotune at batch 256 (~3 min)
 #   mixed   end to end on the baseline corpus and on corpora with a share
 #           of progressive JPEGs (MIXED, default "0.10 0.25"), which the
 #           CPU decodes (~4 min; not part of all)
 #   all     tests, bench and engine (default; ~7 min on an H100)
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
-# tools/e2e-bench.sh options), SKIP_MEMCHECK=1.
+# tools/e2e-bench.sh options), SKIP_MEMCHECK=1, GPU_TESTS (the tests stage's
+# list), BATCHES (the engine stage's, default 256), COMPILE= (the engine
+# stage without torch.compile).
 set -u
 what=${1:-all}
 # A comma list of stages runs each: bench,mixed
@@ -44,8 +46,8 @@ say "build: ok in $(( $(date +%s) - t0 )) s; $(grep -h 'nvJPEG' config.log | gre
 
 if run tests; then
     export RESNETD_FIDELITY_DIR=$PWD/corpus
-    tests="tests/test_gpu_kernels tests/test_engine_cuda tests/test_gpu_decode tests/test_chroma_rebuild
-           tests/test_batcher tests/test_daemon.sh tests/test_reload.sh tests/test_gpu_daemon.sh"
+    tests=${GPU_TESTS:-"tests/test_gpu_kernels tests/test_engine_cuda tests/test_gpu_decode tests/test_chroma_rebuild
+           tests/test_batcher tests/test_daemon.sh tests/test_reload.sh tests/test_gpu_daemon.sh"}
     t0=$(date +%s)
     make -j8 check TESTS="$(echo $tests)" >check.txt 2>&1
     say "tests: rc=$? in $(( $(date +%s) - t0 )) s: $(grep -cE '^PASS' check.txt) pass, $(grep -cE '^(FAIL|ERROR)' check.txt) fail, $(grep -cE '^SKIP' check.txt) skip"
@@ -66,9 +68,9 @@ fi
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 if run engine; then
     t0=$(date +%s)
-    BATCHES=256 COMPILE=1 LAYERS=1 OUT=$PWD/gpu-bench-out sh ../tools/gpu-bench.sh >"$OUT/engine.txt" 2>&1
+    BATCHES=${BATCHES:-256} COMPILE=${COMPILE-1} LAYERS=1 OUT=$PWD/gpu-bench-out sh ../tools/gpu-bench.sh >"$OUT/engine.txt" 2>&1
     say "engine: rc=$? in $(( $(date +%s) - t0 )) s"
-    grep -A3 -E '^FP16 img/s|^FP32 img/s' "$OUT/engine.txt" | grep -E 'img/s|b=' | tee -a "$summary"
+    grep -A3 -E '^FP16 img/s|^INT8 img/s|^FP32 img/s' "$OUT/engine.txt" | grep -E 'img/s|b=' | tee -a "$summary"
     if [ "$ngpu" -gt 1 ]; then
         ./resnetd-bench --device cuda --precision fp16 --batches 256 --iters 50 --gpus all >gpus.txt 2>&1
         cat gpus.txt >>"$OUT/gpus.txt"
