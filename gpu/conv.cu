@@ -47,10 +47,11 @@ conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, in
 
 int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
 {
-    // Elements per 16-byte chunk, and the stem's channels (two pixels a chunk).
+    // Elements per 16-byte chunk; the stem's layouts: a chunk is two FP16
+    // pixels of 4 channels, or four INT8 pixels of 4 (loaded as two pairs).
     int chunk = kind == CONV_INT8 ? 16 : kind == CONV_FP16 ? 8 : 4;
-    int stem_layout = kind != CONV_FP32 && s->c == chunk / 2 && s->kw % 2 == 0 && s->w % 2 == 0 &&
-                      s->pad_w % 2 == 0 && s->stride % 2 == 0;
+    int stem_layout = ((kind == CONV_FP16 && s->c == 4) || (kind == CONV_INT8 && s->c == 4 && s->kw % 4 == 0)) &&
+                      s->kw % 2 == 0 && s->w % 2 == 0 && s->pad_w % 2 == 0 && s->stride % 2 == 0;
     if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->kh < 1 || s->kw < 1 ||
         s->stride < 1 || s->pad_h < 0 || s->pad_w < 0 || s->oh < 1 || s->ow < 1) {
         snprintf(err, errlen, "conv shape out of range");
@@ -197,6 +198,33 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
 
+// 8 bytes (cp.async.cg takes only 16): the INT8 stem's pixel pairs.
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int bytes = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+// One 16-byte chunk of A into smem: one copy, or for the INT8 stem (4-byte
+// pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
+// an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
+// image as a pair (x even, w even).
+template <bool S8>
+__device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
+                                             const igemm_col &col, bool kvalid, const __half *in)
+{
+    bool v;
+    const __half *src = igemm_a_addr(s, row, col, kvalid, &v);
+    if (S8 && s.c == 2) {
+        const bool v2 = kvalid && (unsigned)(row.iy + col.r) < (unsigned)s.h && (unsigned)(row.ix + col.s + 2) < (unsigned)s.w;
+        cp_async8(dst, v ? src : in, v);
+        cp_async8(static_cast<char *>(dst) + 8, v2 ? src + 4 : in, v2);
+        return;
+    }
+    cp_async16(dst, v ? src : in, v);
+}
+
 __device__ __forceinline__ void cp_async_commit(void)
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -268,19 +296,21 @@ __device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r
 
 // Eight int32 sums of one output row, channels col..col+7: the epilogue,
 // then 8 int8 values (one 8-byte store) or, for the last conv, 8 floats.
+// r8: the 8 residual values, or NULL; o: the output's element index.
 __device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
-                                          const int8_t *res, int relu, void *out, size_t o)
+                                          const int8_t *r8, int relu, void *out, size_t o)
 {
     int a[8];
     *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(sums);
     *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(sums + 4);
     int8_t r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const bool res = r8 != NULL;
     if (res)
-        *reinterpret_cast<uint2 *>(r) = *reinterpret_cast<const uint2 *>(res + o);
+        *reinterpret_cast<uint2 *>(r) = *reinterpret_cast<const uint2 *>(r8);
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res != NULL, relu);
+        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res, relu);
     if (q.out_f32) {
         float *f = reinterpret_cast<float *>(out) + o;
         *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
@@ -304,7 +334,8 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
         int row = m0 + r, col = n0 + c;
         if (row >= M || col >= N)
             continue;
-        store8_s8(Cs + r * ldc + c, col, bias, q, res, relu, out, (size_t)row * N + col);
+        size_t o = (size_t)row * N + col;
+        store8_s8(Cs + r * ldc + c, col, bias, q, res ? res + o : NULL, relu, out, o);
     }
 }
 
@@ -411,11 +442,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         igemm_kiter_next(s, kit, BK);
         __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
 #pragma unroll
-        for (int i = 0; i < A_PER; i++) {
-            bool v;
-            const __half *src = igemm_a_addr(s, arow[i], col, kvalid, &v);
-            cp_async16(as + (row0 + i * ROW_STEP) * LDS + kc * 8, v ? src : in, v);
-        }
+        for (int i = 0; i < A_PER; i++)
+            load_a_chunk<S8>(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
             bool v = kvalid && bvalid[i];
@@ -749,9 +777,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 #pragma unroll
         for (int i = 0; i < A_PER; i++) {
             int r = row0 + i * ROW_STEP;
-            bool v;
-            const __half *src = igemm_a_addr(s, arow[i], col, kvalid, &v);
-            cp_async16(as + r * 128 + ((kc ^ (r & 7)) << 4), v ? src : in, v);
+            load_a_chunk<S8>(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
         }
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
@@ -875,12 +901,17 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 // computes.
 //
 // Only for 64 -> 64 channels, 3x3, stride 1, pad 1 (conv_halo_fits); no
-// split-K.
+// split-K. INT8 (S8): a pixel is 64 bytes, so rows are 64 bytes with the
+// 64-byte swizzle (chunk c of row r at c ^ ((r >> 1) & 3)) and each tap is
+// two wgmma k32 steps; the epilogue is model/int8.h's.
 #define HALO_BM 128
 #define HALO_PROWS 256  // patch rows: HALO_BM + 2 * (w + 2) + 2 must fit (w <= 61)
-#define HALO_WBYTES (9 * 64 * 128)
-#define HALO_LDC 72     // floats per row of the epilogue's staging tile
-#define HALO_SMEM (HALO_WBYTES + 2 * HALO_PROWS * 128 + HALO_BM * HALO_LDC * 4 + 2 * HALO_BM * 128 + 1024)
+#define HALO_LDC 72     // words per row of the epilogue's staging tile
+// Shared memory for rows of ROWB bytes (128 FP16, 64 INT8): weights, two
+// patches, the staging tile, two tiles of residual rows, alignment.
+#define HALO_SMEM_FOR(ROWB) (9 * 64 * (ROWB) + 2 * HALO_PROWS * (ROWB) + HALO_BM * HALO_LDC * 4 + 2 * HALO_BM * (ROWB) + 1024)
+#define HALO_SMEM HALO_SMEM_FOR(128)
+#define HALO_SMEM_S8 HALO_SMEM_FOR(64)
 
 static int conv_halo_fits(const conv_shape *s)
 {
@@ -888,18 +919,35 @@ static int conv_halo_fits(const conv_shape *s)
            s->pad_w == 1 && s->oh == s->h && s->ow == s->w && HALO_BM + 2 * (s->w + 2) + 2 <= HALO_PROWS;
 }
 
+// The 64-byte swizzle's descriptor: 512 bytes between 8-row groups.
+__device__ __forceinline__ uint64_t wgmma_desc64(uint32_t saddr)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(512 >> 4) << 32) |
+           ((uint64_t)2 << 62);
+}
+
+// Where 16-byte chunk c of swizzled row r goes, for rows of ROWB bytes.
+template <int ROWB>
+__device__ __forceinline__ int halo_swz(int r, int c)
+{
+    return ROWB == 128 ? c ^ (r & 7) : c ^ ((r >> 1) & 3);
+}
+
+template <bool S8>
 __global__ void __launch_bounds__(256, 1)
-    conv3x3c64_halo_kernel(const conv_shape s, const __half *__restrict__ in, const __half *__restrict__ wgt,
-                           const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out_,
+    conv3x3c64_halo_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
+                           const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
                            int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
     (void)partial;
     (void)kt_per_split;
     (void)q;
 #ifdef RESNETD_WGMMA
-    const __half *res = static_cast<const __half *>(res_);
-    __half *out = static_cast<__half *>(out_);
-    constexpr int T = 256, C = 64;
+    typedef typename acc_type<S8>::type acc_t;
+    constexpr int T = 256, ROWB = S8 ? 64 : 128, CH = ROWB / 16, WTAP = 64 * ROWB;
+    const unsigned char *in = reinterpret_cast<const unsigned char *>(in_);
+    const unsigned char *wgt = reinterpret_cast<const unsigned char *>(wgt_);
+    const unsigned char *res = static_cast<const unsigned char *>(res_);
     const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
     const int tpi = (HP + HALO_BM - 1) / HALO_BM, ntiles = s.n * tpi;
     const int prows = HALO_BM + 2 * PW + 2;
@@ -907,37 +955,38 @@ __global__ void __launch_bounds__(256, 1)
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
-    unsigned char *const patches = smem + HALO_WBYTES;  // two buffers of HALO_PROWS rows
-    float *const cs = reinterpret_cast<float *>(patches + 2 * HALO_PROWS * 128);  // [HALO_BM][HALO_LDC]
+    unsigned char *const patches = smem + 9 * WTAP;  // two buffers of HALO_PROWS rows
+    float *const cs = reinterpret_cast<float *>(patches + 2 * HALO_PROWS * ROWB);  // [HALO_BM][HALO_LDC]
     // The residual's rows of a tile, prefetched with its patch: two buffers
-    // of [HALO_BM][64] halves.
+    // of [HALO_BM] pixels.
     unsigned char *const rbuf = reinterpret_cast<unsigned char *>(cs + HALO_BM * HALO_LDC);
     const uint32_t wbase = (uint32_t)__cvta_generic_to_shared(smem);
 
-    // Weights, KRSC: tap t of output channel n is 64 contiguous halves.
-    for (int id = tid; id < 9 * 64 * 8; id += T) {
-        int t = id >> 9, n = (id >> 3) & 63, c = id & 7;
-        cp_async16(smem + t * 8192 + n * 128 + ((c ^ (n & 7)) << 4), wgt + n * 576 + t * 64 + c * 8, true);
+    // Weights, KRSC: tap t of output channel n is one pixel's ROWB bytes.
+    for (int id = tid; id < 9 * 64 * CH; id += T) {
+        int t = id / (64 * CH), n = (id / CH) & 63, c = id % CH;
+        cp_async16(smem + t * WTAP + n * ROWB + (halo_swz<ROWB>(n, c) << 4), wgt + (n * 9 + t) * ROWB + c * 16, true);
     }
     cp_async_commit();
     auto load_patch = [&](int tile, int b) {
-        unsigned char *p = patches + b * HALO_PROWS * 128;
+        unsigned char *p = patches + b * HALO_PROWS * ROWB;
         const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
-        const __half *base = in + (size_t)img * s.h * s.w * C;
+        const unsigned char *base = in + (size_t)img * s.h * s.w * ROWB;
         if (res)
-            for (int id = tid; id < HALO_BM * 8; id += T) {
-                const int r = id >> 3, c = id & 7, m = m0 + r;
+            for (int id = tid; id < HALO_BM * CH; id += T) {
+                const int r = id / CH, c = id % CH, m = m0 + r;
                 const int oy = m / PW, ox = m - oy * PW;
                 const bool v = m < HP && ox < s.w;
-                cp_async16(rbuf + (b * HALO_BM + r) * 128 + c * 16,
-                           v ? res + (((size_t)img * s.h + oy) * s.w + ox) * C + c * 8 : res, v);
+                cp_async16(rbuf + (b * HALO_BM + r) * ROWB + c * 16,
+                           v ? res + (((size_t)img * s.h + oy) * s.w + ox) * ROWB + c * 16 : res, v);
             }
-        for (int id = tid; id < prows * 8; id += T) {
-            int q = id >> 3, c = id & 7, lin = m0 + q;
+        for (int id = tid; id < prows * CH; id += T) {
+            int qr = id / CH, c = id % CH, lin = m0 + qr;
             int py = lin / PW, px = lin - py * PW;
             int iy = py - 1, ix = px - 1;
             bool v = (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;
-            cp_async16(p + q * 128 + ((c ^ (q & 7)) << 4), v ? base + ((size_t)iy * s.w + ix) * C + c * 8 : in, v);
+            cp_async16(p + qr * ROWB + (halo_swz<ROWB>(qr, c) << 4),
+                       v ? base + ((size_t)iy * s.w + ix) * ROWB + c * 16 : in, v);
         }
     };
 
@@ -955,40 +1004,46 @@ __global__ void __launch_bounds__(256, 1)
         fence_proxy_async_smem();
         __syncthreads();
 
-        float acc[32];
+        acc_t acc[32];
 #pragma unroll
         for (int i = 0; i < 32; i++)
-            acc[i] = 0.f;
+            acc[i] = 0;
         wgmma_pin(acc);
         wgmma_fence();
-        const uint32_t pbase = (uint32_t)__cvta_generic_to_shared(patches + buf * HALO_PROWS * 128) + wg * 64 * 128;
+        const uint32_t pbase =
+            (uint32_t)__cvta_generic_to_shared(patches + buf * HALO_PROWS * ROWB) + wg * 64 * ROWB;
 #pragma unroll
         for (int t = 0; t < 9; t++) {
             // A starts mid-pattern (any row of the patch): the swizzle
             // follows the absolute address bits, as the rows were stored,
             // so the descriptor's base offset stays 0 (measured on an H100:
             // base offset (a >> 7) & 7 gave rel L2 1.06).
-            const uint32_t a = pbase + ((t / 3) * PW + t % 3) * 128;
-            const uint64_t da = wgmma_desc(a), db = wgmma_desc(wbase + t * 8192);
+            const uint32_t a = pbase + ((t / 3) * PW + t % 3) * ROWB;
+            const uint64_t da = S8 ? wgmma_desc64(a) : wgmma_desc(a);
+            const uint64_t db = S8 ? wgmma_desc64(wbase + t * WTAP) : wgmma_desc(wbase + t * WTAP);
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                wgmma_op<64, float>::mma(acc, da + 2 * kk, db + 2 * kk);
+            for (int kk = 0; kk < ROWB / 32; kk++)  // 32 bytes of K per step
+                wgmma_op<64, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
         }
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_pin(acc);
 
-        // Epilogue: acc + bias staged as FP32 in its own shared memory, then
-        // 8 channels of an output pixel per thread with 16-byte residual
-        // loads and stores.
+        // Epilogue: the sums (FP16: + bias, as FP32; INT8: raw int32)
+        // staged in their own shared memory, then 8 channels of an output
+        // pixel per thread, the residual from the prefetched rows.
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int col = 8 * j + 2 * (lane & 3);
-            const float b0 = bias[col], b1 = bias[col + 1];
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                *reinterpret_cast<float2 *>(cs + (wg * 64 + wq * 16 + (lane >> 2) + 8 * h) * HALO_LDC + col) =
-                    make_float2(acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
+            for (int h = 0; h < 2; h++) {
+                float *dst = cs + (wg * 64 + wq * 16 + (lane >> 2) + 8 * h) * HALO_LDC + col;
+                if constexpr (S8)
+                    *reinterpret_cast<int2 *>(dst) = make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                else
+                    *reinterpret_cast<float2 *>(dst) =
+                        make_float2(acc[4 * j + 2 * h] + bias[col], acc[4 * j + 2 * h + 1] + bias[col + 1]);
+            }
         }
         __syncthreads();
         const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
@@ -997,9 +1052,14 @@ __global__ void __launch_bounds__(256, 1)
             const int oy = m / PW, ox = m - oy * PW;
             if (m >= HP || ox >= s.w)
                 continue;
-            const size_t o = (((size_t)img * s.h + oy) * s.w + ox) * C + c;
-            const __half *r8 = res ? reinterpret_cast<const __half *>(rbuf + (buf * HALO_BM + r) * 128) + c : NULL;
-            store8_f16(cs + r * HALO_LDC + c, r8, relu, out + o);
+            const size_t o = (((size_t)img * s.h + oy) * s.w + ox) * 64 + c;
+            const unsigned char *r8 = res ? rbuf + (buf * HALO_BM + r) * ROWB + c * (ROWB / 64) : NULL;
+            if constexpr (S8)
+                store8_s8(reinterpret_cast<const int *>(cs) + r * HALO_LDC + c, c, bias, q,
+                          reinterpret_cast<const int8_t *>(r8), relu, out, o);
+            else
+                store8_f16(cs + r * HALO_LDC + c, reinterpret_cast<const __half *>(r8), relu,
+                           static_cast<__half *>(out) + o);
         }
         // Buffers buf are refilled by the next tile's prefetch, and the
         // staging tile by the next tile's accumulators.
@@ -1008,7 +1068,7 @@ __global__ void __launch_bounds__(256, 1)
     }
     cp_async_wait<0>();
 #else
-    (void)s; (void)in; (void)wgt; (void)bias; (void)res_; (void)out_; (void)relu;
+    (void)s; (void)in_; (void)wgt_; (void)bias; (void)res_; (void)out; (void)relu;
 #endif
 }
 
@@ -1488,10 +1548,9 @@ static f16_entry kTilesF16[] = {
     WG_TILE(64, 64, 4),
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
-    {{"wgmma_halo3x3c64", HALO_BM, 64, 64, 256, HALO_SMEM, 0, 1, 1, 0}, conv3x3c64_halo_kernel},
+    {{"wgmma_halo3x3c64", HALO_BM, 64, 64, 256, HALO_SMEM, 0, 1, 1, 0}, conv3x3c64_halo_kernel<false>},
 };
-// The FP16 shapes again, minus the halo kernel (its patch rows are one
-// 64-channel FP16 pixel each).
+// The FP16 shapes again, and the halo kernel with 64-byte rows.
 static f16_entry kTilesS8[] = {
     S8_TILE(256, 128, 32, 4, 2, 3, 1, 64),
     S8_TILE(128, 128, 32, 2, 4, 4, 2, 64),
@@ -1509,6 +1568,7 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(64, 64, 4),
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
+    {{"wgmma_s8_halo3x3c64", HALO_BM, 64, 128, 256, HALO_SMEM_S8, 0, 1, 1, 0}, conv3x3c64_halo_kernel<true>},
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
@@ -1693,7 +1753,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
     float *partial = p->splits > 1 ? workspace : NULL;
     dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
     if (t->halo) {  // persistent CTAs over the padded-grid tiles
-        if (kind != CONV_FP16 || p->splits != 1 || !conv_halo_fits(s))
+        if (kind == CONV_FP32 || p->splits != 1 || !conv_halo_fits(s))
             return cudaErrorInvalidValue;
         long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm);
         long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);

@@ -2,8 +2,7 @@
 //
 // At creation it converts the folded weights once to the kernels' layout and
 // precision (KRSC FP16, FP32 or INT8; the stem padded to 4 input channels
-// (8 at INT8: the same 8 bytes a pixel) and 8 taps per row, see
-// stem_weights), allocates every buffer, and captures one CUDA graph per
+// and 8 taps per row, see stem_weights), allocates every buffer, and captures one CUDA graph per
 // (slot, batch-size bucket). After that submit/wait allocate nothing and
 // never synchronise the device.
 //
@@ -123,7 +122,7 @@ static cudaError_t host_alloc(cuda_engine *ce, void **p, size_t bytes)
 
 /* ---- weights ---------------------------------------------------------- */
 
-// The stem's 7x7x3 filters as 7 x 8 x c (c = STEM_C, or 8 bytes at INT8):
+// The stem's 7x7x3 filters as 7 x 8 x c (c = stem_channels):
 // a zero tap in front of each row (so that with pad 4 every 16-byte chunk
 // starts on an even pixel) and zero channels after the third. w is
 // [64][7][7][3] of esize-byte elements; returns [64][7][8][c] of them.
@@ -142,10 +141,12 @@ static void *stem_weights(const void *w, size_t esize, int c)
     return p;
 }
 
-// Channels a stem pixel has in the engine's layout.
+// Channels a stem pixel has in the engine's layout: 4 (RGB and a zero)
+// at every precision; 16 bytes are 2 FP16 pixels or 4 INT8 ones.
 static int stem_channels(const cuda_engine *ce)
 {
-    return ce->kind == CONV_INT8 ? 2 * STEM_C : STEM_C;
+    (void)ce;
+    return STEM_C;
 }
 
 // Copies n floats to a new device array in the engine's precision.

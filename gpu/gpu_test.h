@@ -40,13 +40,13 @@ int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float 
                   int relu, float *out, char *err, size_t errlen);
 
 /* INT8 (model/int8.h): in, w (KRSC) and res int8 with c % 16 == 0 (or the
- * stem's c = 8 layout); the sums' epilogue with mult, bias, res_scale,
+ * stem's c = 4 layout); the sums' epilogue with mult, bias, res_scale,
  * relu, then quantised with out_inv into int8 out, or out_f32: FP32 out.
  * Returns as gpu_test_conv. */
 int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w,
                      const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
                      const int8_t *res, int relu, void *out, char *err, size_t errlen);
-/* INT8 input: in npix RGB pixels -> out npix x 8 (lut[c][byte], then 0s). */
+/* INT8 input: in npix RGB pixels -> out npix x 4 (lut[c][byte], then 0). */
 int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256], int8_t *out, char *err,
                           size_t errlen);
 /* INT8 3x3/2 pad-1 max pool; c % 16 == 0. */

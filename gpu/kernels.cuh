@@ -16,9 +16,10 @@
 // n x oh x ow x k. As an implicit GEMM: M = n*oh*ow output pixels, N = k
 // output channels, K = kh*kw*c. Requirements (checked by conv_shape_check):
 // c a multiple of a 16-byte chunk's elements (4 FP32, 8 FP16, 16 INT8),
-// or half a chunk with kw, w, pad_w and stride even (the stem's layout: a
-// chunk is two whole pixels, both inside or both outside the image);
-// k % 8 == 0.
+// or the stem's layout: c == 4 (FP16, INT8) with kw, w, pad_w and stride
+// even (and kw % 4 == 0 for INT8), so that a chunk is whole pixels, two
+// FP16 ones or two pairs of INT8 ones, each pair inside or outside the
+// image; k % 8 == 0.
 // The conv kernels' element types: FP32, FP16, INT8 (int32 sums).
 enum { CONV_FP32 = 0, CONV_FP16 = 1, CONV_INT8 = 2 };
 
@@ -96,11 +97,11 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
 // fourth channel zero: the stem reads 16-byte chunks of whole pixels.
 cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st);
-// INT8: uint8 RGB [npix][3] -> [npix][8] int8, channel c = lut[c][byte]
-// (lut: 3 x 256 in device memory, the quantised normalisation), 3..7 zero.
+// INT8: uint8 RGB [npix][3] -> [npix][4] int8, channel c = lut[c][byte]
+// (lut: 3 x 256 in device memory, the quantised normalisation), 3 zero.
 cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *out, long npix, cudaStream_t st);
 // INT8 place_f32_launch: the images are quantised with inv (1 / the input
-// scale) into out's [hw][8] layout.
+// scale) into out's [hw][4] layout.
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
                                 cudaStream_t st);
 // INT8 3x3/2 pad-1 max pool, NHWC; c % 16 == 0.

@@ -101,8 +101,8 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
 
 /* ---- INT8 input: quantised normalisation, 8 bytes a pixel ------------- */
 
-// The stem's INT8 layout is the FP16 one's bytes: 8 per pixel, so that a
-// 16-byte chunk is two whole pixels. The normalised and quantised value of
+// The stem's INT8 layout: 4 bytes a pixel (RGB and a zero). The
+// normalised and quantised value of
 // each byte of each channel comes from a table the engine computed on the
 // host exactly as the CPU INT8 engine does (model/int8.h).
 __global__ void __launch_bounds__(256)
@@ -127,9 +127,9 @@ __global__ void __launch_bounds__(256)
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        uint32_t lo = (uint32_t)(uint8_t)q[0][bytes[i * 3]] | (uint32_t)(uint8_t)q[1][bytes[i * 3 + 1]] << 8 |
-                      (uint32_t)(uint8_t)q[2][bytes[i * 3 + 2]] << 16;
-        reinterpret_cast<uint2 *>(out)[base + i] = make_uint2(lo, 0u);
+        reinterpret_cast<uint32_t *>(out)[base + i] = (uint32_t)(uint8_t)q[0][bytes[i * 3]] |
+                                                      (uint32_t)(uint8_t)q[1][bytes[i * 3 + 1]] << 8 |
+                                                      (uint32_t)(uint8_t)q[2][bytes[i * 3 + 2]] << 16;
     }
 }
 
@@ -157,8 +157,8 @@ __global__ void __launch_bounds__(256)
     if (src < 0)
         return;
     const float *x = in + (long)src * 3 * hw + p % hw;
-    uint32_t lo = quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * (long)hw], inv) << 16;
-    reinterpret_cast<uint2 *>(out)[p] = make_uint2(lo, 0u);
+    reinterpret_cast<uint32_t *>(out)[p] =
+        quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * (long)hw], inv) << 16;
 }
 
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
