@@ -903,15 +903,19 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 // Only for 64 -> 64 channels, 3x3, stride 1, pad 1 (conv_halo_fits); no
 // split-K. INT8 (S8): a pixel is 64 bytes, so rows are 64 bytes with the
 // 64-byte swizzle (chunk c of row r at c ^ ((r >> 1) & 3)) and each tap is
-// two wgmma k32 steps; the epilogue is model/int8.h's.
+// two wgmma k32 steps; the epilogue is model/int8.h's. The INT8 kernel
+// reads the residual straight from global memory instead of prefetching
+// it, which fits two CTAs per SM: one's epilogue then overlaps the other's
+// MMAs (at INT8 the MMAs are half as long, and one CTA per SM left the
+// layer as slow as at FP16).
 #define HALO_BM 128
 #define HALO_PROWS 256  // patch rows: HALO_BM + 2 * (w + 2) + 2 must fit (w <= 61)
 #define HALO_LDC 72     // words per row of the epilogue's staging tile
 // Shared memory for rows of ROWB bytes (128 FP16, 64 INT8): weights, two
-// patches, the staging tile, two tiles of residual rows, alignment.
-#define HALO_SMEM_FOR(ROWB) (9 * 64 * (ROWB) + 2 * HALO_PROWS * (ROWB) + HALO_BM * HALO_LDC * 4 + 2 * HALO_BM * (ROWB) + 1024)
-#define HALO_SMEM HALO_SMEM_FOR(128)
-#define HALO_SMEM_S8 HALO_SMEM_FOR(64)
+// patches, the staging tile, RESB bytes of residual rows, alignment.
+#define HALO_SMEM_FOR(ROWB, RESB) (9 * 64 * (ROWB) + 2 * HALO_PROWS * (ROWB) + HALO_BM * HALO_LDC * 4 + (RESB) + 1024)
+#define HALO_SMEM HALO_SMEM_FOR(128, 2 * HALO_BM * 128)
+#define HALO_SMEM_S8 HALO_SMEM_FOR(64, 0)
 
 static int conv_halo_fits(const conv_shape *s)
 {
@@ -934,7 +938,7 @@ __device__ __forceinline__ int halo_swz(int r, int c)
 }
 
 template <bool S8>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, S8 ? 2 : 1)
     conv3x3c64_halo_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
                            const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
                            int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
@@ -957,8 +961,8 @@ __global__ void __launch_bounds__(256, 1)
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     unsigned char *const patches = smem + 9 * WTAP;  // two buffers of HALO_PROWS rows
     float *const cs = reinterpret_cast<float *>(patches + 2 * HALO_PROWS * ROWB);  // [HALO_BM][HALO_LDC]
-    // The residual's rows of a tile, prefetched with its patch: two buffers
-    // of [HALO_BM] pixels.
+    // FP16: the residual's rows of a tile, prefetched with its patch: two
+    // buffers of [HALO_BM] pixels.
     unsigned char *const rbuf = reinterpret_cast<unsigned char *>(cs + HALO_BM * HALO_LDC);
     const uint32_t wbase = (uint32_t)__cvta_generic_to_shared(smem);
 
@@ -972,7 +976,7 @@ __global__ void __launch_bounds__(256, 1)
         unsigned char *p = patches + b * HALO_PROWS * ROWB;
         const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
         const unsigned char *base = in + (size_t)img * s.h * s.w * ROWB;
-        if (res)
+        if (!S8 && res)
             for (int id = tid; id < HALO_BM * CH; id += T) {
                 const int r = id / CH, c = id % CH, m = m0 + r;
                 const int oy = m / PW, ox = m - oy * PW;
@@ -1053,13 +1057,13 @@ __global__ void __launch_bounds__(256, 1)
             if (m >= HP || ox >= s.w)
                 continue;
             const size_t o = (((size_t)img * s.h + oy) * s.w + ox) * 64 + c;
-            const unsigned char *r8 = res ? rbuf + (buf * HALO_BM + r) * ROWB + c * (ROWB / 64) : NULL;
             if constexpr (S8)
                 store8_s8(reinterpret_cast<const int *>(cs) + r * HALO_LDC + c, c, bias, q,
-                          reinterpret_cast<const int8_t *>(r8), relu, out, o);
+                          res ? reinterpret_cast<const int8_t *>(res) + o : NULL, relu, out, o);
             else
-                store8_f16(cs + r * HALO_LDC + c, reinterpret_cast<const __half *>(r8), relu,
-                           static_cast<__half *>(out) + o);
+                store8_f16(cs + r * HALO_LDC + c,
+                           res ? reinterpret_cast<const __half *>(rbuf + (buf * HALO_BM + r) * ROWB) + c : NULL,
+                           relu, static_cast<__half *>(out) + o);
         }
         // Buffers buf are refilled by the next tile's prefetch, and the
         // staging tile by the next tile's accumulators.
