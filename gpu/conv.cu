@@ -117,7 +117,9 @@ __device__ __forceinline__ igemm_col igemm_col_make(const conv_shape &s, int k)
 
 // A thread's GEMM column as the k tiles go by: tiles are loaded strictly in
 // order, so (r, s, c) advances by BK with a compare or two instead of two
-// integer divisions per tile.
+// integer divisions per tile; where a tile spans many taps (the stem: 2 to 4
+// channel elements a tap) the divisions are cheaper than stepping tap by
+// tap (ncu: the INT8 stem was bound by integer issue, ALU 54%).
 struct igemm_kiter {
     int k;
     igemm_col col;
@@ -135,6 +137,15 @@ __device__ __forceinline__ void igemm_kiter_next(const conv_shape &s, igemm_kite
 {
     it.k += bk;
     it.col.c += bk;
+    if (s.c < bk) {  // uniform: the stem's few channels
+        const int taps = it.col.c / s.c;
+        it.col.c -= taps * s.c;
+        it.col.s += taps;
+        const int rows = it.col.s / s.kw;
+        it.col.s -= rows * s.kw;
+        it.col.r += rows;
+        return;
+    }
     while (it.col.c >= s.c) {
         it.col.c -= s.c;
         if (++it.col.s == s.kw) {
@@ -736,8 +747,11 @@ struct wg_tile {
 };
 
 // S8 as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
+// Tiles up to 128 x 128 ask for two CTAs per SM (128 registers a thread)
+// where their shared memory allows it, so that one CTA's epilogue overlaps
+// the other's main loop.
 template <int BM, int BN, int STAGES, bool S8>
-__global__ void __launch_bounds__(BM / 64 * 128, 1)
+__global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
                               const __half *__restrict__ wgt, const float *__restrict__ bias,
                               const void *__restrict__ res, void *__restrict__ out, int relu,
