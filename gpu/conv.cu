@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpu/kernels.cuh"
+#include "gpu/mma.cuh"
 
 /* ===================================================================== */
 /* Geometry shared by both kernels                                       */
@@ -202,21 +203,6 @@ __device__ __forceinline__ int igemm_ktiles(int K, int bk, const float *partial,
 /* FP16 tensor-core kernel                                               */
 /* ===================================================================== */
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int bytes = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
-// 8 bytes (cp.async.cg takes only 16): the INT8 stem's pixel pairs.
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int bytes = valid ? 8 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
 // One 16-byte chunk of A into smem: one copy, or for the INT8 stem (4-byte
 // pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
 // an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
@@ -236,54 +222,6 @@ __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, con
     cp_async16(dst, v ? src : in, v);
 }
 
-__device__ __forceinline__ void cp_async_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-__device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
-{
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// The same fragments read as int8: m16n8k32, exact int32 sums.
-__device__ __forceinline__ void mma_16816(int d[4], const uint32_t a[4], const uint32_t b[2])
-{
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Accumulators of a kernel instantiated for FP16 or INT8.
-template <bool S8>
-struct acc_type {
-    typedef float type;
-};
-template <>
-struct acc_type<true> {
-    typedef int type;
-};
-
 // Raw sums as the split-K partial buffer's 32-bit words (int32 for INT8).
 __device__ __forceinline__ float partial_bits(float x)
 {
@@ -292,17 +230,6 @@ __device__ __forceinline__ float partial_bits(float x)
 __device__ __forceinline__ float partial_bits(int x)
 {
     return __int_as_float(x);
-}
-
-// model/int8.h's epilogue of one output: v = acc * mult + bias (+ r * s_r),
-// ReLU, each step rounded on its own (no FMA), as the CPU engine does it.
-__device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r, float res_scale, bool res,
-                                          int relu)
-{
-    float v = __fadd_rn(__fmul_rn(__int2float_rn(acc), mult), bias);
-    if (res)
-        v = __fadd_rn(v, __fmul_rn(__int2float_rn(r), res_scale));
-    return relu && v < 0.f ? 0.f : v;
 }
 
 // Eight int32 sums of one output row, channels col..col+7: the epilogue,
@@ -1662,6 +1589,8 @@ cudaError_t conv_init(void)
         if (e != cudaSuccess)
             return e;
     }
+    if ((e = stem_pool_init()) != cudaSuccess)
+        return e;
     for (int kind = CONV_FP16; kind <= CONV_INT8; kind++) {
         int n;
         f16_entry *tab = half_table(kind, &n);

@@ -30,6 +30,10 @@
 // When the GPU JPEG decoder has already written a slot's device input
 // (engine_cuda_input_staged), submit waits for its event instead of copying.
 //
+// The stem. At FP16 and INT8 the stem conv and the max pool after it are
+// one kernel (gpu/stem.cu), and the stem's output never reaches global
+// memory; FP32 runs them as a conv and a pool.
+//
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
 // creation the engine times every candidate on random input and keeps the
@@ -74,6 +78,7 @@ typedef struct cuda_slot {
 typedef struct cuda_engine {
     engine pub;
     int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
+    int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
@@ -264,9 +269,12 @@ static conv_shape conv_shape_for(const cuda_engine *ce, int i, int n)
     return s;
 }
 
-// Bytes of tensor t per image.
+// Bytes of tensor t per image (none for the stem's output when the max
+// pool is fused into the stem: it never reaches global memory).
 static size_t tensor_bytes(const cuda_engine *ce, int t)
 {
+    if (t == 0 && ce->fused_stem)
+        return 0;
     if (t == T_IMG)
         return (size_t)RESNET18_IMG * RESNET18_IMG * stem_channels(ce) * ce->esize;
     if (t == T_POOL)
@@ -397,6 +405,13 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     MARK();
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
+        if (i == 0 && ce->fused_stem) {  // the stem and its max pool (a second mark: the pool's op, empty)
+            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), ce->w[0], ce->b[0],
+                                      ce->kind == CONV_INT8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
+            MARK();
+            MARK();
+            continue;
+        }
         CUDA_TRY(launch_conv(ce, i, n, &plan[i], st));
         MARK();
         if (i == 0) {
@@ -444,7 +459,7 @@ static size_t plans_workspace(cuda_engine *ce)
 {
     size_t most = 0;
     for (int b = 0; b < ce->nbuckets; b++)
-        for (int i = 0; i < NCONV; i++) {
+        for (int i = ce->fused_stem ? 1 : 0; i < NCONV; i++) {
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
             int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
@@ -480,7 +495,7 @@ static int autotune(cuda_engine *ce, char *err, size_t errlen)
         if (forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
             goto fail_quiet;
     for (int b = 0; b < ce->nbuckets; b++)
-        for (int i = 0; i < NCONV; i++) {
+        for (int i = ce->fused_stem ? 1 : 0; i < NCONV; i++) {
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
             int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
@@ -805,6 +820,10 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         if (conv_shape_check(&ce->shape_per_image[i], ce->kind, err, errlen) != 0)
             goto fail;
     }
+    {
+        const resnet18_conv_desc *d = &resnet18_convs[0];
+        ce->fused_stem = ce->kind != CONV_FP32 && stem_pool_fits(d->in_h, d->in_h, stem_channels(ce), d->cout);
+    }
     if (upload_weights(ce, w, cfg->calib, err, errlen) != 0)
         goto fail;
 
@@ -896,7 +915,10 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].ms = ms;
         out[op].tile = NULL;
         out[op].splits = 0;
-        if (op == 1 || (op >= 3 && op < NCONV + 2)) {
+        if ((op == 1 || op == 2) && ce->fused_stem) {
+            out[op].tile = op == 1 ? "direct stem + max pool" : "fused into conv1";
+            out[op].splits = op == 1;
+        } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
             const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];
             out[op].tile = conv_tile_get(ce->kind, p->tile)->name;
             out[op].splits = p->splits;

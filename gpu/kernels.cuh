@@ -94,6 +94,17 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
                         const float *bias, const void *res, int relu, void *out, float *workspace,
                         const conv_q8 *q, cudaStream_t st);
 
+// ResNet's stem, the 7x7/2 pad-3 conv with bias and ReLU, and the 3x3/2
+// pad-1 max pool after it, in one kernel (gpu/stem.cu), FP16 or INT8
+// (q: the conv's INT8 epilogue, NULL for FP16): in [n][h][w][4] (the
+// stem's padded layout), w [k][7][8][4] (stem_weights'), out
+// [n][h/4][w/4][k]. stem_pool_fits: the shapes it runs (k = 64, w = 224,
+// h a multiple of 4). stem_pool_init: once per device, before a launch.
+int stem_pool_fits(int h, int w, int c, int k);
+cudaError_t stem_pool_init(void);
+cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const void *wgt, const float *bias,
+                             const conv_q8 *q, void *out, cudaStream_t st);
+
 // uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
 // fourth channel zero: the stem reads 16-byte chunks of whole pixels.
 cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, cudaStream_t st);

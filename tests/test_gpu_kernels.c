@@ -305,6 +305,118 @@ START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
 }
 END_TEST
 
+/* ---- the fused stem + max pool ----------------------------------------------- */
+
+/* The stem's conv at stem pixel (y, x), channel k, of image b: the sum over
+ * 7 filter rows, 8 taps (input column 2x - 4 + s) and 4 channels. */
+static double stem_sum_f(const float *in, const float *w, int h, int b, int y, int x, int k)
+{
+    double acc = 0;
+    for (int r = 0; r < 7; r++) {
+        int iy = 2 * y - 3 + r;
+        for (int s = 0; s < 8 && iy >= 0 && iy < h; s++) {
+            int ix = 2 * x - 4 + s;
+            if (ix < 0 || ix >= 224)
+                continue;
+            for (int c = 0; c < 4; c++)
+                acc += (double)in[(((size_t)b * h + iy) * 224 + ix) * 4 + c] * w[((k * 7 + r) * 8 + s) * 4 + c];
+        }
+    }
+    return acc;
+}
+
+static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int y, int x, int k)
+{
+    int32_t acc = 0;
+    for (int r = 0; r < 7; r++) {
+        int iy = 2 * y - 3 + r;
+        for (int s = 0; s < 8 && iy >= 0 && iy < h; s++) {
+            int ix = 2 * x - 4 + s;
+            if (ix < 0 || ix >= 224)
+                continue;
+            for (int c = 0; c < 4; c++)
+                acc += in[(((size_t)b * h + iy) * 224 + ix) * 4 + c] * w[((k * 7 + r) * 8 + s) * 4 + c];
+        }
+    }
+    return acc;
+}
+
+/* The conv, bias and ReLU (FP16: as FP16 values; INT8: int8.h's epilogue
+ * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel. */
+START_TEST(stem_and_max_pool_fused_match_reference)
+{
+    enum { N = 2, H = 12, W = 224, K = 64 };
+    const int ph = H / 4, pw = W / 4, sh = H / 2, sw = W / 2;
+    const size_t nin = (size_t)N * H * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)N * ph * pw * K;
+    char err[256];
+    float *bias = rand_array(K, 0.5f), mult[K];
+    double *stem = malloc((size_t)N * sh * sw * K * sizeof *stem);
+    ck_assert_ptr_nonnull(stem);
+    for (int kind = 1; kind <= 2; kind++) {
+        float *inf = rand_array(nin, 1.0f), *wf = rand_array(nw, 0.2f), *outf = malloc(nout * sizeof *outf);
+        int8_t *in8 = malloc(nin), *w8 = malloc(nw), *out8 = malloc(nout);
+        ck_assert(outf && in8 && w8 && out8);
+        for (size_t i = 0; i < nin; i++)
+            in8[i] = rand_s8();
+        for (size_t i = 0; i < nw; i++)
+            w8[i] = rand_s8();
+        for (int k = 0; k < K; k++)
+            mult[k] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * 15.0f / 2.0f);
+        const float out_inv = 127.0f / 2.0f;
+        int rc = kind == 2 ? gpu_test_stem_pool(2, N, H, in8, w8, bias, mult, out_inv, out8, err, sizeof err)
+                           : gpu_test_stem_pool(1, N, H, inf, wf, bias, NULL, 0.f, outf, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s", err);
+        for (int b = 0; b < N; b++)
+            for (int y = 0; y < sh; y++)
+                for (int x = 0; x < sw; x++)
+                    for (int k = 0; k < K; k++) {
+                        double v;
+                        if (kind == 2) {
+                            float f = s8_ref_value(stem_sum_s8(in8, w8, H, b, y, x, k), mult[k], bias[k], NULL, 0.f, 1);
+                            v = int8_quantize(f, out_inv);
+                        } else {
+                            v = stem_sum_f(inf, wf, H, b, y, x, k) + bias[k];
+                            v = v < 0 ? 0 : v;
+                        }
+                        stem[(((size_t)b * sh + y) * sw + x) * K + k] = v;
+                    }
+        double num = 0, den = 0;
+        size_t differ = 0;
+        for (int b = 0; b < N; b++)
+            for (int y = 0; y < ph; y++)
+                for (int x = 0; x < pw; x++)
+                    for (int k = 0; k < K; k++) {
+                        double m = -1e300;
+                        for (int sy = 2 * y - 1; sy <= 2 * y + 1; sy++)
+                            for (int sx = 2 * x - 1; sx <= 2 * x + 1; sx++)
+                                if (sy >= 0 && sy < sh && sx >= 0 && sx < sw) {
+                                    double t = stem[(((size_t)b * sh + sy) * sw + sx) * K + k];
+                                    m = t > m ? t : m;
+                                }
+                        size_t o = (((size_t)b * ph + y) * pw + x) * K + k;
+                        if (kind == 2) {
+                            differ += out8[o] != (int8_t)m;
+                        } else {
+                            num += (outf[o] - m) * (outf[o] - m);
+                            den += m * m;
+                        }
+                    }
+        if (kind == 2)
+            ck_assert_msg(differ == 0, "int8 stem + pool: %zu of %zu outputs differ", differ, nout);
+        else
+            ck_assert_msg(sqrt(num / den) <= 2e-3, "fp16 stem + pool: rel L2 %.3g", sqrt(num / den));
+        free(inf);
+        free(wf);
+        free(outf);
+        free(in8);
+        free(w8);
+        free(out8);
+    }
+    free(bias);
+    free(stem);
+}
+END_TEST
+
 START_TEST(normalize_and_maxpool_int8_match_model_int8)
 {
     char err[256];
@@ -516,6 +628,7 @@ int main(void)
     tcase_add_test(tc, conv_fp16_matches_reference_on_ragged_shapes_every_tile);
     tcase_add_test(tc, conv_int8_matches_model_int8_bit_for_bit_every_tile);
     tcase_add_test(tc, normalize_and_maxpool_int8_match_model_int8);
+    tcase_add_test(tc, stem_and_max_pool_fused_match_reference);
     tcase_add_test(tc, conv_rejects_unsupported_channels);
     tcase_add_test(tc, normalize_matches_reference);
     tcase_add_test(tc, maxpool_matches_reference_on_odd_and_even_sizes);
