@@ -235,9 +235,7 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, const void *in, const 
     }
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
-    stem_pool_set_persistent_cap(2);  // every CTA through several rows and both patch buffers
     CUDA_TRY(stem_pool_launch(kind, n, h, W, din, dw, dbias, s8 ? &q : NULL, dout, 0));
-    stem_pool_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     if (s8)
         CUDA_TRY(cudaMemcpy(out, dout, nout, cudaMemcpyDeviceToHost));
@@ -245,7 +243,6 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, const void *in, const 
         CUDA_TRY(to_host(1, dout, nout, (float *)out));
     rc = 0;
 fail:
-    stem_pool_set_persistent_cap(0);
     cudaFree(din);
     cudaFree(dw);
     cudaFree(dout);

@@ -102,9 +102,6 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // h a multiple of 4). stem_pool_init: once per device, before a launch.
 int stem_pool_fits(int h, int w, int c, int k);
 cudaError_t stem_pool_init(void);
-// Tests: at most this many CTAs (0: as many as fit), so that each CTA
-// makes several pooled rows.
-void stem_pool_set_persistent_cap(int ctas);
 cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const void *wgt, const float *bias,
                              const conv_q8 *q, void *out, cudaStream_t st);
 

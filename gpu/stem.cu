@@ -8,13 +8,10 @@
 // Both precisions took ~0.6 ms at batch 256 on an H100, the max pool
 // 0.14-0.19 more.
 //
-// Here a CTA makes rows of the pooled output, one at a time: the 3 stem
-// rows a pooled row pools (3 x 112 pixels; the middle one is shared with no
-// other pooled row, the outer ones with a neighbour, computed twice) from an
-// input patch of 11 rows in shared memory. CTAs are persistent: the weights
-// load once, and the next row's patch loads while this one computes (one
-// CTA per pooled row, loading everything and then computing, took 0.53 ms
-// at INT8 and 0.61 at FP16). There is no im2col copy: ldmatrix takes a
+// Here a CTA makes one row of the pooled output of one image: the 3 stem
+// rows it pools (3 x 112 pixels; the middle one is shared with no other
+// CTA, the outer ones with a neighbour, computed twice) from an input patch
+// of 11 rows in shared memory. There is no im2col copy: ldmatrix takes a
 // row address per lane, so each lane points straight at its stem pixel's
 // 16 bytes of taps in the patch. A 16-byte row must be 16-byte aligned:
 // FP16 pixels are 8 bytes and a pixel's first tap is at input column
@@ -52,12 +49,10 @@ struct stem_cfg {
     // The shifted copy starts 64 bytes into a 128-byte line after the
     // first: an even and an odd pixel 8 bytes apart fall in other banks.
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
-    static constexpr int patch_end = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
-    static constexpr int patch_bytes = (patch_end + 127) / 128 * 128;
-    static constexpr int w_off = 2 * patch_bytes;  // two patch buffers
+    static constexpr int patch_bytes = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
+    static constexpr int w_off = (patch_bytes + 127) / 128 * 128;
     static constexpr int t_off = w_off + STEM_K * wrow;
     static constexpr int smem = t_off + 3 * STEM_SW * trow;
-    static_assert(copy1 % 16 == 0 && patch_bytes >= patch_end && w_off % 128 == 0, "stem smem layout");
 };
 
 template <bool S8>
@@ -70,40 +65,34 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
     const unsigned char *in = static_cast<const unsigned char *>(in_);
     const unsigned char *wgt = static_cast<const unsigned char *>(wgt_);
-    const int sw = w / 2, sh = h / 2, ph = sh / 2, pw = sw / 2, rows = n * ph;
+    const int sw = w / 2, sh = h / 2, ph = sh / 2, pw = sw / 2;
+    const int img = blockIdx.x / ph, py = blockIdx.x - img * ph;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *const tile = smem + cfg::t_off;  // [3][sw][64] stem outputs
 
-    // The patch of pooled row `row` into buffer b: input rows 4 py - 5 ..
-    // 4 py + 5, columns -4 .. w + 3, zero outside the image; 16-byte chunks
-    // are whole pixels, in or out as one.
-    const int prow_px = w + 8;
-    auto load_patch = [&](int row, int b) {
-        const int img = row / ph, py = row - img * ph, iy0 = 4 * py - 5;
-        const unsigned char *src_img = in + (size_t)img * h * w * PX;
-        unsigned char *p = smem + b * cfg::patch_bytes;
-        for (int id = tid; id < STEM_PROWS * prow_px * PX / 16; id += blockDim.x) {
-            const int r = id / (prow_px * PX / 16), j = id - r * (prow_px * PX / 16);
-            const int iy = iy0 + r, ix = j * 16 / PX - 4;
+    // The patch: input rows 4 py - 5 .. 4 py + 5, columns -4 .. w + 3, zero
+    // outside the image; 16-byte chunks are whole pixels, in or out as one.
+    const int iy0 = 4 * py - 5, prow_px = w + 8;
+    const unsigned char *src_img = in + (size_t)img * h * w * PX;
+    for (int id = tid; id < STEM_PROWS * prow_px * PX / 16; id += blockDim.x) {
+        const int r = id / (prow_px * PX / 16), j = id - r * (prow_px * PX / 16);
+        const int iy = iy0 + r, ix = j * 16 / PX - 4;
+        const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
+        cp_async16(smem + r * cfg::prow + j * 16, v ? src_img + ((size_t)iy * w + ix) * PX : in, v);
+    }
+    if (S8)  // the copy shifted by 8 bytes, in pixel pairs
+        for (int id = tid; id < STEM_PROWS * prow_px / 2; id += blockDim.x) {
+            const int r = id / (prow_px / 2), j = id - r * (prow_px / 2);
+            const int iy = iy0 + r, ix = 2 * j - 4;
             const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
-            cp_async16(p + r * cfg::prow + j * 16, v ? src_img + ((size_t)iy * w + ix) * PX : in, v);
+            cp_async8(smem + cfg::copy1 + r * cfg::prow + 8 + j * 8, v ? src_img + ((size_t)iy * w + ix) * PX : in,
+                      v);
         }
-        if (S8)  // the copy shifted by 8 bytes, in pixel pairs
-            for (int id = tid; id < STEM_PROWS * prow_px / 2; id += blockDim.x) {
-                const int r = id / (prow_px / 2), j = id - r * (prow_px / 2);
-                const int iy = iy0 + r, ix = 2 * j - 4;
-                const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
-                cp_async8(p + cfg::copy1 + r * cfg::prow + 8 + j * 8, v ? src_img + ((size_t)iy * w + ix) * PX : in,
-                          v);
-            }
-    };
     for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
         cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
     }
-    if ((int)blockIdx.x < rows)
-        load_patch(blockIdx.x, 0);
     cp_async_commit();
 
     // This lane's ldmatrix row in each of the warp's 3 m16 tiles: stem
@@ -120,119 +109,102 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // B fragments: weight rows n (ldmatrix x4 gives two n8 tiles).
     const uint32_t brow = sbase + cfg::w_off + (((lane >> 4) * 8 + (lane & 7)) * cfg::wrow) + ((lane >> 3) & 1) * 16;
 
-    int buf = 0;
-    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-        const int img = row / ph, py = row - img * ph;
-        // Buffer buf ^ 1 was last read by the previous row's MMAs, done
-        // before the barrier that ended it.
-        if (row + (int)gridDim.x < rows)
-            load_patch(row + gridDim.x, buf ^ 1);
-        cp_async_commit();
-        cp_async_wait<1>();  // the weights and this row's patch
-        __syncthreads();
-
-        acc_t acc[3][8][4];
+    acc_t acc[3][8][4];
 #pragma unroll
-        for (int mi = 0; mi < 3; mi++)
+    for (int mi = 0; mi < 3; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 8; ni++)
+        for (int ni = 0; ni < 8; ni++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    acc[mi][ni][e] = 0;
-        const uint32_t pb = buf * cfg::patch_bytes;
+            for (int e = 0; e < 4; e++)
+                acc[mi][ni][e] = 0;
+    cp_async_wait<0>();
+    __syncthreads();
 #pragma unroll 1
-        for (int r = 0; r < 7; r++)
+    for (int r = 0; r < 7; r++)
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) {
-                const uint32_t koff = pb + r * cfg::prow + kk * 32, kw = (r * KSTEPS + kk) * 32;
-                uint32_t a[3][4], b[8][2];
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            const uint32_t koff = r * cfg::prow + kk * 32, kw = (r * KSTEPS + kk) * 32;
+            uint32_t a[3][4], b[8][2];
 #pragma unroll
-                for (int mi = 0; mi < 3; mi++)
-                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(a[mi][0]), "=r"(a[mi][1]), "=r"(a[mi][2]), "=r"(a[mi][3])
-                                 : "r"(arow[mi] + koff));
+            for (int mi = 0; mi < 3; mi++)
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(a[mi][0]), "=r"(a[mi][1]), "=r"(a[mi][2]), "=r"(a[mi][3])
+                             : "r"(arow[mi] + koff));
 #pragma unroll
-                for (int nj = 0; nj < 4; nj++) {
-                    uint32_t t[4];
-                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(t[0]), "=r"(t[1]), "=r"(t[2]), "=r"(t[3])
-                                 : "r"(brow + nj * 16 * cfg::wrow + kw));
-                    b[2 * nj][0] = t[0];
-                    b[2 * nj][1] = t[1];
-                    b[2 * nj + 1][0] = t[2];
-                    b[2 * nj + 1][1] = t[3];
-                }
-#pragma unroll
-                for (int mi = 0; mi < 3; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < 8; ni++)
-                        mma_16816(acc[mi][ni], a[mi], b[ni]);
-            }
-
-        // Epilogue into the stem tile: bias and ReLU (FP16), or int8.h's
-        // requantisation (INT8). Row lane / 4 (+ 8), channels 2 (lane % 4) + 0, 1.
-#pragma unroll
-        for (int ni = 0; ni < 8; ni++) {
-            const int c = ni * 8 + (lane & 3) * 2;
-            const float b0 = bias[c], b1 = bias[c + 1];
-            float m0 = 0.f, m1 = 0.f;
-            if (S8) {
-                m0 = q.mult[c];
-                m1 = q.mult[c + 1];
+            for (int nj = 0; nj < 4; nj++) {
+                uint32_t t[4];
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(t[0]), "=r"(t[1]), "=r"(t[2]), "=r"(t[3])
+                             : "r"(brow + nj * 16 * cfg::wrow + kw));
+                b[2 * nj][0] = t[0];
+                b[2 * nj][1] = t[1];
+                b[2 * nj + 1][0] = t[2];
+                b[2 * nj + 1][1] = t[3];
             }
 #pragma unroll
             for (int mi = 0; mi < 3; mi++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int m = warp * 48 + mi * 16 + (lane >> 2) + 8 * hh;
-                    unsigned char *dst = tile + m * cfg::trow + c * (S8 ? 1 : 2);
-                    if constexpr (S8) {
-                        const int v0 =
-                            int8_quantize_dev(s8_value(acc[mi][ni][2 * hh], m0, b0, 0, 0.f, false, 1), q.out_inv);
-                        const int v1 =
-                            int8_quantize_dev(s8_value(acc[mi][ni][2 * hh + 1], m1, b1, 0, 0.f, false, 1), q.out_inv);
-                        *reinterpret_cast<uint16_t *>(dst) = (uint16_t)((v0 & 0xff) | (v1 & 0xff) << 8);
-                    } else {
-                        *reinterpret_cast<__half2 *>(dst) = __floats2half2_rn(
-                            fmaxf(acc[mi][ni][2 * hh] + b0, 0.f), fmaxf(acc[mi][ni][2 * hh + 1] + b1, 0.f));
-                    }
-                }
+                for (int ni = 0; ni < 8; ni++)
+                    mma_16816(acc[mi][ni], a[mi], b[ni]);
         }
-        __syncthreads();
 
-        // The 3x3/2 pool: stem rows 2py - 1 .. 2py + 1 are tile rows 0..2
-        // (row 0 is outside the image when py = 0), columns 2px - 1 ..
-        // 2px + 1; 16 bytes of channels per step.
-        constexpr int VEC = cfg::trow / 16;
-        unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::trow;
-        for (int id = tid; id < pw * VEC; id += blockDim.x) {
-            const int px = id / VEC, v = id - px * VEC;
-            uint4 best = make_uint4(0, 0, 0, 0);
-            bool first = true;
-            for (int sy = py == 0 ? 1 : 0; sy < 3; sy++)
-                for (int x = px == 0 ? 0 : 2 * px - 1; x <= 2 * px + 1 && x < sw; x++) {
-                    const uint4 t = *reinterpret_cast<const uint4 *>(tile + (sy * sw + x) * cfg::trow + v * 16);
-                    if (first) {
-                        best = t;
-                        first = false;
-                    } else if (S8) {
-                        best = make_uint4(__vmaxs4(best.x, t.x), __vmaxs4(best.y, t.y), __vmaxs4(best.z, t.z),
-                                          __vmaxs4(best.w, t.w));
-                    } else {
-                        __half2 *bh = reinterpret_cast<__half2 *>(&best);
-                        const __half2 *th = reinterpret_cast<const __half2 *>(&t);
-                        for (int j = 0; j < 4; j++)
-                            bh[j] = __hmax2(bh[j], th[j]);
-                    }
-                }
-            *reinterpret_cast<uint4 *>(out + (size_t)px * cfg::trow + v * 16) = best;
+    // Epilogue into the stem tile: bias and ReLU (FP16), or int8.h's
+    // requantisation (INT8). Row lane / 4 (+ 8), channels 2 (lane % 4) + 0, 1.
+#pragma unroll
+    for (int ni = 0; ni < 8; ni++) {
+        const int c = ni * 8 + (lane & 3) * 2;
+        const float b0 = bias[c], b1 = bias[c + 1];
+        float m0 = 0.f, m1 = 0.f;
+        if (S8) {
+            m0 = q.mult[c];
+            m1 = q.mult[c + 1];
         }
-        // The stem tile is rewritten by the next row's epilogue, buf by the
-        // prefetch after next.
-        __syncthreads();
-        buf ^= 1;
+#pragma unroll
+        for (int mi = 0; mi < 3; mi++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int m = warp * 48 + mi * 16 + (lane >> 2) + 8 * hh;
+                unsigned char *dst = tile + m * cfg::trow + c * (S8 ? 1 : 2);
+                if constexpr (S8) {
+                    const int v0 = int8_quantize_dev(s8_value(acc[mi][ni][2 * hh], m0, b0, 0, 0.f, false, 1), q.out_inv);
+                    const int v1 = int8_quantize_dev(s8_value(acc[mi][ni][2 * hh + 1], m1, b1, 0, 0.f, false, 1),
+                                                     q.out_inv);
+                    *reinterpret_cast<uint16_t *>(dst) = (uint16_t)((v0 & 0xff) | (v1 & 0xff) << 8);
+                } else {
+                    *reinterpret_cast<__half2 *>(dst) = __floats2half2_rn(fmaxf(acc[mi][ni][2 * hh] + b0, 0.f),
+                                                                           fmaxf(acc[mi][ni][2 * hh + 1] + b1, 0.f));
+                }
+            }
     }
-    cp_async_wait<0>();
+    __syncthreads();
+
+    // The 3x3/2 pool: stem rows 2py - 1 .. 2py + 1 are tile rows 0..2 (row
+    // 0 is outside the image when py = 0), columns 2px - 1 .. 2px + 1; 16
+    // bytes of channels per step.
+    constexpr int VEC = cfg::trow / 16;
+    unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::trow;
+    for (int id = tid; id < pw * VEC; id += blockDim.x) {
+        const int px = id / VEC, v = id - px * VEC;
+        uint4 best = make_uint4(0, 0, 0, 0);
+        bool first = true;
+        for (int sy = py == 0 ? 1 : 0; sy < 3; sy++)
+            for (int x = px == 0 ? 0 : 2 * px - 1; x <= 2 * px + 1 && x < sw; x++) {
+                const uint4 t = *reinterpret_cast<const uint4 *>(tile + (sy * sw + x) * cfg::trow + v * 16);
+                if (first) {
+                    best = t;
+                    first = false;
+                } else if (S8) {
+                    best = make_uint4(__vmaxs4(best.x, t.x), __vmaxs4(best.y, t.y), __vmaxs4(best.z, t.z),
+                                      __vmaxs4(best.w, t.w));
+                } else {
+                    __half2 *bh = reinterpret_cast<__half2 *>(&best);
+                    const __half2 *th = reinterpret_cast<const __half2 *>(&t);
+                    for (int j = 0; j < 4; j++)
+                        bh[j] = __hmax2(bh[j], th[j]);
+                }
+            }
+        *reinterpret_cast<uint4 *>(out + (size_t)px * cfg::trow + v * 16) = best;
+    }
 }
 
 int stem_pool_fits(int h, int w, int c, int k)
@@ -240,36 +212,13 @@ int stem_pool_fits(int h, int w, int c, int k)
     return c == 4 && k == STEM_K && h % 4 == 0 && w % 4 == 0 && h >= 8 && w == STEM_MAX_W;
 }
 
-// Persistent grids: the SMs of the device stem_pool_init last ran on
-// times the CTAs each holds, per precision; or the test's cap.
-static int g_stem_ctas[2] = {1, 1};
-static int g_stem_cap = 0;
-
-void stem_pool_set_persistent_cap(int ctas)
-{
-    g_stem_cap = ctas > 0 ? ctas : 0;
-}
-
 cudaError_t stem_pool_init(void)
 {
-    int dev, sms = 1, per[2] = {1, 1};
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(stem_pool_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 stem_cfg<false>::smem);
+    cudaError_t e = cudaFuncSetAttribute(stem_pool_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         stem_cfg<false>::smem);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(stem_pool_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  stem_cfg<true>::smem);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per[0], stem_pool_kernel<false>, STEM_WARPS * 32,
-                                                          stem_cfg<false>::smem);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per[1], stem_pool_kernel<true>, STEM_WARPS * 32,
-                                                          stem_cfg<true>::smem);
-    for (int i = 0; i < 2 && e == cudaSuccess; i++)
-        g_stem_ctas[i] = sms * (per[i] > 0 ? per[i] : 1);
     return e;
 }
 
@@ -279,8 +228,7 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || kind == CONV_FP32)
         return cudaErrorInvalidValue;
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
-    const int rows = n * (h / 4), most = g_stem_cap > 0 ? g_stem_cap : g_stem_ctas[kind == CONV_INT8];
-    const unsigned blocks = (unsigned)(rows < most ? rows : most);
+    const unsigned blocks = (unsigned)(n * (h / 4));
     if (kind == CONV_INT8)
         stem_pool_kernel<true><<<blocks, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, w, in, wgt, bias, *q, out);
     else
