@@ -36,8 +36,8 @@
 #define STEM_PROWS 11     // input rows under 3 stem rows: 2 * 2 + 7
 
 // Bytes: a pixel, a patch row (the input columns -4 .. w + 3), a weight row
-// (+16 bytes so that ldmatrix's 8 rows fall in distinct banks), the stem
-// tile's rows (64 channels).
+// (+16 bytes so that ldmatrix's 8 rows fall in distinct banks), an output
+// pixel (64 channels) and a row of the stem tile (one, + 16 bytes).
 template <bool S8>
 struct stem_cfg {
     static constexpr int px = S8 ? 4 : 8;
@@ -45,7 +45,8 @@ struct stem_cfg {
     static constexpr int copies = S8 ? 2 : 1;
     static constexpr int copy_bytes = STEM_PROWS * prow;
     static constexpr int wrow = 7 * 8 * px + 16;
-    static constexpr int trow = STEM_K * (S8 ? 1 : 2);
+    static constexpr int orow = STEM_K * (S8 ? 1 : 2);  // an output pixel
+    static constexpr int trow = orow + 16;  // rows 8 lanes write at once fall in distinct banks
     // The shifted copy starts 64 bytes into a 128-byte line after the
     // first: an even and an odd pixel 8 bytes apart fall in other banks.
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
@@ -181,8 +182,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // The 3x3/2 pool: stem rows 2py - 1 .. 2py + 1 are tile rows 0..2 (row
     // 0 is outside the image when py = 0), columns 2px - 1 .. 2px + 1; 16
     // bytes of channels per step.
-    constexpr int VEC = cfg::trow / 16;
-    unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::trow;
+    constexpr int VEC = cfg::orow / 16;
+    unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
     for (int id = tid; id < pw * VEC; id += blockDim.x) {
         const int px = id / VEC, v = id - px * VEC;
         uint4 best = make_uint4(0, 0, 0, 0);
@@ -203,7 +204,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
                         bh[j] = __hmax2(bh[j], th[j]);
                 }
             }
-        *reinterpret_cast<uint4 *>(out + (size_t)px * cfg::trow + v * 16) = best;
+        *reinterpret_cast<uint4 *>(out + (size_t)px * cfg::orow + v * 16) = best;
     }
 }
 
