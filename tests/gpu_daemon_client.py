@@ -3,10 +3,15 @@ machine with a GPU: every error case of the CPU tests gets the same answer
 (bad input is refused from its header, before the hardware sees it), every
 reference JPEG gets 200 (progressive ones through the CPU fallback) with the
 same top-1 as the same engine with decode = cpu, and the metrics count the
-images of each backend. Run by tests/test_gpu_daemon.sh."""
+images of each backend. At INT8 (a calibration table made from the reference
+JPEGs) the GPU daemon answers every JPEG as the CPU INT8 daemon does: the
+CUDA INT8 engine computes model/int8.h bit for bit. Run by
+tests/test_gpu_daemon.sh."""
 import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import daemon_client as dc
 
@@ -61,9 +66,44 @@ def check_reference_jpegs(opts):
            "(%d unsupported, %d progressive)" % (len(names), agree, hw, on_cpu, fb, progressive)
 
 
+def check_int8_as_on_the_cpu(opts):
+    jdir = os.path.join(opts.ref, "jpeg")
+    names = sorted(n for n in os.listdir(jdir) if n.endswith(".jpg"))
+    table = tempfile.NamedTemporaryFile(prefix="resnetd-int8-", suffix=".json", delete=False).name
+    calibrate = os.path.join(os.path.dirname(opts.resnetd), "resnetd-calibrate")
+    subprocess.run([calibrate, "--weights", os.path.join(opts.ref, "weights.safetensors"), "--images", jdir,
+                    "--out", table], check=True, stdout=subprocess.DEVNULL)
+    int8 = ("--precision", "int8", "--calibration", table)
+    gpu = dc.Daemon(opts, "--device", "cuda", "--decode", "cpu", *int8)
+    try:
+        cpu = dc.Daemon(opts, "--device", "cpu", *int8)
+        try:
+            assert "int8" in gpu.text(), gpu.text()
+            worst = 0.0
+            for n in names:
+                data = dc.read_file(os.path.join(jdir, n))
+                preds = []
+                for d in (gpu, cpu):
+                    status, _, body = d.request("POST", "/classify?top_k=5", data, {"Content-Type": "image/jpeg"})
+                    assert status == 200, (n, status, body[:300])
+                    preds.append(json.loads(body)["results"][0]["predictions"])
+                assert [p["index"] for p in preds[0]] == [p["index"] for p in preds[1]], (n, preds)
+                for a, b in zip(*preds):
+                    worst = max(worst, abs(a["score"] - b["score"]) / max(b["score"], 1e-12))
+            assert worst <= 1e-4, worst
+        finally:
+            rc_c = cpu.stop()
+    finally:
+        rc_g = gpu.stop()
+        os.unlink(table)
+    assert rc_g == 0 and rc_c == 0, (rc_g, rc_c)
+    return "%d JPEGs at INT8: the same top-5 as the CPU INT8 daemon, scores within %.1e" % (len(names), worst)
+
+
 CHECKS = [
     ("errors_as_on_cpu", check_errors_as_on_cpu, False),
     ("reference_jpegs", check_reference_jpegs, False),
+    ("int8_as_on_the_cpu", check_int8_as_on_the_cpu, False),
 ]
 
 if __name__ == "__main__":

@@ -260,7 +260,8 @@ static void make_table(const resnet18_weights *w, calib_table *t)
 /* model/int8.h fixes every integer and every float of the convs, so the
  * last conv's FP32 output must equal the CPU INT8 engine's bit for bit;
  * only the average pool and the FC sum in another order (logits within
- * 1e-5, same top-1). Same images, FP32 inputs included, both slots. */
+ * 1e-5, same top-1). Same images, FP32 inputs included (one with NaN,
+ * infinities and huge values), both slots. */
 START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
 {
     static const int full[] = {1, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
@@ -283,10 +284,24 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
     const size_t per = (size_t)last->out_h * last->out_h * last->cout, C = (size_t)e->classes;
     float *gpu_last = malloc((size_t)max * per * sizeof(float));
     int *which = malloc(sizeof(int) * max);
-    ck_assert(gpu_last && which);
+    /* An FP32 input with values no photo has: NaN quantises to 0, +-inf and
+     * 1e30 clamp to +-127 (model/int8.h), on both engines. */
+    float *odd = malloc(RESNET18_INPUT_BYTES * sizeof(float));
+    ck_assert(gpu_last && which && odd);
+    memcpy(odd, pool_f32, RESNET18_INPUT_BYTES * sizeof(float));
+    for (int c = 0; c < 3; c++) {
+        float *plane = odd + (size_t)c * RESNET18_IMG * RESNET18_IMG;
+        plane[c] = NAN;
+        plane[100 + c] = INFINITY;
+        plane[200 + c] = -INFINITY;
+        plane[300 + c] = 1e30f;
+        plane[400 + c] = -1e30f;
+    }
     for (int b = 0; b < nb; b++) {
         const int n = batches[b], s = b % 2;
         fill_slot(e, s, n, which);
+        if (n > 1)
+            e->input_f32[s][1] = odd;
         memcpy(cpu->input[0], e->input[s], (size_t)n * RESNET18_INPUT_BYTES);
         for (int i = 0; i < n; i++)
             cpu->input_f32[0][i] = e->input_f32[s][i];
@@ -308,6 +323,8 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
         double worst = 0;
         for (int i = 0; i < n; i++) {
             const float *got = e->logits[s] + i * C, *ref = cpu->logits[0] + i * C;
+            if (i == 1)  /* the odd image: its logits are finite, and equal as the last conv showed */
+                ck_assert(isfinite(got[0]) && isfinite(ref[0]));
             double rel = testutil_rel_l2(got, ref, C);
             worst = rel > worst ? rel : worst;
             int a, c;
@@ -321,6 +338,7 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
     }
     free(gpu_last);
     free(which);
+    free(odd);
     engine_destroy(cpu);
     engine_destroy(e);
 }
