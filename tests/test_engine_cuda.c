@@ -7,7 +7,8 @@
  * the GPU's softmax top-k against the logits it returned. The same for
  * reference.py's 10-class fine-tune and a 3-class head (its first 3 rows:
  * fewer classes than the GPU's top-k), batches of 1, 3 and 17. INT8 against
- * the CPU INT8 engine: the last conv's output equal bit for bit.
+ * the CPU INT8 engine: the last conv's output equal bit for bit. FP16 and
+ * INT8 run with the fused stem and (small batches) RESNETD_GPU_STEM=unfused.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
@@ -206,6 +207,9 @@ END_TEST
 START_TEST(fp16_matches_cpu_engine_within_5e3_same_top1)
 {
     run_model(&imagenet, ENGINE_PRECISION_FP16, 0);
+    setenv("RESNETD_GPU_STEM", "unfused", 1);
+    run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
+    unsetenv("RESNETD_GPU_STEM");
 }
 END_TEST
 
@@ -262,11 +266,12 @@ static void make_table(const resnet18_weights *w, calib_table *t)
  * only the average pool and the FC sum in another order (logits within
  * 1e-5, same top-1). Same images, FP32 inputs included (one with NaN,
  * infinities and huge values), both slots. */
-START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
+static void run_int8(int small_batches)
 {
     static const int full[] = {1, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
-    const int *batches = quick ? small : full;
-    int nb = quick ? 3 : 6, max = quick ? 17 : 300;
+    small_batches |= quick;
+    const int *batches = small_batches ? small : full;
+    int nb = small_batches ? 3 : 6, max = small_batches ? 17 : 300;
     char err[256];
     setup_once(&imagenet);
     calib_table t;
@@ -341,6 +346,15 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
     free(odd);
     engine_destroy(cpu);
     engine_destroy(e);
+}
+
+START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
+{
+    run_int8(0);
+    /* The stem as three kernels (normalise, conv, max pool), as FP32 runs it. */
+    setenv("RESNETD_GPU_STEM", "unfused", 1);
+    run_int8(1);
+    unsetenv("RESNETD_GPU_STEM");
 }
 END_TEST
 
