@@ -30,10 +30,9 @@
 // When the GPU JPEG decoder has already written a slot's device input
 // (engine_cuda_input_staged), submit waits for its event instead of copying.
 //
-// The stem. At FP16 and INT8 the input normalisation, the stem conv and the
-// max pool after it are one kernel (gpu/stem.cu): neither the normalised
-// image nor the stem's output reaches global memory. FP32 (and
-// RESNETD_GPU_STEM=unfused) runs them as three kernels.
+// The stem. At FP16 and INT8 the stem conv and the max pool after it are
+// one kernel (gpu/stem.cu), and the stem's output never reaches global
+// memory. FP32 (and RESNETD_GPU_STEM=unfused) runs them as two kernels.
 //
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
@@ -79,7 +78,7 @@ typedef struct cuda_slot {
 typedef struct cuda_engine {
     engine pub;
     int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
-    int fused_stem;   // FP16/INT8: normalise, stem conv and max pool are one kernel (stem_pool_launch)
+    int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
@@ -274,7 +273,7 @@ static conv_shape conv_shape_for(const cuda_engine *ce, int i, int n)
 // pool is fused into the stem: it never reaches global memory).
 static size_t tensor_bytes(const cuda_engine *ce, int t)
 {
-    if ((t == 0 || t == T_IMG) && ce->fused_stem)
+    if (t == 0 && ce->fused_stem)
         return 0;
     if (t == T_IMG)
         return (size_t)RESNET18_IMG * RESNET18_IMG * stem_channels(ce) * ce->esize;
@@ -394,9 +393,7 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
 
     const conv_plan *plan = ce->plan[bucket_for(ce, n)];
     const long npix = (long)n * RESNET18_IMG * RESNET18_IMG;
-    if (ce->fused_stem) {
-        // the stem kernel reads the input itself
-    } else if (ce->kind == CONV_INT8) {
+    if (ce->kind == CONV_INT8) {
         int8_t *img = (int8_t *)tensor_ptr(ce, T_IMG);
         CUDA_TRY(normalize_s8_launch(sl->d_in, ce->qlut, img, npix, st));
         CUDA_TRY(place_f32_s8_launch(sl->d_f32, sl->d_which, ce->in_inv, img, n, RESNET18_IMG * RESNET18_IMG, st));
@@ -409,8 +406,7 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0 && ce->fused_stem) {  // the stem and its max pool (a second mark: the pool's op, empty)
-            const stem_input in = {sl->d_in, sl->d_f32, sl->d_which, ce->qlut, ce->in_inv};
-            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, &in, ce->w[0], ce->b[0],
+            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), ce->w[0], ce->b[0],
                                       ce->kind == CONV_INT8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
             MARK();
             MARK();
@@ -825,8 +821,8 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
             goto fail;
     }
     {
-        // RESNETD_GPU_STEM=unfused: normalise, stem conv and max pool as
-        // three kernels (to compare; the tests run both).
+        // RESNETD_GPU_STEM=unfused: the stem conv and the max pool as two
+        // kernels (to compare; the tests run both).
         const resnet18_conv_desc *d = &resnet18_convs[0];
         const char *how = getenv("RESNETD_GPU_STEM");
         if (how && strcmp(how, "fused") != 0 && strcmp(how, "unfused") != 0) {
@@ -927,8 +923,8 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].ms = ms;
         out[op].tile = NULL;
         out[op].splits = 0;
-        if (op <= 2 && ce->fused_stem) {
-            out[op].tile = op == 1 ? "normalise + direct stem + max pool" : "fused into conv1";
+        if ((op == 1 || op == 2) && ce->fused_stem) {
+            out[op].tile = op == 1 ? "direct stem + max pool" : "fused into conv1";
             out[op].splits = op == 1;
         } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
             const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];

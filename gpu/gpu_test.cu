@@ -204,40 +204,23 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_stem_pool(int kind, int n, int h, const uint8_t *rgb, const float *f32, const int *which,
-                                  const int8_t lut[3][256], float in_inv, const void *w, const float *bias,
+extern "C" int gpu_test_stem_pool(int kind, int n, int h, const void *in, const void *w, const float *bias,
                                   const float *mult, float out_inv, void *out, char *err, size_t errlen)
 {
     const int W = 224, K = 64, s8 = kind == CONV_INT8;
-    const size_t npix = (size_t)n * h * W, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)n * (h / 4) * (W / 4) * K;
-    void *dw = NULL, *dout = NULL;
-    uint8_t *drgb = NULL;
-    float *df32 = NULL, *dbias = NULL, *dmult = NULL;
-    int *dwhich = NULL;
-    int8_t *dlut = NULL;
+    const size_t nin = (size_t)n * h * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)n * (h / 4) * (W / 4) * K;
+    void *din = NULL, *dw = NULL, *dout = NULL;
+    float *dbias = NULL, *dmult = NULL;
     conv_q8 q = {NULL, 0.f, out_inv, 0};
-    stem_input in = {NULL, NULL, NULL, NULL, in_inv};
     int rc = -1;
     if (!stem_pool_fits(h, W, 4, K) || (kind != CONV_FP16 && !s8)) {
         snprintf(err, errlen, "stem shape or kind not supported");
         return -1;
     }
     CUDA_TRY(conv_init());
-    CUDA_TRY(cudaMalloc((void **)&drgb, npix * 3));
-    CUDA_TRY(cudaMemcpy(drgb, rgb, npix * 3, cudaMemcpyHostToDevice));
-    in.rgb = drgb;
-    if (which) {
-        CUDA_TRY(cudaMalloc((void **)&df32, npix * 3 * sizeof(float)));
-        CUDA_TRY(cudaMemcpy(df32, f32, npix * 3 * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMalloc((void **)&dwhich, n * sizeof(int)));
-        CUDA_TRY(cudaMemcpy(dwhich, which, n * sizeof(int), cudaMemcpyHostToDevice));
-        in.f32 = df32;
-        in.which = dwhich;
-    }
     if (s8) {
-        CUDA_TRY(cudaMalloc((void **)&dlut, 768));
-        CUDA_TRY(cudaMemcpy(dlut, lut, 768, cudaMemcpyHostToDevice));
-        in.lut = dlut;
+        CUDA_TRY(cudaMalloc(&din, nin));
+        CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
         CUDA_TRY(cudaMalloc(&dw, nw));
         CUDA_TRY(cudaMemcpy(dw, w, nw, cudaMemcpyHostToDevice));
         CUDA_TRY(cudaMalloc((void **)&dmult, K * sizeof(float)));
@@ -246,12 +229,13 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, const uint8_t *rgb, co
         CUDA_TRY(cudaMalloc(&dout, nout));
         CUDA_TRY(cudaMemset(dout, 0x55, nout));
     } else {
+        CUDA_TRY(to_device(1, (float *)in, nin, &din));
         CUDA_TRY(to_device(1, (float *)w, nw, &dw));
         CUDA_TRY(poisoned(1, nout, &dout));
     }
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_TRY(stem_pool_launch(kind, n, h, W, &in, dw, dbias, s8 ? &q : NULL, dout, 0));
+    CUDA_TRY(stem_pool_launch(kind, n, h, W, din, dw, dbias, s8 ? &q : NULL, dout, 0));
     CUDA_TRY(cudaDeviceSynchronize());
     if (s8)
         CUDA_TRY(cudaMemcpy(out, dout, nout, cudaMemcpyDeviceToHost));
@@ -259,10 +243,7 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, const uint8_t *rgb, co
         CUDA_TRY(to_host(1, dout, nout, (float *)out));
     rc = 0;
 fail:
-    cudaFree(drgb);
-    cudaFree(df32);
-    cudaFree(dwhich);
-    cudaFree(dlut);
+    cudaFree(din);
     cudaFree(dw);
     cudaFree(dout);
     cudaFree(dbias);

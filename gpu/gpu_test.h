@@ -53,15 +53,12 @@ int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256]
 int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out, char *err,
                         size_t errlen);
 
-/* The fused stem (gpu/stem.cu): rgb [n][h][224][3] uint8, f32 [n][3][h][224]
- * FP32 images used for images i with which[i] >= 0 (f32 and which may be
- * NULL), w [64][7][8][4] (tap s of filter row r reads input column
- * 2x - 4 + s), out [n][h/4][56][64]. FP16 (kind 1): w FP32, rounded in
- * place to FP16, out FP32; lut, in_inv, mult and out_inv unused. INT8
- * (kind 2): lut the quantised normalisation, in_inv for FP32 images, w
- * int8, the epilogue with mult and out_inv, out int8. Returns 0 or -1. */
-int gpu_test_stem_pool(int kind, int n, int h, const uint8_t *rgb, const float *f32, const int *which,
-                       const int8_t lut[3][256], float in_inv, const void *w, const float *bias, const float *mult,
+/* The fused stem + max pool (gpu/stem.cu): in [n][h][224][4], w
+ * [64][7][8][4] (tap s of filter row r reads input column 2x - 4 + s), out
+ * [n][h/4][56][64]. FP16 (kind 1): in and w FP32 arrays rounded in place to
+ * FP16, out FP32; mult and out_inv unused. INT8 (kind 2): int8 arrays and
+ * int8 out, the epilogue with mult and out_inv. Returns 0 or -1. */
+int gpu_test_stem_pool(int kind, int n, int h, const void *in, const void *w, const float *bias, const float *mult,
                        float out_inv, void *out, char *err, size_t errlen);
 
 /* in: npix RGB pixels; out: npix x 4 (normalised RGB, then 0). */

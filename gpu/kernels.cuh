@@ -69,15 +69,6 @@ int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *
 conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms);
 // Workspace a plan needs (FP32 partial sums), 0 without split-K.
 size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
-// (v / 255 - mean[c]) / std[c]: the same expression, in the same FP32
-// order, as preprocess_normalize_chw (IEEE division: no fast math).
-__device__ __forceinline__ float normalize_channel(uint32_t v, int c)
-{
-    const float mean = c == 0 ? 0.485f : c == 1 ? 0.456f : 0.406f;
-    const float std = c == 0 ? 0.229f : c == 1 ? 0.224f : 0.225f;
-    return ((float)v / 255.0f - mean) / std;
-}
-
 // q(x) of model/int8.h given inv = 1 / s: rint(x * inv) (no FMA), NaN ->
 // 0, clamped to +-127; the CPU engine's int8_quantize, bit for bit.
 __device__ __forceinline__ int int8_quantize_dev(float x, float inv)
@@ -103,27 +94,16 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
                         const float *bias, const void *res, int relu, void *out, float *workspace,
                         const conv_q8 *q, cudaStream_t st);
 
-// ResNet's stem: the input normalisation (and INT8 quantisation), the 7x7/2
-// pad-3 conv with bias and ReLU, and the 3x3/2 pad-1 max pool after it, in
-// one kernel (gpu/stem.cu), FP16 or INT8 (q: the conv's INT8 epilogue,
-// NULL for FP16). Its input is the engine's: uint8 RGB images, and FP32
-// ones (CHW) for images i with which[i] >= 0 (which may be NULL: none), as
-// normalize_launch and place_f32_launch take them; INT8 also the
-// quantised normalisation table and 1 / the input scale (normalize_s8_launch,
-// place_f32_s8_launch). w [k][7][8][4] (stem_weights'), out
+// ResNet's stem, the 7x7/2 pad-3 conv with bias and ReLU, and the 3x3/2
+// pad-1 max pool after it, in one kernel (gpu/stem.cu), FP16 or INT8
+// (q: the conv's INT8 epilogue, NULL for FP16): in [n][h][w][4] (the
+// stem's padded layout), w [k][7][8][4] (stem_weights'), out
 // [n][h/4][w/4][k]. stem_pool_fits: the shapes it runs (k = 64, w = 224,
 // h a multiple of 4). stem_pool_init: once per device, before a launch.
-struct stem_input {
-    const uint8_t *rgb;  // [n][h][w][3]
-    const float *f32;    // [n][3][h][w]
-    const int *which;    // [n], or NULL
-    const int8_t *lut;   // INT8: [3][256]
-    float in_inv;        // INT8
-};
 int stem_pool_fits(int h, int w, int c, int k);
 cudaError_t stem_pool_init(void);
-cudaError_t stem_pool_launch(int kind, int n, int h, int w, const stem_input *in, const void *wgt,
-                             const float *bias, const conv_q8 *q, void *out, cudaStream_t st);
+cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const void *wgt, const float *bias,
+                             const conv_q8 *q, void *out, cudaStream_t st);
 
 // uint8 RGB NHWC [npix][3] -> normalised [npix][4] (FP16 or FP32), the
 // fourth channel zero: the stem reads 16-byte chunks of whole pixels.

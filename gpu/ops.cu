@@ -7,6 +7,9 @@
 
 /* ---- normalise: uint8 RGB -> (x/255 - mean) / std, 4 channels -------- */
 
+// The same expression, in the same FP32 order, as preprocess_normalize_chw.
+__constant__ float kMean[3] = {0.485f, 0.456f, 0.406f};
+__constant__ float kStd[3] = {0.229f, 0.224f, 0.225f};
 
 // Pixel p of an NHWC4 image: three channels and a zero, as four floats or
 // four halves (one 16- or 8-byte store).
@@ -23,6 +26,11 @@ __device__ static inline void store_pixel4(__half *out, long p, float c0, float 
     v.x = *reinterpret_cast<uint32_t *>(&lo);
     v.y = *reinterpret_cast<uint32_t *>(&hi);
     reinterpret_cast<uint2 *>(out)[p] = v;
+}
+
+__device__ static inline float normalize_channel(uint32_t v, int c)
+{
+    return ((float)v / 255.0f - kMean[c]) / kStd[c];
 }
 
 // A block takes 1024 pixels: their 3072 bytes come in as 768 coalesced

@@ -6,7 +6,7 @@
 // A is gathered from 7 places for little work, and its output, the largest
 // tensor of the network, is written only for the max pool to read it back.
 // Both precisions took ~0.6 ms at batch 256 on an H100, the max pool
-// 0.14-0.19 more, and the normalisation before it 0.08-0.10.
+// 0.14-0.19 more.
 //
 // Here a CTA makes one row of the pooled output of one image: the 3 stem
 // rows it pools (3 x 112 pixels; the middle one is shared with no other
@@ -19,15 +19,12 @@
 // 8 mod 16, so the INT8 patch is kept twice, the second copy shifted by 8
 // bytes, and odd x read from it. The stem outputs (after the epilogue:
 // FP16, or int8.h's requantisation) are staged in shared memory and max
-// pooled there; only the pooled row is written. The patch is made from the
-// engine's uint8 RGB input (or an FP32 input image) in the CTA: normalised
-// (FP16) or normalised and quantised (INT8, model/int8.h's table), so no
-// normalised image is written or read either.
+// pooled there; only the pooled row is written.
 //
 // Geometry (checked by stem_pool_fits): 7x7 stride 2 pad 3, then 3x3
-// stride 2 pad 1; the patch's pixels are 4 channels (RGB and a zero, FP16
-// or int8), the weights [64][7][8][4] (a zero tap first: taps 0..7 of row r
-// read input columns 2x - 4 .. 2x + 3), the output [n][ph][pw][64].
+// stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8),
+// weights [64][7][8][4] (a zero tap first: taps 0..7 of row r read input
+// columns 2x - 4 .. 2x + 3), output [n][ph][pw][64].
 #include <stdio.h>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
@@ -56,79 +53,48 @@ struct stem_cfg {
     static constexpr int patch_bytes = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
     static constexpr int w_off = (patch_bytes + 127) / 128 * 128;
     static constexpr int t_off = w_off + STEM_K * wrow;
-    static constexpr int raw_off = t_off + 3 * STEM_SW * trow;  // the uint8 RGB rows under the patch
-    static constexpr int smem = raw_off + STEM_PROWS * STEM_MAX_W * 3;
+    static constexpr int smem = t_off + 3 * STEM_SW * trow;
 };
 
 template <bool S8>
 __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
-    stem_pool_kernel(int n, int h, int w, const stem_input in, const void *__restrict__ wgt_,
+    stem_pool_kernel(int n, int h, int w, const void *__restrict__ in_, const void *__restrict__ wgt_,
                      const float *__restrict__ bias, const conv_q8 q, void *__restrict__ out_)
 {
     typedef stem_cfg<S8> cfg;
     typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
+    const unsigned char *in = static_cast<const unsigned char *>(in_);
     const unsigned char *wgt = static_cast<const unsigned char *>(wgt_);
     const int sw = w / 2, sh = h / 2, ph = sh / 2, pw = sw / 2;
     const int img = blockIdx.x / ph, py = blockIdx.x - img * ph;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *const tile = smem + cfg::t_off;  // [3][sw][64] stem outputs
-    unsigned char *const raw = smem + cfg::raw_off;  // [11][w][3] uint8 input rows
 
-    // Input rows 4 py - 5 .. 4 py + 5 of the image: its uint8 rows (16-byte
-    // copies: a row is w * 3 bytes, a multiple of 16), unless it came as an
-    // FP32 tensor (read directly below).
-    const int iy0 = 4 * py - 5, rowb = w * 3;
-    const int src = in.which ? in.which[img] : -1;
-    if (src < 0)
-        for (int id = tid; id < STEM_PROWS * rowb / 16; id += blockDim.x) {
-            const int r = id / (rowb / 16), j = id - r * (rowb / 16), iy = iy0 + r;
-            const bool v = (unsigned)iy < (unsigned)h;
-            cp_async16(raw + r * rowb + j * 16, v ? in.rgb + ((size_t)img * h + iy) * rowb + j * 16 : in.rgb, v);
+    // The patch: input rows 4 py - 5 .. 4 py + 5, columns -4 .. w + 3, zero
+    // outside the image; 16-byte chunks are whole pixels, in or out as one.
+    const int iy0 = 4 * py - 5, prow_px = w + 8;
+    const unsigned char *src_img = in + (size_t)img * h * w * PX;
+    for (int id = tid; id < STEM_PROWS * prow_px * PX / 16; id += blockDim.x) {
+        const int r = id / (prow_px * PX / 16), j = id - r * (prow_px * PX / 16);
+        const int iy = iy0 + r, ix = j * 16 / PX - 4;
+        const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
+        cp_async16(smem + r * cfg::prow + j * 16, v ? src_img + ((size_t)iy * w + ix) * PX : in, v);
+    }
+    if (S8)  // the copy shifted by 8 bytes, in pixel pairs
+        for (int id = tid; id < STEM_PROWS * prow_px / 2; id += blockDim.x) {
+            const int r = id / (prow_px / 2), j = id - r * (prow_px / 2);
+            const int iy = iy0 + r, ix = 2 * j - 4;
+            const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
+            cp_async8(smem + cfg::copy1 + r * cfg::prow + 8 + j * 8, v ? src_img + ((size_t)iy * w + ix) * PX : in,
+                      v);
         }
     for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
         cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
     }
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-
-    // The patch: input columns -4 .. w + 3, zero outside the image; each
-    // pixel normalised (FP16) or normalised and quantised (INT8: the
-    // engine's table, or q of an FP32 input with its inverse scale).
-    const int prow_px = w + 8;
-    for (int id = tid; id < STEM_PROWS * prow_px; id += blockDim.x) {
-        const int r = id / prow_px, pc = id - r * prow_px, iy = iy0 + r, ix = pc - 4;
-        const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
-        float f[3] = {0.f, 0.f, 0.f};
-        uint32_t b[3] = {0, 0, 0};
-        if (v && src >= 0) {
-            const float *x = in.f32 + (size_t)src * 3 * h * w + (size_t)iy * w + ix;
-            for (int c = 0; c < 3; c++)
-                f[c] = x[(size_t)c * h * w];
-        } else if (v) {
-            for (int c = 0; c < 3; c++)
-                b[c] = raw[r * rowb + ix * 3 + c];
-        }
-        if constexpr (S8) {
-            uint32_t word = 0;
-            for (int c = 0; v && c < 3; c++) {
-                const int qv = src >= 0 ? int8_quantize_dev(f[c], in.in_inv) : in.lut[c * 256 + b[c]];
-                word |= ((uint32_t)qv & 0xffu) << (8 * c);
-            }
-            *reinterpret_cast<uint32_t *>(smem + r * cfg::prow + pc * 4) = word;
-            *reinterpret_cast<uint32_t *>(smem + cfg::copy1 + r * cfg::prow + 8 + pc * 4) = word;
-        } else {
-            if (v && src < 0)
-                for (int c = 0; c < 3; c++)
-                    f[c] = normalize_channel(b[c], c);
-            __half2 lo = __floats2half2_rn(f[0], f[1]), hi = __floats2half2_rn(f[2], 0.f);
-            *reinterpret_cast<uint2 *>(smem + r * cfg::prow + pc * 8) =
-                make_uint2(*reinterpret_cast<uint32_t *>(&lo), *reinterpret_cast<uint32_t *>(&hi));
-        }
-    }
 
     // This lane's ldmatrix row in each of the warp's 3 m16 tiles: stem
     // pixel m = stem row m / sw (of the 3), column x = m % sw, whose taps
@@ -152,6 +118,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mi][ni][e] = 0;
+    cp_async_wait<0>();
     __syncthreads();
 #pragma unroll 1
     for (int r = 0; r < 7; r++)
@@ -256,18 +223,17 @@ cudaError_t stem_pool_init(void)
     return e;
 }
 
-cudaError_t stem_pool_launch(int kind, int n, int h, int w, const stem_input *in, const void *wgt, const float *bias,
+cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const void *wgt, const float *bias,
                              const conv_q8 *q, void *out, cudaStream_t st)
 {
-    if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || kind == CONV_FP32 ||
-        (kind == CONV_INT8 && !in->lut) || (in->which && !in->f32))
+    if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || kind == CONV_FP32)
         return cudaErrorInvalidValue;
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
     const unsigned blocks = (unsigned)(n * (h / 4));
     if (kind == CONV_INT8)
-        stem_pool_kernel<true><<<blocks, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, w, *in, wgt, bias, *q, out);
+        stem_pool_kernel<true><<<blocks, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, w, in, wgt, bias, *q, out);
     else
-        stem_pool_kernel<false><<<blocks, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, w, *in, wgt, bias, none,
+        stem_pool_kernel<false><<<blocks, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, w, in, wgt, bias, none,
                                                                                         out);
     return cudaGetLastError();
 }

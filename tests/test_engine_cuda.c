@@ -351,7 +351,7 @@ static void run_int8(int small_batches)
 START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
 {
     run_int8(0);
-    /* The stem as three kernels (normalise, conv, max pool), as FP32 runs it. */
+    /* The stem conv and the max pool as two kernels, as FP32 runs them. */
     setenv("RESNETD_GPU_STEM", "unfused", 1);
     run_int8(1);
     unsetenv("RESNETD_GPU_STEM");
