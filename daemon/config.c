@@ -74,7 +74,7 @@ static const config_option options[] = {
     { "device", STR(device), "auto",
       "cpu, cuda, cuda:N, cuda:N,M,... or cuda:all (an engine per GPU), or auto (CUDA when present)", check_device },
     { "precision", STR(precision), "default",
-      "fp32, fp16, int8 (CPU only; needs calibration), or default (the device's best)", check_precision },
+      "fp32, fp16, int8 (needs calibration), or default (the device's best)", check_precision },
     { "calibration", STR(calibration), "",
       "INT8 calibration table made by resnetd-calibrate for the weights; required with precision int8, "
       "unused otherwise", NULL },

@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "  --top-k K            labels to print per file, 1..the model's classes (default 5)\n"
             "  --device D           cpu, cuda, cuda:N or auto (default auto)\n"
             "  --precision P        fp32, fp16 or int8 (default: fp32 on cpu, fp16 on cuda;\n"
-            "                       int8: cpu only, needs --calibration)\n"
+            "                       int8 needs --calibration)\n"
             "  --calibration FILE   INT8 calibration table made by resnetd-calibrate for these weights\n"
             "  --json               one JSON object per file\n"
             "  --logits             add the raw logits (one per class) to the JSON\n"
