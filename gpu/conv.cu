@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     }
     cp_async_wait<0>();
 
-    // Split-K: raw FP32 partial sums straight from the accumulators
+    // Split-K: raw partial sums (FP32, int32 bits at INT8) straight from the accumulators
     // (row lane/4 [+8], cols 2*(lane%4) [+1] of each m16n8 block).
     if (partial) {
         float *p = partial + (size_t)blockIdx.z * M * N;
@@ -976,7 +976,8 @@ __global__ void __launch_bounds__(256, S8 ? 2 : 1)
 
         // Epilogue: the sums (FP16: + bias, as FP32; INT8: raw int32)
         // staged in their own shared memory, then 8 channels of an output
-        // pixel per thread, the residual from the prefetched rows.
+        // pixel per thread, the residual from the prefetched rows (INT8:
+        // from global memory).
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int col = 8 * j + 2 * (lane & 3);

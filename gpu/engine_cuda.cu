@@ -32,7 +32,10 @@
 //
 // The stem. At FP16 and INT8 the stem conv and the max pool after it are
 // one kernel (gpu/stem.cu), and the stem's output never reaches global
-// memory. FP32 (and RESNETD_GPU_STEM=unfused) runs them as two kernels.
+// memory (its tensor gets no bytes). FP32 (and RESNETD_GPU_STEM=unfused)
+// runs them as two kernels. check_plan makes sure that no kernel writes
+// where it reads: the fused stem once did, right only while neighbouring
+// CTAs ran in order.
 //
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
@@ -127,31 +130,24 @@ static cudaError_t host_alloc(cuda_engine *ce, void **p, size_t bytes)
 
 /* ---- weights ---------------------------------------------------------- */
 
-// The stem's 7x7x3 filters as 7 x 8 x c (c = stem_channels):
+// The stem's 7x7x3 filters as 7 x 8 x STEM_C (4 channels at every
+// precision: 16 bytes are 2 FP16 pixels or 4 INT8 ones):
 // a zero tap in front of each row (so that with pad 4 every 16-byte chunk
 // starts on an even pixel) and zero channels after the third. w is
-// [64][7][7][3] of esize-byte elements; returns [64][7][8][c] of them.
-static void *stem_weights(const void *w, size_t esize, int c)
+// [64][7][7][3] of esize-byte elements; returns [64][7][8][STEM_C] of them.
+static void *stem_weights(const void *w, size_t esize)
 {
     const resnet18_conv_desc *d = &resnet18_convs[0];
-    unsigned char *p = (unsigned char *)calloc((size_t)d->cout * d->k * STEM_KW * c, esize);
+    unsigned char *p = (unsigned char *)calloc((size_t)d->cout * d->k * STEM_KW  * STEM_C, esize);
     const unsigned char *src = (const unsigned char *)w;
     if (!p)
         return NULL;
     for (int o = 0; o < d->cout; o++)
         for (int r = 0; r < d->k; r++)
             for (int s = 0; s < d->k; s++)
-                memcpy(p + (((size_t)o * d->k + r) * STEM_KW + s + 1) * c * esize,
+                memcpy(p + (((size_t)o * d->k + r) * STEM_KW + s + 1) * STEM_C * esize,
                        src + (((size_t)o * d->k + r) * d->k + s) * 3 * esize, 3 * esize);
     return p;
-}
-
-// Channels a stem pixel has in the engine's layout: 4 (RGB and a zero)
-// at every precision; 16 bytes are 2 FP16 pixels or 4 INT8 ones.
-static int stem_channels(const cuda_engine *ce)
-{
-    (void)ce;
-    return STEM_C;
 }
 
 // Copies n floats to a new device array in the engine's precision.
@@ -205,11 +201,11 @@ static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const cali
     }
     calib_conv_params(w, t, i, q, mult, &qp->res_scale, &qp->out_inv);
     qp->out_f32 = i == NCONV - 1;
-    if (i == 0 && !(stem = stem_weights(q, 1, stem_channels(ce)))) {
+    if (i == 0 && !(stem = stem_weights(q, 1))) {
         snprintf(err, errlen, "out of host memory padding the stem weights");
         goto done;
     }
-    if (upload_bytes(ce, stem ? stem : q, stem ? (size_t)d->cout * d->k * STEM_KW * stem_channels(ce) : d->cout * K,
+    if (upload_bytes(ce, stem ? stem : q, stem ? (size_t)d->cout * d->k * STEM_KW * STEM_C : d->cout * K,
                      &ce->w[i], err, errlen) != 0 ||
         upload_bytes(ce, mult, (size_t)d->cout * sizeof(float), (void **)&ce->mult[i], err, errlen) != 0)
         goto done;
@@ -233,7 +229,7 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         } else {
             float *stem = NULL;
             if (i == 0) {
-                stem = (float *)stem_weights(w->conv[0].w, sizeof(float), STEM_C);
+                stem = (float *)stem_weights(w->conv[0].w, sizeof(float));
                 if (!stem) {
                     snprintf(err, errlen, "out of host memory padding the stem weights");
                     return -1;
@@ -276,7 +272,7 @@ static size_t tensor_bytes(const cuda_engine *ce, int t)
     if (t == 0 && ce->fused_stem)
         return 0;
     if (t == T_IMG)
-        return (size_t)RESNET18_IMG * RESNET18_IMG * stem_channels(ce) * ce->esize;
+        return (size_t)RESNET18_IMG * RESNET18_IMG * STEM_C * ce->esize;
     if (t == T_POOL)
         return (size_t)resnet18_convs[1].in_h * resnet18_convs[1].in_h * resnet18_convs[0].cout * ce->esize;
     const resnet18_conv_desc *d = &resnet18_convs[t];
@@ -301,7 +297,8 @@ static void plan_buffers(cuda_engine *ce)
         write_step[i] = 2 + i;
     for (int t = 0; t < NTENSORS; t++)
         last_read[t] = write_step[t];
-    last_read[T_IMG] = 1;
+    // The fused stem reads the image when it writes the pool (step 2).
+    last_read[T_IMG] = ce->fused_stem ? write_step[T_POOL] : 1;
     last_read[0] = 2;
     for (int i = 1; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
@@ -337,6 +334,22 @@ static void plan_buffers(cuda_engine *ce)
         owner[pick] = t;
         ce->tensor_buf[t] = pick;
     }
+}
+
+// 0 when no op writes a buffer that one of its inputs is in (the kernels
+// read their inputs while other CTAs write the output); else -1 with err.
+static int check_plan(const cuda_engine *ce, char *err, size_t errlen)
+{
+    const int *b = ce->tensor_buf;
+    int bad = ce->fused_stem ? b[T_POOL] == b[T_IMG] : b[0] == b[T_IMG] || b[T_POOL] == b[0];
+    for (int i = 1; i < NCONV && !bad; i++) {
+        const resnet18_conv_desc *d = &resnet18_convs[i];
+        bad = b[i] == b[source_tensor(d->src)] ||
+              (d->residual != R18_NONE && b[i] == b[source_tensor(d->residual)]);
+    }
+    if (bad)
+        snprintf(err, errlen, "cuda engine: the buffer plan puts an op's output where its input is");
+    return bad ? -1 : 0;
 }
 
 /* ---- the forward pass --------------------------------------------------- */
@@ -810,7 +823,7 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0) {  // padded stem; ow fixed because the extra left tap would add a column
-            ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, stem_channels(ce), d->cout, d->k, STEM_KW, d->stride,
+            ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, STEM_C, d->cout, d->k, STEM_KW, d->stride,
                                                      d->pad, d->pad + 1);
             ce->shape_per_image[i].ow = d->out_h;
         } else {
@@ -829,13 +842,15 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
             snprintf(err, errlen, "RESNETD_GPU_STEM must be fused or unfused (got '%s')", how);
             goto fail;
         }
-        ce->fused_stem = ce->kind != CONV_FP32 && stem_pool_fits(d->in_h, d->in_h, stem_channels(ce), d->cout) &&
+        ce->fused_stem = ce->kind != CONV_FP32 && stem_pool_fits(d->in_h, d->in_h, STEM_C, d->cout) &&
                          !(how && strcmp(how, "unfused") == 0);
     }
     if (upload_weights(ce, w, cfg->calib, err, errlen) != 0)
         goto fail;
 
     plan_buffers(ce);
+    if (check_plan(ce, err, errlen) != 0)
+        goto fail;
     for (int b = 0; b < ce->nbuf; b++)
         CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_bytes[b]));
     CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * (ce->fp16 ? sizeof(__half) : sizeof(float))));

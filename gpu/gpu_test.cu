@@ -204,7 +204,7 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_stem_pool(int kind, int n, int h, const void *in, const void *w, const float *bias,
+extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, const float *bias,
                                   const float *mult, float out_inv, void *out, char *err, size_t errlen)
 {
     const int W = 224, K = 64, s8 = kind == CONV_INT8;

@@ -2,6 +2,7 @@
  * engine). Each runs one gpu/ kernel on host data: inputs are FP32 arrays,
  * first rounded in place to FP16 when fp16 is set, so that the test's CPU
  * reference sees exactly what the kernel saw; outputs come back as FP32.
+ * The INT8 entry points take and return int8 arrays instead.
  * Device outputs are poisoned (all bits set: NaN) before each launch, so an
  * element the kernel fails to write shows up as NaN. Each returns 0, or -1
  * with a one-line message in err. */
@@ -58,7 +59,7 @@ int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, in
  * [n][h/4][56][64]. FP16 (kind 1): in and w FP32 arrays rounded in place to
  * FP16, out FP32; mult and out_inv unused. INT8 (kind 2): int8 arrays and
  * int8 out, the epilogue with mult and out_inv. Returns 0 or -1. */
-int gpu_test_stem_pool(int kind, int n, int h, const void *in, const void *w, const float *bias, const float *mult,
+int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, const float *bias, const float *mult,
                        float out_inv, void *out, char *err, size_t errlen);
 
 /* in: npix RGB pixels; out: npix x 4 (normalised RGB, then 0). */

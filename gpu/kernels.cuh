@@ -58,8 +58,9 @@ cudaError_t conv_init(void);
 void conv_set_persistent_cap(int ctas);
 
 // How one layer runs: a tile, and a split of K over `splits` CTAs of
-// kt_per_split k tiles each, whose FP32 partial sums a second kernel adds
-// up before the epilogue (splits == 1: no split, no workspace).
+// kt_per_split k tiles each, whose partial sums (FP32, or int32 at INT8) a
+// second kernel adds up before the epilogue (splits == 1: no split, no
+// workspace).
 struct conv_plan {
     int tile, splits, kt_per_split;
 };
@@ -67,7 +68,7 @@ struct conv_plan {
 int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *out, int max);
 // The plan a cost model picks (used when the engine does not autotune).
 conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms);
-// Workspace a plan needs (FP32 partial sums), 0 without split-K.
+// Workspace a plan needs (32-bit partial sums), 0 without split-K.
 size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
 // q(x) of model/int8.h given inv = 1 / s: rint(x * inv) (no FMA), NaN ->
 // 0, clamped to +-127; the CPU engine's int8_quantize, bit for bit.

@@ -99,11 +99,10 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
     return cudaGetLastError();
 }
 
-/* ---- INT8 input: quantised normalisation, 8 bytes a pixel ------------- */
+/* ---- INT8 input: quantised normalisation, 4 bytes a pixel ------------- */
 
 // The stem's INT8 layout: 4 bytes a pixel (RGB and a zero). The
-// normalised and quantised value of
-// each byte of each channel comes from a table the engine computed on the
+// normalised and quantised value of each byte of each channel comes from a table the engine computed on the
 // host exactly as the CPU INT8 engine does (model/int8.h).
 __global__ void __launch_bounds__(256)
     normalize_s8_kernel(const uint8_t *__restrict__ in, const int8_t *__restrict__ lut, int8_t *__restrict__ out,
@@ -171,7 +170,7 @@ cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, in
 
 /* ---- 3x3/2 max pool, pad 1 ------------------------------------------- */
 
-// A vector of V channels: 8 halves or 4 floats, 16 bytes.
+// A vector of V channels: 8 halves, 4 floats or 16 int8, 16 bytes.
 template <typename T>
 struct vec16;
 template <>

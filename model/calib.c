@@ -1,5 +1,6 @@
-/* INT8 calibration tables (JSON through jansson) and the histogram
- * statistics behind them; see calib.h for the format. */
+/* INT8 calibration tables (JSON through jansson), the histogram
+ * statistics behind them, and what the INT8 engines derive from a table
+ * (calib_conv_params, calib_input_lut); see calib.h for the format. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>

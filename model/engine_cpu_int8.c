@@ -5,7 +5,7 @@
  *
  * Why the stem is INT8 too: with an FP32 stem its output would depend on
  * the summation order of a float GEMM, so no two implementations (this
- * one, the CUDA kernels to come, the torch emulation in the tests) could
+ * one, the CUDA engine's, the torch emulation in the tests) could
  * agree on the int8 tensors that follow. Integer all the way, they agree
  * bit for bit; only the average pool and the FC (FP32, as small as they
  * are) are float, and they come last.

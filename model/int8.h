@@ -1,6 +1,6 @@
 /* The integer semantics of resnetd's INT8 inference, defined once: every
- * INT8 engine (the CPU one now, CUDA kernels later) and the torch emulation
- * in tests/reference.py compute exactly this, so their INT8 activations are
+ * INT8 engine (the CPU one, the CUDA one) and the torch emulation in
+ * tests/reference.py compute exactly this, so their INT8 activations are
  * equal bit for bit, not merely close.
  *
  * All arithmetic below is IEEE float32 with round-to-nearest-even, one

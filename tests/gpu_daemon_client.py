@@ -70,6 +70,13 @@ def check_int8_as_on_the_cpu(opts):
     jdir = os.path.join(opts.ref, "jpeg")
     names = sorted(n for n in os.listdir(jdir) if n.endswith(".jpg"))
     table = tempfile.NamedTemporaryFile(prefix="resnetd-int8-", suffix=".json", delete=False).name
+    try:
+        return int8_against_cpu(opts, jdir, names, table)
+    finally:
+        os.unlink(table)
+
+
+def int8_against_cpu(opts, jdir, names, table):
     calibrate = os.path.join(os.path.dirname(opts.resnetd), "resnetd-calibrate")
     subprocess.run([calibrate, "--weights", os.path.join(opts.ref, "weights.safetensors"), "--images", jdir,
                     "--out", table], check=True, stdout=subprocess.DEVNULL)
@@ -95,7 +102,6 @@ def check_int8_as_on_the_cpu(opts):
             rc_c = cpu.stop()
     finally:
         rc_g = gpu.stop()
-        os.unlink(table)
     assert rc_g == 0 and rc_c == 0, (rc_g, rc_c)
     return "%d JPEGs at INT8: the same top-5 as the CPU INT8 daemon, scores within %.1e" % (len(names), worst)
 

@@ -2,14 +2,16 @@
 # One call on a GPU machine (the device tool): build, the GPU tests, the
 # decode path and the conv kernels under compute-sanitizer, and the
 # benchmarks with their PyTorch anchors in the same run. Logs go to $OUT
-# (one file per stage, at most 7); a summary table is printed last.
+# (one file per stage, at most 8); a summary table is printed last.
 #
 # From the checkout root, after `. .devdeps/device-env.sh` (see
-# ../shared/GPU.md):  bash tools/gpu-check.sh [tests|bench|engine|mixed|all|STAGE,STAGE...]
+# ../shared/GPU.md):  bash tools/gpu-check.sh [tests|bench|engine|sanitize|mixed|all|STAGE,STAGE...]
 #   tests   the GPU tests, memcheck (decode path), racecheck (conv kernels)
 #   bench   end to end through HTTP with the GPU decode path and its anchors
 #   engine  the engine alone, FP16/INT8/FP32, with PyTorch eager, CUDA graph and
 #           torch.compile max-autotune at batch 256 (~3 min)
+#   sanitize  memcheck of the kernel tests (every tile, the stem, INT8) and
+#           of the INT8 engine test (~3 min; not part of all)
 #   mixed   end to end on the baseline corpus and on corpora with a share
 #           of progressive JPEGs (MIXED, default "0.10 0.25"), which the
 #           CPU decodes (~4 min; not part of all)
@@ -21,7 +23,7 @@
 set -u
 what=${1:-all}
 # A comma list of stages runs each: bench,mixed
-run() { case ",$what," in *",$1,"*) return 0 ;; esac; [ "$what" = all ] && [ "$1" != mixed ]; }
+run() { case ",$what," in *",$1,"*) return 0 ;; esac; [ "$what" = all ] && [ "$1" != mixed ] && [ "$1" != sanitize ]; }
 OUT=${OUT:-$PWD/gpu-check-out}
 JOBS=${JOBS:-16}
 mkdir -p "$OUT"
@@ -63,6 +65,21 @@ if run tests; then
         say "racecheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 racecheck.txt)"
         { echo "=== racecheck test_gpu_kernels"; cat racecheck.txt; } >>"$OUT/memcheck.txt"
     fi
+fi
+
+if run sanitize; then
+    # The conv, stem and INT8 kernels (every tile) and the INT8 engine under
+    # memcheck (small shapes and batches; the engine with the cost model's
+    # plans, so that memcheck sees the graphs, not thousands of timings).
+    t0=$(date +%s)
+    RESNETD_GPU_TEST_QUICK=1 timeout 250 compute-sanitizer --tool memcheck --leak-check full ./tests/test_gpu_kernels \
+        >sanitize.txt 2>&1
+    say "memcheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize.txt)"
+    t0=$(date +%s)
+    RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref timeout 250 \
+        compute-sanitizer --tool memcheck --leak-check full ./tests/test_engine_cuda >sanitize-engine.txt 2>&1
+    say "memcheck test_engine_cuda (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize-engine.txt)"
+    cat sanitize.txt sanitize-engine.txt >"$OUT/sanitize.txt"
 fi
 
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
