@@ -71,7 +71,7 @@ if run sanitize; then
     # The conv, stem and INT8 kernels (every tile) and the INT8 engine under
     # memcheck (small shapes and batches; the engine with the cost model's
     # plans, so that memcheck sees the graphs, not thousands of timings).
-    make -j"$JOBS" tests/test_gpu_kernels tests/test_engine_cuda >sanitize-build.txt 2>&1 ||
+    make -j"$JOBS" tests/test_gpu_kernels tests/test_engine_cuda tests/ref/.stamp >sanitize-build.txt 2>&1 ||
         say "sanitize: building the tests FAILED (see sanitize-build.txt)"
     t0=$(date +%s)
     RESNETD_GPU_TEST_QUICK=1 timeout 250 compute-sanitizer --tool memcheck --leak-check full ./tests/test_gpu_kernels \
