@@ -1,4 +1,4 @@
-/* The CPU engines' thread pool (see cpu_pool.h). Completion is counted per
+/* The CPU engines' thread pool and shared engine functions (see cpu_pool.h). Completion is counted per
  * unit, so the caller never waits for a worker that the OS has not yet
  * scheduled: such a worker later finds nothing left to claim. */
 #define _GNU_SOURCE   /* sched_getaffinity */
@@ -142,4 +142,32 @@ int cpu_pool_cpu_count(void)
         return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *e, int slot, int n), void *e,
+                      int slot, int n, char *err, size_t errlen)
+{
+    if (n < 1 || n > max_batch) {
+        snprintf(err, errlen, "batch of %d images outside 1..%d", n, max_batch);
+        return -1;
+    }
+    pthread_mutex_lock(mu);
+    forward(e, slot, n);
+    pthread_mutex_unlock(mu);
+    return 0;
+}
+
+int cpu_engine_wait(void *ctx, int slot, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)slot;
+    (void)err;
+    (void)errlen;
+    return 0;
+}
+
+size_t cpu_engine_no_device_memory(void *ctx)
+{
+    (void)ctx;
+    return 0;
 }

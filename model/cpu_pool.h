@@ -1,6 +1,8 @@
-/* A small thread pool for the CPU engines: a job is a count of independent
- * units that the pool threads claim one at a time; the thread that runs the
- * job works as thread 0 beside nthreads-1 workers, which sleep between jobs.
+/* A small thread pool for the CPU engines, and the engine-interface
+ * functions they share (submit computes under the lock, wait has nothing to
+ * do, no device memory). A job is a count of independent units that the
+ * pool threads claim one at a time; the thread that runs the job works as
+ * thread 0 beside nthreads-1 workers, which sleep between jobs.
  * One job at a time: cpu_pool_run is called by one thread (the engine's
  * submitter, under the engine's own lock). Starting the pool allocates;
  * running a job allocates nothing. */
@@ -52,5 +54,15 @@ static inline void cpu_pool_split(int total, int nparts, int i, int *lo, int *hi
     *lo = (int)((long)total * i / nparts);
     *hi = (int)((long)total * (i + 1) / nparts);
 }
+
+/* The engine interface of both CPU engines: a batch is computed inside
+ * submit, under the engine's lock mu (its buffers serve every slot), so
+ * wait has nothing left to do. cpu_engine_submit checks n against
+ * 1..max_batch, then runs forward(e, slot, n). */
+int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *e, int slot, int n), void *e,
+                      int slot, int n, char *err, size_t errlen);
+int cpu_engine_wait(void *ctx, int slot, char *err, size_t errlen);
+/* Their device and pinned memory: none. */
+size_t cpu_engine_no_device_memory(void *ctx);
 
 #endif

@@ -557,8 +557,9 @@ static void observe(cpu_engine *e, int t, int id, int n)
         e->observe(e->observe_ctx, id, e->act[e->buf[t]], n, e->th[t], e->tc[t], e->pad[t]);
 }
 
-static void forward(cpu_engine *e, int slot, int n)
+static void forward(void *ctx, int slot, int n)
 {
+    cpu_engine *e = ctx;
     e->job.n = n;
     e->job.slot = slot;
     /* The memory-bound steps: a few units per thread, so a thread the OS
@@ -594,24 +595,7 @@ static void forward(cpu_engine *e, int slot, int n)
 static int cpu_submit(void *ctx, int slot, int n, char *err, size_t errlen)
 {
     cpu_engine *e = ctx;
-    if (n < 1 || n > e->pub.max_batch) {
-        snprintf(err, errlen, "batch of %d images outside 1..%d", n, e->pub.max_batch);
-        return -1;
-    }
-    pthread_mutex_lock(&e->run_mu);
-    forward(e, slot, n);
-    pthread_mutex_unlock(&e->run_mu);
-    return 0;
-}
-
-/* submit already computed the batch. */
-static int cpu_wait(void *ctx, int slot, char *err, size_t errlen)
-{
-    (void)ctx;
-    (void)slot;
-    (void)err;
-    (void)errlen;
-    return 0;
+    return cpu_engine_submit(&e->run_mu, e->pub.max_batch, forward, e, slot, n, err, errlen);
 }
 
 static void cpu_destroy(void *ctx)
@@ -639,19 +623,13 @@ static void cpu_destroy(void *ctx)
     free(e);
 }
 
-static size_t cpu_device_memory(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
-
 static const engine_ops cpu_ops = {
     .name = "cpu",
     .submit = cpu_submit,
-    .wait = cpu_wait,
+    .wait = cpu_engine_wait,
     .destroy = cpu_destroy,
-    .device_memory = cpu_device_memory,
-    .pinned_memory = cpu_device_memory,
+    .device_memory = cpu_engine_no_device_memory,
+    .pinned_memory = cpu_engine_no_device_memory,
 };
 
 int engine_cpu_observe(engine *pub, engine_observer_fn *fn, void *ctx, char *err, size_t errlen)

@@ -367,8 +367,9 @@ static void run_conv(i8_engine *e, int i)
     cpu_pool_run(&e->pool, conv_unit, e, e->rblocks * e->cparts);
 }
 
-static void forward(i8_engine *e, int slot, int n)
+static void forward(void *ctx, int slot, int n)
 {
+    i8_engine *e = ctx;
     e->n = n;
     e->slot = slot;
     e->small_units = imin(4 * e->nthreads, n * e->pool_h);
@@ -386,24 +387,7 @@ static void forward(i8_engine *e, int slot, int n)
 static int i8_submit(void *ctx, int slot, int n, char *err, size_t errlen)
 {
     i8_engine *e = ctx;
-    if (n < 1 || n > e->pub.max_batch) {
-        snprintf(err, errlen, "batch of %d images outside 1..%d", n, e->pub.max_batch);
-        return -1;
-    }
-    pthread_mutex_lock(&e->run_mu);
-    forward(e, slot, n);
-    pthread_mutex_unlock(&e->run_mu);
-    return 0;
-}
-
-/* submit already computed the batch. */
-static int i8_wait(void *ctx, int slot, char *err, size_t errlen)
-{
-    (void)ctx;
-    (void)slot;
-    (void)err;
-    (void)errlen;
-    return 0;
+    return cpu_engine_submit(&e->run_mu, e->pub.max_batch, forward, e, slot, n, err, errlen);
 }
 
 static void i8_destroy(void *ctx)
@@ -435,19 +419,13 @@ static void i8_destroy(void *ctx)
     free(e);
 }
 
-static size_t i8_device_memory(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
-
 static const engine_ops i8_ops = {
     .name = "cpu",
     .submit = i8_submit,
-    .wait = i8_wait,
+    .wait = cpu_engine_wait,
     .destroy = i8_destroy,
-    .device_memory = i8_device_memory,
-    .pinned_memory = i8_device_memory,
+    .device_memory = cpu_engine_no_device_memory,
+    .pinned_memory = cpu_engine_no_device_memory,
 };
 
 static int tensor_id(int x) { return resnet18_tensor_id(x); }
