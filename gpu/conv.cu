@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
 
@@ -235,20 +236,19 @@ __device__ __forceinline__ float partial_bits(int x)
 // Eight int32 sums of one output row, channels col..col+7: the epilogue,
 // then 8 int8 values (one 8-byte store) or, for the last conv, 8 floats.
 // r8: the 8 residual values, or NULL; o: the output's element index.
+// The residual's 8 bytes already loaded (rbits; res: there is one).
 __device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
-                                          const int8_t *r8, int relu, void *out, size_t o)
+                                          uint2 rbits, bool res, int relu, void *out, size_t o)
 {
     int a[8];
     *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(sums);
     *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(sums + 4);
-    int8_t r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    const bool res = r8 != NULL;
-    if (res)
-        *reinterpret_cast<uint2 *>(r) = *reinterpret_cast<const uint2 *>(r8);
     float v[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res, relu);
+    for (int j = 0; j < 8; j++) {
+        const int r = (int)(int8_t)(((j < 4 ? rbits.x : rbits.y) >> (8 * (j % 4))) & 0xff);
+        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r, q.res_scale, res, relu);
+    }
     if (q.out_f32) {
         float *f = reinterpret_cast<float *>(out) + o;
         *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
@@ -260,6 +260,13 @@ __device__ __forceinline__ void store8_s8(const int *sums, int col, const float 
     for (int j = 0; j < 8; j++)
         w[j / 4] |= (uint32_t)(int8_quantize_dev(v[j], q.out_inv) & 0xff) << (8 * (j % 4));
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
+}
+
+__device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
+                                          const int8_t *r8, int relu, void *out, size_t o)
+{
+    store8_s8(sums, col, bias, q, r8 ? *reinterpret_cast<const uint2 *>(r8) : make_uint2(0, 0), r8 != NULL, relu,
+              out, o);
 }
 
 template <int BM, int BN, int T>
@@ -663,6 +670,41 @@ WGMMA_OP(64, 32, int, R_, "k32.s32.s8.s8", "", "32", "33", "34")
 WGMMA_OP(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66")
 WGMMA_OP(256, 128, int, R_, "k32.s32.s8.s8", "", "128", "129", "130")
 
+// The same with A in registers (wgmma RS): a warp's four A registers are
+// the mma.sync m16n8k16 (INT8: m16n8k32) A fragment of its 16 rows; B is
+// K-major in shared memory. Operands: the accumulators, A0-A3, B, flag.
+template <int N, typename T>
+struct wgmma_rs;
+#ifdef RESNETD_WGMMA
+#define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                                       \
+    template <>                                                                                               \
+    struct wgmma_rs<N, T> {                                                                                   \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db)         \
+        {                                                                                                     \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                        \
+                         "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" WG_REGS##NACC "}, {%" A0 ", %" A1  \
+                         ", %" A2 ", %" A3 "}, %" DB ", p" IMM ";\n}\n"                                        \
+                         : WG_ACC##NACC(CONSTR)                                                               \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                      \
+        }                                                                                                     \
+    };
+#else
+#define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                               \
+    template <>                                                                                     \
+    struct wgmma_rs<N, T> {                                                                         \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db) \
+        {                                                                                           \
+            (void)d;                                                                                \
+            (void)a;                                                                                \
+            (void)db;                                                                               \
+        }                                                                                           \
+    };
+#endif
+WGMMA_RS(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "32", "33", "34", "35", "36", "37")
+WGMMA_RS(128, 64, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "64", "65", "66", "67", "68", "69")
+WGMMA_RS(64, 32, int, R_, "k32.s32.s8.s8", "", "32", "33", "34", "35", "36", "37")
+WGMMA_RS(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66", "67", "68", "69")
+
 template <int BM, int BN, int STAGES>
 struct wg_tile {
     static constexpr int bk = 64;
@@ -850,7 +892,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 // MMAs (at INT8 the MMAs are half as long, and one CTA per SM left the
 // layer as slow as at FP16).
 #define HALO_BM 128
-#define HALO_PROWS 256  // patch rows: HALO_BM + 2 * (w + 2) + 2 must fit (w <= 61)
+#define HALO_PROWS (HALO_BM + 128)  // patch rows (conv_halo_fits)
 #define HALO_LDC 72     // words per row of the epilogue's staging tile
 // Shared memory for rows of ROWB bytes (128 FP16, 64 INT8): weights, two
 // patches, the staging tile, RESB bytes of residual rows, alignment.
@@ -858,10 +900,12 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 #define HALO_SMEM HALO_SMEM_FOR(128, 2 * HALO_BM * 128)
 #define HALO_SMEM_S8 HALO_SMEM_FOR(64, 0)
 
+// A tile of BM outputs reads BM + 2 (w + 2) + 2 patch rows; the buffers
+// hold BM + 128 (w <= 61).
 static int conv_halo_fits(const conv_shape *s)
 {
     return s->c == 64 && s->k == 64 && s->kh == 3 && s->kw == 3 && s->stride == 1 && s->pad_h == 1 &&
-           s->pad_w == 1 && s->oh == s->h && s->ow == s->w && HALO_BM + 2 * (s->w + 2) + 2 <= HALO_PROWS;
+           s->pad_w == 1 && s->oh == s->h && s->ow == s->w && 2 * (s->w + 2) + 2 <= 128;
 }
 
 // The 64-byte swizzle's descriptor: 512 bytes between 8-row groups.
@@ -1009,6 +1053,190 @@ __global__ void __launch_bounds__(256, S8 ? 2 : 1)
         }
         // Buffers buf are refilled by the next tile's prefetch, and the
         // staging tile by the next tile's accumulators.
+        __syncthreads();
+        buf ^= 1;
+    }
+    cp_async_wait<0>();
+#else
+    (void)s; (void)in_; (void)wgt_; (void)bias; (void)res_; (void)out; (void)relu;
+#endif
+}
+
+// The same convs with the operands' roles swapped: the 64 output channels
+// are wgmma's M and TP output pixels its N. A (the weights, 64 x 576) lives
+// in registers for the life of the persistent CTA, loaded once; B is TP
+// consecutive patch rows, K-major as stored. Shared memory then feeds only
+// B: 32 MACs a byte at FP16 and 64 at INT8, where the kernel above reads A
+// and B from it (16 and 32, just what the tensor cores need at full rate).
+// One warpgroup per CTA and two or three CTAs per SM, so that one CTA's
+// epilogue runs under another's MMAs; the residual is read from global
+// memory in the epilogue. The accumulators hold channels x pixels, so the
+// staging tile is written transposed, [pixel][channel], padded to 68 words
+// a row: the four pixels and eight channels one store instruction covers
+// then fall in 32 different banks.
+// A position (y, x) on a grid w wide, stepped forward without a division.
+struct grid_pos {
+    int y, x;
+};
+
+__device__ __forceinline__ grid_pos grid_pos_make(int lin, int w)
+{
+    grid_pos g;
+    g.y = lin / w;
+    g.x = lin - g.y * w;
+    return g;
+}
+
+__device__ __forceinline__ void grid_pos_step(grid_pos &g, int step, int w)
+{
+    g.x += step;
+    while (g.x >= w) {
+        g.x -= w;
+        g.y++;
+    }
+}
+
+#define SWAP_LDC 68
+#define SWAP_SMEM(TP, ROWB) (2 * ((TP) + 128) * (ROWB) + (TP) * SWAP_LDC * 4 + 1024)
+
+template <bool S8, int TP, int MINB>
+__global__ void __launch_bounds__(128, MINB)
+    conv3x3c64_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
+                           const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
+                           int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
+{
+    (void)partial;
+    (void)kt_per_split;
+    (void)q;
+#ifdef RESNETD_WGMMA
+    typedef typename acc_type<S8>::type acc_t;
+    constexpr int T = 128, ROWB = S8 ? 64 : 128, CH = ROWB / 16, PROWS = TP + 128;
+    constexpr int KS = 9 * ROWB / 32, NACC = TP / 2;  // k steps of 32 bytes; accumulators
+    constexpr int PER = TP * 8 / T;                   // epilogue: 8-channel groups per thread
+    typedef typename std::conditional<S8, uint2, uint4>::type res_t;  // 8 channels of the residual
+    const unsigned char *in = reinterpret_cast<const unsigned char *>(in_);
+    const unsigned char *wgt = reinterpret_cast<const unsigned char *>(wgt_);
+    const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
+    const int tpi = (HP + TP - 1) / TP, ntiles = s.n * tpi;
+    const int prows = TP + 2 * PW + 2;
+    const int tid = threadIdx.x, lane = tid & 31, wq = tid >> 5;
+    const int ch = 16 * wq + (lane >> 2);  // this thread's channels: ch and ch + 8
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
+    unsigned char *const patches = smem;  // two buffers of PROWS rows
+    float *const cs = reinterpret_cast<float *>(patches + 2 * PROWS * ROWB);  // [TP][SWAP_LDC]
+
+    // A fragments: rows ch and ch + 8 of the KRSC weights (one row is an
+    // output channel's 9 * ROWB bytes), 4 bytes at 32 j + 4 (lane % 4) and
+    // 16 bytes further.
+    uint32_t a[KS][4];
+    {
+        const unsigned char *w0 = wgt + (size_t)ch * 9 * ROWB + 4 * (lane & 3), *w8 = w0 + 8 * 9 * ROWB;
+#pragma unroll
+        for (int j = 0; j < KS; j++) {
+            a[j][0] = __ldg(reinterpret_cast<const unsigned *>(w0 + 32 * j));
+            a[j][1] = __ldg(reinterpret_cast<const unsigned *>(w8 + 32 * j));
+            a[j][2] = __ldg(reinterpret_cast<const unsigned *>(w0 + 32 * j + 16));
+            a[j][3] = __ldg(reinterpret_cast<const unsigned *>(w8 + 32 * j + 16));
+        }
+    }
+    const float b0 = S8 ? 0.f : bias[ch], b8 = S8 ? 0.f : bias[ch + 8];
+
+    // A thread loads chunk c of every (T / CH)-th patch row, stepping the
+    // padded-grid position instead of dividing per row.
+    auto load_patch = [&](int tile, int b) {
+        unsigned char *p = patches + b * PROWS * ROWB;
+        const int img = tile / tpi, m0 = (tile - img * tpi) * TP;
+        const unsigned char *base = in + (size_t)img * s.h * s.w * ROWB;
+        const int c = tid % CH;
+        grid_pos g = grid_pos_make(m0 + tid / CH, PW);
+        for (int qr = tid / CH; qr < prows; qr += T / CH) {
+            int iy = g.y - 1, ix = g.x - 1;
+            bool v = (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;
+            cp_async16(p + qr * ROWB + (halo_swz<ROWB>(qr, c) << 4),
+                       v ? base + ((size_t)iy * s.w + ix) * ROWB + c * 16 : in, v);
+            grid_pos_step(g, T / CH, PW);
+        }
+    };
+
+    int buf = 0;
+    if ((int)blockIdx.x < ntiles)
+        load_patch(blockIdx.x, 0);
+    cp_async_commit();
+    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        // Buffer buf ^ 1 was last read by the previous tile's MMAs, which
+        // every warp waited for before the barrier that ended that tile.
+        if (tile + (int)gridDim.x < ntiles)
+            load_patch(tile + gridDim.x, buf ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async_smem();
+        __syncthreads();
+
+        acc_t acc[NACC];
+#pragma unroll
+        for (int i = 0; i < NACC; i++)
+            acc[i] = 0;
+        wgmma_pin(acc);
+        wgmma_fence();
+        const uint32_t pbase = (uint32_t)__cvta_generic_to_shared(patches + buf * PROWS * ROWB);
+#pragma unroll
+        for (int t = 0; t < 9; t++) {
+            // B starts at any patch row: see the descriptor note above.
+            const uint32_t b = pbase + ((t / 3) * PW + t % 3) * ROWB;
+            const uint64_t db = S8 ? wgmma_desc64(b) : wgmma_desc(b);
+#pragma unroll
+            for (int kk = 0; kk < ROWB / 32; kk++)
+                wgmma_rs<TP, acc_t>::mma(acc, a[t * (ROWB / 32) + kk], db + 2 * kk);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+
+        // Accumulator i: channel ch (+ 8 for i % 4 >= 2), pixel 8 (i / 4) +
+        // 2 (lane % 4) + i % 2; staged as [pixel][channel] (FP16: + bias,
+        // as FP32; INT8: the raw int32 sums).
+#pragma unroll
+        for (int i = 0; i < NACC; i++) {
+            float *dst = cs + (8 * (i >> 2) + 2 * (lane & 3) + (i & 1)) * SWAP_LDC + ch + 8 * ((i >> 1) & 1);
+            if constexpr (S8)
+                *reinterpret_cast<int *>(dst) = acc[i];
+            else
+                *dst = acc[i] + ((i >> 1) & 1 ? b8 : b0);
+        }
+        // Thread: channels c..c+7 of pixels tid / 8 + 16 k. Their residual
+        // loads are all issued before the barrier, not one per store.
+        const int img = tile / tpi, m0 = (tile - img * tpi) * TP, c = (tid & 7) * 8;
+        int o[PER];  // output offsets, -1 past the image or in a padding column
+        res_t rv[PER];
+        {
+            grid_pos g = grid_pos_make(m0 + (tid >> 3), PW);
+#pragma unroll
+            for (int k = 0; k < PER; k++) {
+                const bool v = g.y < s.h && g.x < s.w;
+                o[k] = v ? ((img * s.h + g.y) * s.w + g.x) * 64 + c : -1;
+                rv[k] = res_t{};
+                if (v && res_)
+                    rv[k] = *reinterpret_cast<const res_t *>(static_cast<const unsigned char *>(res_) +
+                                                            (size_t)o[k] * (S8 ? 1 : 2));
+                grid_pos_step(g, T / 8, PW);
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            if (o[k] < 0)
+                continue;
+            const int r = (tid >> 3) + k * (T / 8);
+            if constexpr (S8)
+                store8_s8(reinterpret_cast<const int *>(cs) + r * SWAP_LDC + c, c, bias, q, rv[k], res_ != NULL,
+                          relu, out, o[k]);
+            else
+                store8_f16(cs + r * SWAP_LDC + c, res_ ? reinterpret_cast<const __half *>(&rv[k]) : NULL, relu,
+                           static_cast<__half *>(out) + o[k]);
+        }
+        // The staging tile is rewritten by the next tile's accumulators.
         __syncthreads();
         buf ^= 1;
     }
@@ -1495,6 +1723,7 @@ static f16_entry kTilesF16[] = {
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
     {{"wgmma_halo3x3c64", HALO_BM, 64, 64, 256, HALO_SMEM, 0, 1, 1, 0}, conv3x3c64_halo_kernel<false>},
+    {{"wgmma_swap3x3c64_n128", 128, 64, 64, 128, SWAP_SMEM(128, 128), 0, 1, 1, 0}, conv3x3c64_swap_kernel<false, 128, 2>},
 };
 // The FP16 shapes again, and the halo kernel with 64-byte rows.
 static f16_entry kTilesS8[] = {
@@ -1515,6 +1744,8 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
     {{"wgmma_s8_halo3x3c64", HALO_BM, 64, 128, 256, HALO_SMEM_S8, 0, 1, 1, 0}, conv3x3c64_halo_kernel<true>},
+    {{"wgmma_s8_swap3x3c64_n128", 128, 64, 128, 128, SWAP_SMEM(128, 64), 0, 1, 1, 0}, conv3x3c64_swap_kernel<true, 128, 2>},
+    {{"wgmma_s8_swap3x3c64_n128_3", 128, 64, 128, 128, SWAP_SMEM(128, 64), 0, 1, 1, 0}, conv3x3c64_swap_kernel<true, 128, 3>},
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
