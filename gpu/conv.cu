@@ -776,22 +776,19 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         acc[i] = 0;
     wgmma_pin(acc);
 
+    // Loads run STAGES - 1 tiles ahead of the MMAs: the stage refilled in
+    // iteration kt is the one the wgmma group of kt - 1 read, free once
+    // every warpgroup has waited for that group (the second barrier).
 #pragma unroll
-    for (int st = 0; st < STAGES - 2; st++) {
+    for (int st = 0; st < STAGES - 1; st++) {
         if (st < KT)
             load_tile(st);
         cp_async_commit();
     }
     for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<STAGES - 3>();
+        cp_async_wait<STAGES - 2>();
         fence_proxy_async_smem();
-        // Tile kt is visible to every warp, and the stage refilled next
-        // was last read by the wgmma group of kt - 2, which each warpgroup
-        // finished (wait_group 1 at the end of kt - 1) before this barrier.
-        __syncthreads();
-        if (kt + STAGES - 2 < KT)
-            load_tile((kt + STAGES - 2) % STAGES);
-        cp_async_commit();
+        __syncthreads();  // tile kt is visible to every warp
         const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
         const uint64_t da = wgmma_desc(as + wg * 64 * 128), db = wgmma_desc(as + BM * 128);
         wgmma_fence();
@@ -801,6 +798,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         wgmma_commit();
         wgmma_wait<1>();
         wgmma_pin(acc);
+        __syncthreads();
+        if (kt + STAGES - 1 < KT)
+            load_tile((kt + STAGES - 1) % STAGES);
+        cp_async_commit();
     }
     wgmma_wait<0>();
     wgmma_pin(acc);
