@@ -235,8 +235,8 @@ __device__ __forceinline__ float partial_bits(int x)
 
 // Eight int32 sums of one output row, channels col..col+7: the epilogue,
 // then 8 int8 values (one 8-byte store) or, for the last conv, 8 floats.
-// r8: the 8 residual values, or NULL; o: the output's element index.
-// The residual's 8 bytes already loaded (rbits; res: there is one).
+// rbits: the 8 residual values (res: there is one); o: the output's
+// element index.
 __device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
                                           uint2 rbits, bool res, int relu, void *out, size_t o)
 {
@@ -247,9 +247,12 @@ __device__ __forceinline__ void store8_s8(const int *sums, int col, const float 
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int r = (int)(int8_t)(((j < 4 ? rbits.x : rbits.y) >> (8 * (j % 4))) & 0xff);
-        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r, q.res_scale, res, relu);
+        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r, q.res_scale, res);  // ReLU below
     }
     if (q.out_f32) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = relu && v[j] < 0.f ? 0.f : v[j];
         float *f = reinterpret_cast<float *>(out) + o;
         *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
         *reinterpret_cast<float4 *>(f + 4) = make_float4(v[4], v[5], v[6], v[7]);
@@ -258,10 +261,11 @@ __device__ __forceinline__ void store8_s8(const int *sums, int col, const float 
     uint32_t w[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        w[j / 4] |= (uint32_t)(int8_quantize_dev(v[j], q.out_inv) & 0xff) << (8 * (j % 4));
+        w[j / 4] |= (uint32_t)(int8_requant_dev(v[j], q.out_inv, relu) & 0xff) << (8 * (j % 4));
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
 }
 
+// The same with the residual read from r8 (or none: NULL).
 __device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
                                           const int8_t *r8, int relu, void *out, size_t o)
 {
@@ -870,36 +874,36 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 /* ===================================================================== */
 
 // As an implicit GEMM, a 3x3 conv reads each input pixel from L2 nine
-// times (once per tap); with 64 output channels each 128-byte A row then
-// feeds only 64 x 64 MACs, and layer1 ran at ~230 TFLOP/s, bound by that
-// traffic. Here a CTA loads its input patch once and forms the nine A
-// tiles from it in shared memory.
+// times (once per tap), and with 64 output channels each pixel row feeds
+// few MACs: layer1 ran at ~230 TFLOP/s, bound by that traffic. Here a CTA
+// loads its input patch once and forms the nine taps' tiles from it in
+// shared memory.
 //
 // Output pixels are numbered on a grid as wide as the zero-padded input
 // (w + 2 columns, the last two of each row computed and dropped), so that
-// output m and tap (r, s) read padded-input pixel m + r * (w + 2) + s: the
-// A tile of a tap is 64 consecutive patch rows (one pixel's 64 channels =
-// one 128-byte swizzled row), which one wgmma descriptor addresses. The
-// weights (9 taps x 64 x 64) stay in shared memory; CTAs are persistent
-// and load the next tile's patch (and residual rows) while this one
-// computes.
+// output m and tap (r, s) read padded-input pixel m + r * (w + 2) + s: a
+// tap's tile is TP consecutive patch rows (one pixel's 64 channels = one
+// swizzled row), which one wgmma descriptor addresses. CTAs are persistent
+// and load the next tile's patch while this one computes.
+//
+// The roles are swapped from the implicit GEMM's: the 64 output channels
+// are wgmma's M and TP output pixels its N. A (the weights, 64 x 576)
+// lives in registers for the life of the CTA, loaded once; B is the TP
+// patch rows, K-major as stored. Shared memory then feeds only B: 32 MACs
+// a byte at FP16 and 64 at INT8. (The first version, pixels as A and the
+// weights as B in shared memory, read both: 16 and 32, just what the
+// tensor cores need at full rate; it was 10-25% slower.) One warpgroup per
+// CTA and two or three CTAs per SM, so that one CTA's epilogue runs under
+// another's MMAs; the residual is read from global memory, every load of
+// a tile issued before the epilogue's barrier. The accumulators hold
+// channels x pixels, so the staging tile is written transposed, [pixel]
+// [channel], padded to 68 words a row: the four pixels and eight channels
+// one store instruction covers then fall in 32 different banks.
 //
 // Only for 64 -> 64 channels, 3x3, stride 1, pad 1 (conv_halo_fits); no
 // split-K. INT8 (S8): a pixel is 64 bytes, so rows are 64 bytes with the
 // 64-byte swizzle (chunk c of row r at c ^ ((r >> 1) & 3)) and each tap is
-// two wgmma k32 steps; the epilogue is model/int8.h's. The INT8 kernel
-// reads the residual straight from global memory instead of prefetching
-// it, which fits two CTAs per SM: one's epilogue then overlaps the other's
-// MMAs (at INT8 the MMAs are half as long, and one CTA per SM left the
-// layer as slow as at FP16).
-#define HALO_BM 128
-#define HALO_PROWS (HALO_BM + 128)  // patch rows (conv_halo_fits)
-#define HALO_LDC 72     // words per row of the epilogue's staging tile
-// Shared memory for rows of ROWB bytes (128 FP16, 64 INT8): weights, two
-// patches, the staging tile, RESB bytes of residual rows, alignment.
-#define HALO_SMEM_FOR(ROWB, RESB) (9 * 64 * (ROWB) + 2 * HALO_PROWS * (ROWB) + HALO_BM * HALO_LDC * 4 + (RESB) + 1024)
-#define HALO_SMEM HALO_SMEM_FOR(128, 2 * HALO_BM * 128)
-#define HALO_SMEM_S8 HALO_SMEM_FOR(64, 0)
+// two wgmma k32 steps; the epilogue is model/int8.h's.
 
 // A tile of BM outputs reads BM + 2 (w + 2) + 2 patch rows; the buffers
 // hold BM + 128 (w <= 61).
@@ -923,158 +927,6 @@ __device__ __forceinline__ int halo_swz(int r, int c)
     return ROWB == 128 ? c ^ (r & 7) : c ^ ((r >> 1) & 3);
 }
 
-template <bool S8>
-__global__ void __launch_bounds__(256, S8 ? 2 : 1)
-    conv3x3c64_halo_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
-                           const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
-                           int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
-{
-    (void)partial;
-    (void)kt_per_split;
-    (void)q;
-#ifdef RESNETD_WGMMA
-    typedef typename acc_type<S8>::type acc_t;
-    constexpr int T = 256, ROWB = S8 ? 64 : 128, CH = ROWB / 16, WTAP = 64 * ROWB;
-    const unsigned char *in = reinterpret_cast<const unsigned char *>(in_);
-    const unsigned char *wgt = reinterpret_cast<const unsigned char *>(wgt_);
-    const unsigned char *res = static_cast<const unsigned char *>(res_);
-    const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
-    const int tpi = (HP + HALO_BM - 1) / HALO_BM, ntiles = s.n * tpi;
-    const int prows = HALO_BM + 2 * PW + 2;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
-    unsigned char *const patches = smem + 9 * WTAP;  // two buffers of HALO_PROWS rows
-    float *const cs = reinterpret_cast<float *>(patches + 2 * HALO_PROWS * ROWB);  // [HALO_BM][HALO_LDC]
-    // FP16: the residual's rows of a tile, prefetched with its patch: two
-    // buffers of [HALO_BM] pixels.
-    unsigned char *const rbuf = reinterpret_cast<unsigned char *>(cs + HALO_BM * HALO_LDC);
-    const uint32_t wbase = (uint32_t)__cvta_generic_to_shared(smem);
-
-    // Weights, KRSC: tap t of output channel n is one pixel's ROWB bytes.
-    for (int id = tid; id < 9 * 64 * CH; id += T) {
-        int t = id / (64 * CH), n = (id / CH) & 63, c = id % CH;
-        cp_async16(smem + t * WTAP + n * ROWB + (halo_swz<ROWB>(n, c) << 4), wgt + (n * 9 + t) * ROWB + c * 16, true);
-    }
-    cp_async_commit();
-    auto load_patch = [&](int tile, int b) {
-        unsigned char *p = patches + b * HALO_PROWS * ROWB;
-        const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
-        const unsigned char *base = in + (size_t)img * s.h * s.w * ROWB;
-        if (!S8 && res)
-            for (int id = tid; id < HALO_BM * CH; id += T) {
-                const int r = id / CH, c = id % CH, m = m0 + r;
-                const int oy = m / PW, ox = m - oy * PW;
-                const bool v = m < HP && ox < s.w;
-                cp_async16(rbuf + (b * HALO_BM + r) * ROWB + c * 16,
-                           v ? res + (((size_t)img * s.h + oy) * s.w + ox) * ROWB + c * 16 : res, v);
-            }
-        for (int id = tid; id < prows * CH; id += T) {
-            int qr = id / CH, c = id % CH, lin = m0 + qr;
-            int py = lin / PW, px = lin - py * PW;
-            int iy = py - 1, ix = px - 1;
-            bool v = (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;
-            cp_async16(p + qr * ROWB + (halo_swz<ROWB>(qr, c) << 4),
-                       v ? base + ((size_t)iy * s.w + ix) * ROWB + c * 16 : in, v);
-        }
-    };
-
-    int buf = 0;
-    if ((int)blockIdx.x < ntiles)
-        load_patch(blockIdx.x, 0);
-    cp_async_commit();
-    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        // Buffer buf ^ 1 was last read by the previous tile, finished by
-        // every warpgroup before the barrier that ended it.
-        if (tile + (int)gridDim.x < ntiles)
-            load_patch(tile + gridDim.x, buf ^ 1);
-        cp_async_commit();
-        cp_async_wait<1>();  // the weights and this tile's patch
-        fence_proxy_async_smem();
-        __syncthreads();
-
-        acc_t acc[32];
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-            acc[i] = 0;
-        wgmma_pin(acc);
-        wgmma_fence();
-        const uint32_t pbase =
-            (uint32_t)__cvta_generic_to_shared(patches + buf * HALO_PROWS * ROWB) + wg * 64 * ROWB;
-#pragma unroll
-        for (int t = 0; t < 9; t++) {
-            // A starts mid-pattern (any row of the patch): the swizzle
-            // follows the absolute address bits, as the rows were stored,
-            // so the descriptor's base offset stays 0 (measured on an H100:
-            // base offset (a >> 7) & 7 gave rel L2 1.06).
-            const uint32_t a = pbase + ((t / 3) * PW + t % 3) * ROWB;
-            const uint64_t da = S8 ? wgmma_desc64(a) : wgmma_desc(a);
-            const uint64_t db = S8 ? wgmma_desc64(wbase + t * WTAP) : wgmma_desc(wbase + t * WTAP);
-#pragma unroll
-            for (int kk = 0; kk < ROWB / 32; kk++)  // 32 bytes of K per step
-                wgmma_op<64, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_pin(acc);
-
-        // Epilogue: the sums (FP16: + bias, as FP32; INT8: raw int32)
-        // staged in their own shared memory, then 8 channels of an output
-        // pixel per thread, the residual from the prefetched rows (INT8:
-        // from global memory).
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int col = 8 * j + 2 * (lane & 3);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float *dst = cs + (wg * 64 + wq * 16 + (lane >> 2) + 8 * h) * HALO_LDC + col;
-                if constexpr (S8)
-                    *reinterpret_cast<int2 *>(dst) = make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                else
-                    *reinterpret_cast<float2 *>(dst) =
-                        make_float2(acc[4 * j + 2 * h] + bias[col], acc[4 * j + 2 * h + 1] + bias[col + 1]);
-            }
-        }
-        __syncthreads();
-        const int img = tile / tpi, m0 = (tile - img * tpi) * HALO_BM;
-        for (int id = tid; id < HALO_BM * 8; id += T) {
-            const int r = id >> 3, c = (id & 7) * 8, m = m0 + r;
-            const int oy = m / PW, ox = m - oy * PW;
-            if (m >= HP || ox >= s.w)
-                continue;
-            const size_t o = (((size_t)img * s.h + oy) * s.w + ox) * 64 + c;
-            if constexpr (S8)
-                store8_s8(reinterpret_cast<const int *>(cs) + r * HALO_LDC + c, c, bias, q,
-                          res ? reinterpret_cast<const int8_t *>(res) + o : NULL, relu, out, o);
-            else
-                store8_f16(cs + r * HALO_LDC + c,
-                           res ? reinterpret_cast<const __half *>(rbuf + (buf * HALO_BM + r) * ROWB) + c : NULL,
-                           relu, static_cast<__half *>(out) + o);
-        }
-        // Buffers buf are refilled by the next tile's prefetch, and the
-        // staging tile by the next tile's accumulators.
-        __syncthreads();
-        buf ^= 1;
-    }
-    cp_async_wait<0>();
-#else
-    (void)s; (void)in_; (void)wgt_; (void)bias; (void)res_; (void)out; (void)relu;
-#endif
-}
-
-// The same convs with the operands' roles swapped: the 64 output channels
-// are wgmma's M and TP output pixels its N. A (the weights, 64 x 576) lives
-// in registers for the life of the persistent CTA, loaded once; B is TP
-// consecutive patch rows, K-major as stored. Shared memory then feeds only
-// B: 32 MACs a byte at FP16 and 64 at INT8, where the kernel above reads A
-// and B from it (16 and 32, just what the tensor cores need at full rate).
-// One warpgroup per CTA and two or three CTAs per SM, so that one CTA's
-// epilogue runs under another's MMAs; the residual is read from global
-// memory in the epilogue. The accumulators hold channels x pixels, so the
-// staging tile is written transposed, [pixel][channel], padded to 68 words
-// a row: the four pixels and eight channels one store instruction covers
-// then fall in 32 different banks.
 // A position (y, x) on a grid w wide, stepped forward without a division.
 struct grid_pos {
     int y, x;
@@ -1184,7 +1036,10 @@ __global__ void __launch_bounds__(128, MINB)
         const uint32_t pbase = (uint32_t)__cvta_generic_to_shared(patches + buf * PROWS * ROWB);
 #pragma unroll
         for (int t = 0; t < 9; t++) {
-            // B starts at any patch row: see the descriptor note above.
+            // B starts at any patch row, mid swizzle pattern: the swizzle
+            // follows the absolute address bits, as the rows were stored,
+            // so the descriptor's base offset stays 0 (measured on an H100:
+            // base offset (a >> 7) & 7 gave rel L2 1.06).
             const uint32_t b = pbase + ((t / 3) * PW + t % 3) * ROWB;
             const uint64_t db = S8 ? wgmma_desc64(b) : wgmma_desc(b);
 #pragma unroll
@@ -1648,15 +1503,18 @@ __global__ void __launch_bounds__(256)
     float v[4];
 #pragma unroll
     for (int j = 0; j < 4; j++)
-        v[j] = s8_value(acc[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res != NULL, relu);
+        v[j] = s8_value(acc[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res != NULL);  // ReLU below
     if (q.out_f32) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[j] = relu && v[j] < 0.f ? 0.f : v[j];
         *reinterpret_cast<float4 *>(reinterpret_cast<float *>(out) + i) = make_float4(v[0], v[1], v[2], v[3]);
         return;
     }
     uint32_t w = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++)
-        w |= (uint32_t)(int8_quantize_dev(v[j], q.out_inv) & 0xff) << (8 * j);
+        w |= (uint32_t)(int8_requant_dev(v[j], q.out_inv, relu) & 0xff) << (8 * j);
     *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = w;
 }
 
@@ -1723,10 +1581,9 @@ static f16_entry kTilesF16[] = {
     WG_TILE(64, 64, 4),
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
-    {{"wgmma_halo3x3c64", HALO_BM, 64, 64, 256, HALO_SMEM, 0, 1, 1, 0}, conv3x3c64_halo_kernel<false>},
     {{"wgmma_swap3x3c64_n128", 128, 64, 64, 128, SWAP_SMEM(128, 128), 0, 1, 1, 0}, conv3x3c64_swap_kernel<false, 128, 2>},
 };
-// The FP16 shapes again, and the halo kernel with 64-byte rows.
+// The FP16 shapes again, and the layer1 kernel with 64-byte rows.
 static f16_entry kTilesS8[] = {
     S8_TILE(256, 128, 32, 4, 2, 3, 1, 64),
     S8_TILE(128, 128, 32, 2, 4, 4, 2, 64),
@@ -1744,7 +1601,6 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(64, 64, 4),
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
-    {{"wgmma_s8_halo3x3c64", HALO_BM, 64, 128, 256, HALO_SMEM_S8, 0, 1, 1, 0}, conv3x3c64_halo_kernel<true>},
     {{"wgmma_s8_swap3x3c64_n128", 128, 64, 128, 128, SWAP_SMEM(128, 64), 0, 1, 1, 0}, conv3x3c64_swap_kernel<true, 128, 2>},
     {{"wgmma_s8_swap3x3c64_n128_3", 128, 64, 128, 128, SWAP_SMEM(128, 64), 0, 1, 1, 0}, conv3x3c64_swap_kernel<true, 128, 3>},
 };

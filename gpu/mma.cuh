@@ -70,15 +70,16 @@ struct acc_type<true> {
     typedef int type;
 };
 
-// model/int8.h's epilogue of one output: v = acc * mult + bias (+ r * s_r),
-// ReLU, each step rounded on its own (no FMA), as the CPU engine does it.
-__device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r, float res_scale, bool res,
-                                          int relu)
+// model/int8.h's epilogue of one output before its ReLU: v = acc * mult +
+// bias (+ r * s_r), each step rounded on its own (no FMA), as the CPU
+// engine does it. The ReLU is the caller's: int8_requant_dev folds it into
+// the quantisation.
+__device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r, float res_scale, bool res)
 {
     float v = __fadd_rn(__fmul_rn(__int2float_rn(acc), mult), bias);
     if (res)
         v = __fadd_rn(v, __fmul_rn(__int2float_rn(r), res_scale));
-    return relu && v < 0.f ? 0.f : v;
+    return v;
 }
 
 #endif

@@ -133,11 +133,12 @@ __device__ __forceinline__ void stem_pass(int m0, uint32_t sbase, uint32_t brow,
                 const int m = m0 + (warp * MT + mi) * 16 + (lane >> 2) + 8 * hh;
                 unsigned char *dst = tile + (m % (3 * sw)) * cfg::trow + c * (S8 ? 1 : 2);
                 if constexpr (S8) {
+                    // ReLU'd, so 0..127: no masking before the packing.
                     const int v0 =
-                        int8_quantize_dev(s8_value(acc[mi][ni][2 * hh], m0f, b0, 0, 0.f, false, 1), q.out_inv);
+                        int8_requant_dev(s8_value(acc[mi][ni][2 * hh], m0f, b0, 0, 0.f, false), q.out_inv, 1);
                     const int v1 =
-                        int8_quantize_dev(s8_value(acc[mi][ni][2 * hh + 1], m1f, b1, 0, 0.f, false, 1), q.out_inv);
-                    *reinterpret_cast<uint16_t *>(dst) = (uint16_t)((v0 & 0xff) | (v1 & 0xff) << 8);
+                        int8_requant_dev(s8_value(acc[mi][ni][2 * hh + 1], m1f, b1, 0, 0.f, false), q.out_inv, 1);
+                    *reinterpret_cast<uint16_t *>(dst) = (uint16_t)(v0 | v1 << 8);
                 } else {
                     *reinterpret_cast<__half2 *>(dst) = __floats2half2_rn(fmaxf(acc[mi][ni][2 * hh] + b0, 0.f),
                                                                            fmaxf(acc[mi][ni][2 * hh + 1] + b1, 0.f));
