@@ -527,8 +527,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 // 64 halves (128 bytes) with the 128-byte swizzle (16-byte chunk c of row
 // r at chunk c ^ (r % 8)), so that no two rows of an 8-row group share a
 // bank. One warpgroup (4 warps) computes 64 rows of the CTA tile; one
-// wgmma group per k tile stays in flight while the next is issued, so the
-// loads run STAGES - 2 tiles ahead.
+// wgmma group per k tile stays in flight while the next is issued, and the
+// loads run STAGES - 1 tiles ahead.
 //
 // wgmma exists only in sm_90a code: the compute_90 PTX pass compiles these
 // kernels empty, and conv_init marks them unusable on any other device.
@@ -704,9 +704,7 @@ struct wgmma_rs;
         }                                                                                           \
     };
 #endif
-WGMMA_RS(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "32", "33", "34", "35", "36", "37")
 WGMMA_RS(128, 64, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "64", "65", "66", "67", "68", "69")
-WGMMA_RS(64, 32, int, R_, "k32.s32.s8.s8", "", "32", "33", "34", "35", "36", "37")
 WGMMA_RS(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66", "67", "68", "69")
 
 template <int BM, int BN, int STAGES>
@@ -905,12 +903,14 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 // 64-byte swizzle (chunk c of row r at c ^ ((r >> 1) & 3)) and each tap is
 // two wgmma k32 steps; the epilogue is model/int8.h's.
 
-// A tile of BM outputs reads BM + 2 (w + 2) + 2 patch rows; the buffers
-// hold BM + 128 (w <= 61).
+// A tile of TP outputs reads TP + 2 (w + 2) + 2 patch rows; the buffers
+// hold TP + SWAP_HALO_ROWS (w <= 61). Output offsets are ints.
+#define SWAP_HALO_ROWS 128
 static int conv_halo_fits(const conv_shape *s)
 {
     return s->c == 64 && s->k == 64 && s->kh == 3 && s->kw == 3 && s->stride == 1 && s->pad_h == 1 &&
-           s->pad_w == 1 && s->oh == s->h && s->ow == s->w && 2 * (s->w + 2) + 2 <= 128;
+           s->pad_w == 1 && s->oh == s->h && s->ow == s->w && 2 * (s->w + 2) + 2 <= SWAP_HALO_ROWS &&
+           (double)s->n * s->h * s->w * 64 < 2147483647.0;
 }
 
 // The 64-byte swizzle's descriptor: 512 bytes between 8-row groups.
@@ -950,8 +950,11 @@ __device__ __forceinline__ void grid_pos_step(grid_pos &g, int step, int w)
 }
 
 #define SWAP_LDC 68
-#define SWAP_SMEM(TP, ROWB) (2 * ((TP) + 128) * (ROWB) + (TP) * SWAP_LDC * 4 + 1024)
+#define SWAP_SMEM(TP, ROWB) (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + (TP) * SWAP_LDC * 4 + 1024)
 
+// Registers (ptxas, CUDA 13.0): FP16 254 of 255 at two CTAs per SM (144
+// hold A, 64 the accumulators), INT8 162 at three; a spill here would put
+// A or the accumulators in local memory, so check `-Xptxas -v` after edits.
 template <bool S8, int TP, int MINB>
 __global__ void __launch_bounds__(128, MINB)
     conv3x3c64_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
@@ -963,7 +966,7 @@ __global__ void __launch_bounds__(128, MINB)
     (void)q;
 #ifdef RESNETD_WGMMA
     typedef typename acc_type<S8>::type acc_t;
-    constexpr int T = 128, ROWB = S8 ? 64 : 128, CH = ROWB / 16, PROWS = TP + 128;
+    constexpr int T = 128, ROWB = S8 ? 64 : 128, CH = ROWB / 16, PROWS = TP + SWAP_HALO_ROWS;
     constexpr int KS = 9 * ROWB / 32, NACC = TP / 2;  // k steps of 32 bytes; accumulators
     constexpr int PER = TP * 8 / T;                   // epilogue: 8-channel groups per thread
     typedef typename std::conditional<S8, uint2, uint4>::type res_t;  // 8 channels of the residual
@@ -1556,6 +1559,12 @@ struct f32_entry {
     {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
       0, 1, 0, 0},                                                                                              \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, true>}
+// Layer1's kernel at TP pixels a tile (the planner's bm; info.bk as the
+// wgmma tiles' for the kind).
+#define SWAP_TILE(S8, TP, MINB)                                                                                \
+    {{(S8) ? "wgmma_s8_swap3x3c64_n" #TP : "wgmma_swap3x3c64_n" #TP, TP, 64, (S8) ? 128 : 64, 128,              \
+      SWAP_SMEM(TP, (S8) ? 64 : 128), 0, 1, 1, 0},                                                             \
+     conv3x3c64_swap_kernel<S8, TP, MINB>}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -1581,9 +1590,9 @@ static f16_entry kTilesF16[] = {
     WG_TILE(64, 64, 4),
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
-    {{"wgmma_swap3x3c64_n128", 128, 64, 64, 128, SWAP_SMEM(128, 128), 0, 1, 1, 0}, conv3x3c64_swap_kernel<false, 128, 2>},
+    SWAP_TILE(false, 128, 2),
 };
-// The FP16 shapes again, and the layer1 kernel with 64-byte rows.
+// The FP16 shapes again; the layer1 kernel with 64-byte rows.
 static f16_entry kTilesS8[] = {
     S8_TILE(256, 128, 32, 4, 2, 3, 1, 64),
     S8_TILE(128, 128, 32, 2, 4, 4, 2, 64),
@@ -1601,8 +1610,7 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(64, 64, 4),
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
-    {{"wgmma_s8_swap3x3c64_n128", 128, 64, 128, 128, SWAP_SMEM(128, 64), 0, 1, 1, 0}, conv3x3c64_swap_kernel<true, 128, 2>},
-    {{"wgmma_s8_swap3x3c64_n128_3", 128, 64, 128, 128, SWAP_SMEM(128, 64), 0, 1, 1, 0}, conv3x3c64_swap_kernel<true, 128, 3>},
+    SWAP_TILE(true, 128, 3),
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),

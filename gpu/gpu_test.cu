@@ -209,12 +209,18 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
 {
     const int W = 224, K = 64, s8 = kind == CONV_INT8;
     const size_t nin = (size_t)n * h * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)n * (h / 4) * (W / 4) * K;
+    // A poisoned pooled row past the output: a CTA whose second pooled row
+    // is past the image (h / 4 odd) must not write it.
+    const size_t guard = (size_t)(W / 4) * K, ebytes = s8 ? 1 : 2;
+    unsigned char *before = (unsigned char *)malloc(guard * ebytes), *after = (unsigned char *)malloc(guard * ebytes);
     void *din = NULL, *dw = NULL, *dout = NULL;
     float *dbias = NULL, *dmult = NULL;
     conv_q8 q = {NULL, 0.f, out_inv, 0};
     int rc = -1;
-    if (!stem_pool_fits(h, W, 4, K) || (kind != CONV_FP16 && !s8)) {
-        snprintf(err, errlen, "stem shape or kind not supported");
+    if (!stem_pool_fits(h, W, 4, K) || (kind != CONV_FP16 && !s8) || !before || !after) {
+        snprintf(err, errlen, before && after ? "stem shape or kind not supported" : "out of memory");
+        free(before);
+        free(after);
         return -1;
     }
     CUDA_TRY(conv_init());
@@ -226,23 +232,31 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
         CUDA_TRY(cudaMalloc((void **)&dmult, K * sizeof(float)));
         CUDA_TRY(cudaMemcpy(dmult, mult, K * sizeof(float), cudaMemcpyHostToDevice));
         q.mult = dmult;
-        CUDA_TRY(cudaMalloc(&dout, nout));
-        CUDA_TRY(cudaMemset(dout, 0x55, nout));
+        CUDA_TRY(cudaMalloc(&dout, nout + guard));
+        CUDA_TRY(cudaMemset(dout, 0x55, nout + guard));
     } else {
         CUDA_TRY(to_device(1, (float *)in, nin, &din));
         CUDA_TRY(to_device(1, (float *)w, nw, &dw));
-        CUDA_TRY(poisoned(1, nout, &dout));
+        CUDA_TRY(poisoned(1, nout + guard, &dout));
     }
+    CUDA_TRY(cudaMemcpy(before, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_TRY(stem_pool_launch(kind, n, h, W, din, dw, dbias, s8 ? &q : NULL, dout, 0));
     CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_TRY(cudaMemcpy(after, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
+    if (memcmp(before, after, guard * ebytes) != 0) {
+        snprintf(err, errlen, "the stem wrote past its output");
+        goto fail;
+    }
     if (s8)
         CUDA_TRY(cudaMemcpy(out, dout, nout, cudaMemcpyDeviceToHost));
     else
         CUDA_TRY(to_host(1, dout, nout, (float *)out));
     rc = 0;
 fail:
+    free(before);
+    free(after);
     cudaFree(din);
     cudaFree(dw);
     cudaFree(dout);

@@ -9,10 +9,11 @@
 // 0.14-0.19 more.
 //
 // Here a CTA makes two rows of the pooled output of one image: the 5 stem
-// rows they pool (5 x 112 pixels; the first is shared with the CTA above,
-// computed twice: 1.25 stem rows per pooled row, where one pooled row per
-// CTA took 1.5) from an input patch of 15 rows in shared memory, in two
-// passes of 3 and 2 stem rows through a ring of 3 stem rows. There is no im2col copy: ldmatrix takes a
+// rows they pool (5 x 112 pixels; the first is shared with the CTA above
+// and computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed,
+// where one pooled row per CTA took 3, 1.5x) from an input patch of 15
+// rows in shared memory, in two passes of 3 and 2 stem rows through a
+// ring of 3 stem rows. There is no im2col copy: ldmatrix takes a
 // row address per lane, so each lane points straight at its stem pixel's
 // 16 bytes of taps in the patch. A 16-byte row must be 16-byte aligned:
 // FP16 pixels are 8 bytes and a pixel's first tap is at input column
@@ -20,7 +21,7 @@
 // 8 mod 16, so the INT8 patch is kept twice, the second copy shifted by 8
 // bytes, and odd x read from it. The stem outputs (after the epilogue:
 // FP16, or int8.h's requantisation) are staged in shared memory and max
-// pooled there; only the pooled row is written.
+// pooled there; only the pooled rows are written.
 //
 // Geometry (checked by stem_pool_fits): 7x7 stride 2 pad 3, then 3x3
 // stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8),

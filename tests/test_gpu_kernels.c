@@ -93,9 +93,11 @@ static const gpu_test_conv_shape conv_shapes[] = {
     {1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0},
     {5, 6, 6, 24, 8, 3, 3, 1, 1, 1, 0, 0},
     /* layer1's 64 -> 64 3x3 convs (the patch kernel's shapes): the last
-     * tile of each image ragged, and ResNet18's width 56 */
+     * tile of each image ragged, ResNet18's width 56, and a grid (w + 2)
+     * narrower than the kernel's 16-row loader and epilogue steps */
     {3, 13, 17, 64, 64, 3, 3, 1, 1, 1, 0, 0},
     {2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0},
+    {2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0},
 };
 #define NSHAPES ((int)(sizeof conv_shapes / sizeof conv_shapes[0]))
 
@@ -189,6 +191,7 @@ static const gpu_test_conv_shape s8_shapes[] = {
     {5, 6, 6, 48, 8, 3, 3, 1, 1, 1, 0, 0},
     {3, 13, 17, 64, 64, 3, 3, 1, 1, 1, 0, 0},
     {2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0},
+    {2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0},
 };
 #define NS8 ((int)(sizeof s8_shapes / sizeof s8_shapes[0]))
 
