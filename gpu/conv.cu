@@ -252,7 +252,7 @@ __device__ __forceinline__ void store8_s8(const int *sums, int col, const float 
     if (q.out_f32) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            v[j] = relu && v[j] < 0.f ? 0.f : v[j];
+            v[j] = s8_relu(v[j], relu);
         float *f = reinterpret_cast<float *>(out) + o;
         *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
         *reinterpret_cast<float4 *>(f + 4) = make_float4(v[4], v[5], v[6], v[7]);
@@ -1510,7 +1510,7 @@ __global__ void __launch_bounds__(256)
     if (q.out_f32) {
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            v[j] = relu && v[j] < 0.f ? 0.f : v[j];
+            v[j] = s8_relu(v[j], relu);
         *reinterpret_cast<float4 *>(reinterpret_cast<float *>(out) + i) = make_float4(v[0], v[1], v[2], v[3]);
         return;
     }

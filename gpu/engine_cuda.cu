@@ -138,7 +138,7 @@ static cudaError_t host_alloc(cuda_engine *ce, void **p, size_t bytes)
 static void *stem_weights(const void *w, size_t esize)
 {
     const resnet18_conv_desc *d = &resnet18_convs[0];
-    unsigned char *p = (unsigned char *)calloc((size_t)d->cout * d->k * STEM_KW  * STEM_C, esize);
+    unsigned char *p = (unsigned char *)calloc((size_t)d->cout * d->k * STEM_KW * STEM_C, esize);
     const unsigned char *src = (const unsigned char *)w;
     if (!p)
         return NULL;

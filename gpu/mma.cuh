@@ -82,4 +82,11 @@ __device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r
     return v;
 }
 
+// int8.h's ReLU on a value that stays FP32 (the last conv's output): NaN
+// passes, as on the CPU.
+__device__ __forceinline__ float s8_relu(float v, int relu)
+{
+    return relu && v < 0.f ? 0.f : v;
+}
+
 #endif

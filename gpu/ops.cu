@@ -102,8 +102,9 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
 /* ---- INT8 input: quantised normalisation, 4 bytes a pixel ------------- */
 
 // The stem's INT8 layout: 4 bytes a pixel (RGB and a zero). The
-// normalised and quantised value of each byte of each channel comes from a table the engine computed on the
-// host exactly as the CPU INT8 engine does (model/int8.h).
+// normalised and quantised value of each byte of each channel comes from a
+// table the engine computed on the host exactly as the CPU INT8 engine
+// does (model/int8.h).
 __global__ void __launch_bounds__(256)
     normalize_s8_kernel(const uint8_t *__restrict__ in, const int8_t *__restrict__ lut, int8_t *__restrict__ out,
                         long npix)

@@ -184,12 +184,11 @@ __device__ __forceinline__ void stem_pool_row(int first, int py, int pw, const u
 
 template <bool S8>
 __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
-    stem_pool_kernel(int n, int h, int w, const void *__restrict__ in_, const void *__restrict__ wgt_,
+    stem_pool_kernel(int h, int w, const void *__restrict__ in_, const void *__restrict__ wgt_,
                      const float *__restrict__ bias, const conv_q8 q, void *__restrict__ out_)
 {
     typedef stem_cfg<S8> cfg;
     constexpr int PX = cfg::px;
-    (void)n;
     const unsigned char *in = static_cast<const unsigned char *>(in_);
     const unsigned char *wgt = static_cast<const unsigned char *>(wgt_);
     const int sh = h / 2, ph = sh / 2, pw = STEM_SW / 2, pairs = (ph + 1) / 2;
@@ -261,9 +260,9 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
     const unsigned blocks = (unsigned)(n * ((h / 4 + 1) / 2));  // two pooled rows a CTA
     if (kind == CONV_INT8)
-        stem_pool_kernel<true><<<blocks, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, w, in, wgt, bias, *q, out);
+        stem_pool_kernel<true><<<blocks, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(h, w, in, wgt, bias, *q, out);
     else
-        stem_pool_kernel<false><<<blocks, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, w, in, wgt, bias, none,
+        stem_pool_kernel<false><<<blocks, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(h, w, in, wgt, bias, none,
                                                                                         out);
     return cudaGetLastError();
 }
