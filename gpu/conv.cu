@@ -233,21 +233,38 @@ __device__ __forceinline__ float partial_bits(int x)
     return __int_as_float(x);
 }
 
-// Eight int32 sums of one output row, channels col..col+7: the epilogue,
-// then 8 int8 values (one 8-byte store) or, for the last conv, 8 floats.
-// rbits: the 8 residual values (res: there is one); o: the output's
-// element index.
-__device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
-                                          uint2 rbits, bool res, int relu, void *out, size_t o)
+// The epilogue's factors of channels col..col+7: mult and bias are 16-byte
+// aligned (conv_launch checks), so four vector loads, which callers hoist
+// out of their loops (a store may alias them for the compiler).
+struct s8_chan8 {
+    float m[8], b[8];
+};
+
+__device__ __forceinline__ s8_chan8 s8_chan8_load(const float *bias, const conv_q8 &q, int col)
+{
+    s8_chan8 f;
+    *reinterpret_cast<float4 *>(f.m) = __ldg(reinterpret_cast<const float4 *>(q.mult + col));
+    *reinterpret_cast<float4 *>(f.m + 4) = __ldg(reinterpret_cast<const float4 *>(q.mult + col + 4));
+    *reinterpret_cast<float4 *>(f.b) = __ldg(reinterpret_cast<const float4 *>(bias + col));
+    *reinterpret_cast<float4 *>(f.b + 4) = __ldg(reinterpret_cast<const float4 *>(bias + col + 4));
+    return f;
+}
+
+// Eight int32 sums of one output row, channels f's: the epilogue, then 8
+// int8 values (one 8-byte store) or, for the last conv, 8 floats. rbits:
+// the 8 residual values (res: there is one); o: the output's element index.
+__device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, const conv_q8 &q, uint2 rbits,
+                                          bool res, int relu, void *out, size_t o)
 {
     int a[8];
     *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(sums);
     *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(sums + 4);
+    const float *m = f.m, *b = f.b;
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int r = (int)(int8_t)(((j < 4 ? rbits.x : rbits.y) >> (8 * (j % 4))) & 0xff);
-        v[j] = s8_value(a[j], q.mult[col + j], bias[col + j], r, q.res_scale, res);  // ReLU below
+        v[j] = s8_value(a[j], m[j], b[j], r, q.res_scale, res);  // ReLU below
     }
     if (q.out_f32) {
 #pragma unroll
@@ -266,25 +283,31 @@ __device__ __forceinline__ void store8_s8(const int *sums, int col, const float 
 }
 
 // The same with the residual read from r8 (or none: NULL).
-__device__ __forceinline__ void store8_s8(const int *sums, int col, const float *bias, const conv_q8 &q,
-                                          const int8_t *r8, int relu, void *out, size_t o)
+__device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, const conv_q8 &q, const int8_t *r8,
+                                          int relu, void *out, size_t o)
 {
-    store8_s8(sums, col, bias, q, r8 ? *reinterpret_cast<const uint2 *>(r8) : make_uint2(0, 0), r8 != NULL, relu,
-              out, o);
+    store8_s8(sums, f, q, r8 ? *reinterpret_cast<const uint2 *>(r8) : make_uint2(0, 0), r8 != NULL, relu, out, o);
 }
 
+// A thread's 8-channel group stays the same across its rows when T is a
+// multiple of BN / 8: its factors are then loaded once.
 template <int BM, int BN, int T>
 __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
                                                  const float *bias, const conv_q8 &q, const int8_t *res, int relu,
                                                  void *out, int tid)
 {
+    constexpr bool FIXED = T % (BN / 8) == 0;
+    const int c0 = (tid % (BN / 8)) * 8;
+    s8_chan8 f0{};
+    if (FIXED && n0 + c0 < N)
+        f0 = s8_chan8_load(bias, q, n0 + c0);
     for (int id = tid; id < BM * BN / 8; id += T) {
         int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
         int row = m0 + r, col = n0 + c;
         if (row >= M || col >= N)
             continue;
         size_t o = (size_t)row * N + col;
-        store8_s8(Cs + r * ldc + c, col, bias, q, res ? res + o : NULL, relu, out, o);
+        store8_s8(Cs + r * ldc + c, FIXED ? f0 : s8_chan8_load(bias, q, col), q, res ? res + o : NULL, relu, out, o);
     }
 }
 
@@ -898,19 +921,23 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 // [channel], padded to 68 words a row: the four pixels and eight channels
 // one store instruction covers then fall in 32 different banks.
 //
-// Only for 64 -> 64 channels, 3x3, stride 1, pad 1 (conv_halo_fits); no
-// split-K. INT8 (S8): a pixel is 64 bytes, so rows are 64 bytes with the
-// 64-byte swizzle (chunk c of row r at c ^ ((r >> 1) & 3)) and each tap is
-// two wgmma k32 steps; the epilogue is model/int8.h's.
+// Only for 3x3, stride 1, pad 1 (conv_halo_fits), input pixels of ROWB
+// bytes (64 FP16 or INT8 channels, or 128 INT8 ones: layer2's, whose 144
+// KB of weights fit in two CTAs' registers where FP16's do not), output
+// channels a multiple of 64: each CTA computes one 64-channel slice, fixed
+// for its life, and the slices' CTAs share the patches through L2; no
+// split-K. ROWB 64 (INT8, 64 channels): rows with the 64-byte swizzle
+// (chunk c of row r at c ^ ((r >> 1) & 3)), each tap two wgmma k32 steps.
+// INT8's epilogue is model/int8.h's.
 
 // A tile of TP outputs reads TP + 2 (w + 2) + 2 patch rows; the buffers
 // hold TP + SWAP_HALO_ROWS (w <= 61). Output offsets are ints.
 #define SWAP_HALO_ROWS 128
-static int conv_halo_fits(const conv_shape *s)
+static int conv_halo_fits(const conv_shape *s, int c)
 {
-    return s->c == 64 && s->k == 64 && s->kh == 3 && s->kw == 3 && s->stride == 1 && s->pad_h == 1 &&
+    return s->c == c && s->k % 64 == 0 && s->kh == 3 && s->kw == 3 && s->stride == 1 && s->pad_h == 1 &&
            s->pad_w == 1 && s->oh == s->h && s->ow == s->w && 2 * (s->w + 2) + 2 <= SWAP_HALO_ROWS &&
-           (double)s->n * s->h * s->w * 64 < 2147483647.0;
+           (double)s->n * s->h * s->w * s->k < 2147483647.0;
 }
 
 // The 64-byte swizzle's descriptor: 512 bytes between 8-row groups.
@@ -952,28 +979,37 @@ __device__ __forceinline__ void grid_pos_step(grid_pos &g, int step, int w)
 #define SWAP_LDC 68
 #define SWAP_SMEM(TP, ROWB) (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + (TP) * SWAP_LDC * 4 + 1024)
 
-// Registers (ptxas, CUDA 13.0): FP16 254 of 255 at two CTAs per SM (144
-// hold A, 64 the accumulators), INT8 162 at three; a spill here would put
+// Registers (ptxas, CUDA 13.0): ROWB 128 (FP16, or INT8 with 128
+// channels) 254 of 255 at two CTAs per SM (144 hold A, 64 the
+// accumulators), INT8 with 64 channels 162 at three; a spill here would put
 // A or the accumulators in local memory, so check `-Xptxas -v` after edits.
-template <bool S8, int TP, int MINB>
+template <bool S8, int TP, int MINB, int ROWB>
 __global__ void __launch_bounds__(128, MINB)
-    conv3x3c64_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
-                           const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
-                           int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
+    conv3x3_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
+                        const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
+                        int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
     (void)partial;
     (void)kt_per_split;
     (void)q;
 #ifdef RESNETD_WGMMA
+    static_assert(ROWB == 128 || (S8 && ROWB == 64), "pixel row");
     typedef typename acc_type<S8>::type acc_t;
-    constexpr int T = 128, ROWB = S8 ? 64 : 128, CH = ROWB / 16, PROWS = TP + SWAP_HALO_ROWS;
+    constexpr int T = 128, CH = ROWB / 16, PROWS = TP + SWAP_HALO_ROWS;
     constexpr int KS = 9 * ROWB / 32, NACC = TP / 2;  // k steps of 32 bytes; accumulators
     constexpr int PER = TP * 8 / T;                   // epilogue: 8-channel groups per thread
+    constexpr int STEP = T / CH;                      // the patch loader's row step
+    // The swizzled chunk of a row depends on its row bits 0-2 only.
+    static_assert(STEP % 8 == 0, "loader step");
     typedef typename std::conditional<S8, uint2, uint4>::type res_t;  // 8 channels of the residual
     const unsigned char *in = reinterpret_cast<const unsigned char *>(in_);
     const unsigned char *wgt = reinterpret_cast<const unsigned char *>(wgt_);
     const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
     const int tpi = (HP + TP - 1) / TP, ntiles = s.n * tpi;
+    // This CTA's 64 output channels from co0; CTAs cta, cta + nctas, ... of
+    // a slice take its tiles (conv_launch makes the grid a multiple of nh).
+    const int nh = s.k / 64, co0 = 64 * ((int)blockIdx.x % nh);
+    const int cta = (int)blockIdx.x / nh, nctas = (int)gridDim.x / nh;
     const int prows = TP + 2 * PW + 2;
     const int tid = threadIdx.x, lane = tid & 31, wq = tid >> 5;
     const int ch = 16 * wq + (lane >> 2);  // this thread's channels: ch and ch + 8
@@ -983,12 +1019,41 @@ __global__ void __launch_bounds__(128, MINB)
     unsigned char *const patches = smem;  // two buffers of PROWS rows
     float *const cs = reinterpret_cast<float *>(patches + 2 * PROWS * ROWB);  // [TP][SWAP_LDC]
 
+    // A thread loads chunk tid % CH of patch rows tid / CH + STEP j: the
+    // smem address steps by STEP rows (the same swizzle), the input pixel
+    // index by STEP less 2 for each padded row wrapped (the padded grid's
+    // rows are 2 wider), with no division or 64-bit multiply per row.
+    auto load_patch = [&](int tile, int b) {
+        const int img = tile / tpi, m0 = (tile - img * tpi) * TP, c = tid % CH, r0 = tid / CH;
+        unsigned char *p = patches + (b * PROWS + r0) * ROWB + (halo_swz<ROWB>(r0, c) << 4);
+        const unsigned char *base = in + (size_t)img * s.h * s.w * ROWB + c * 16;
+        grid_pos g = grid_pos_make(m0 + r0, PW);  // padded (y, x) = input (y - 1, x - 1)
+        int pix = (g.y - 1) * s.w + g.x - 1;
+        for (int qr = r0; qr < prows; qr += STEP) {
+            const bool v = (unsigned)(g.y - 1) < (unsigned)s.h && (unsigned)(g.x - 1) < (unsigned)s.w;
+            cp_async16(p, v ? base + (ptrdiff_t)pix * ROWB : in, v);
+            p += STEP * ROWB;
+            g.x += STEP;
+            pix += STEP;
+            while (g.x >= PW) {
+                g.x -= PW;
+                g.y++;
+                pix -= 2;
+            }
+        }
+    };
+
+    // The first patch loads while the weights do.
+    if (cta < ntiles)
+        load_patch(cta, 0);
+    cp_async_commit();
+
     // A fragments: rows ch and ch + 8 of the KRSC weights (one row is an
     // output channel's 9 * ROWB bytes), 4 bytes at 32 j + 4 (lane % 4) and
     // 16 bytes further.
     uint32_t a[KS][4];
     {
-        const unsigned char *w0 = wgt + (size_t)ch * 9 * ROWB + 4 * (lane & 3), *w8 = w0 + 8 * 9 * ROWB;
+        const unsigned char *w0 = wgt + (size_t)(co0 + ch) * 9 * ROWB + 4 * (lane & 3), *w8 = w0 + 8 * 9 * ROWB;
 #pragma unroll
         for (int j = 0; j < KS; j++) {
             a[j][0] = __ldg(reinterpret_cast<const unsigned *>(w0 + 32 * j));
@@ -997,36 +1062,15 @@ __global__ void __launch_bounds__(128, MINB)
             a[j][3] = __ldg(reinterpret_cast<const unsigned *>(w8 + 32 * j + 16));
         }
     }
-    const float b0 = S8 ? 0.f : bias[ch], b8 = S8 ? 0.f : bias[ch + 8];
-
-    // A thread loads chunk c of every (T / CH)-th patch row, stepping the
-    // padded-grid position instead of dividing per row.
-    auto load_patch = [&](int tile, int b) {
-        unsigned char *p = patches + b * PROWS * ROWB;
-        const int img = tile / tpi, m0 = (tile - img * tpi) * TP;
-        const unsigned char *base = in + (size_t)img * s.h * s.w * ROWB;
-        const int c = tid % CH;
-        grid_pos g = grid_pos_make(m0 + tid / CH, PW);
-        for (int qr = tid / CH; qr < prows; qr += T / CH) {
-            int iy = g.y - 1, ix = g.x - 1;
-            bool v = (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;
-            cp_async16(p + qr * ROWB + (halo_swz<ROWB>(qr, c) << 4),
-                       v ? base + ((size_t)iy * s.w + ix) * ROWB + c * 16 : in, v);
-            grid_pos_step(g, T / CH, PW);
-        }
-    };
+    const float b0 = S8 ? 0.f : bias[co0 + ch], b8 = S8 ? 0.f : bias[co0 + ch + 8];
+    const int c = (tid & 7) * 8;  // the epilogue's channels: c..c+7 of the slice
 
     int buf = 0;
-    if ((int)blockIdx.x < ntiles)
-        load_patch(blockIdx.x, 0);
-    cp_async_commit();
-    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        // Buffer buf ^ 1 was last read by the previous tile's MMAs, which
-        // every warp waited for before the barrier that ended that tile.
-        if (tile + (int)gridDim.x < ntiles)
-            load_patch(tile + gridDim.x, buf ^ 1);
-        cp_async_commit();
-        cp_async_wait<1>();
+    for (int tile = cta; tile < ntiles; tile += nctas) {
+        // This tile's patch, the one group in flight; the barrier also
+        // orders the previous tile's epilogue reads of the staging tile
+        // before this tile's writes.
+        cp_async_wait<0>();
         fence_proxy_async_smem();
         __syncthreads();
 
@@ -1044,12 +1088,19 @@ __global__ void __launch_bounds__(128, MINB)
             // so the descriptor's base offset stays 0 (measured on an H100:
             // base offset (a >> 7) & 7 gave rel L2 1.06).
             const uint32_t b = pbase + ((t / 3) * PW + t % 3) * ROWB;
-            const uint64_t db = S8 ? wgmma_desc64(b) : wgmma_desc(b);
+            const uint64_t db = ROWB == 64 ? wgmma_desc64(b) : wgmma_desc(b);
 #pragma unroll
             for (int kk = 0; kk < ROWB / 32; kk++)
                 wgmma_rs<TP, acc_t>::mma(acc, a[t * (ROWB / 32) + kk], db + 2 * kk);
         }
         wgmma_commit();
+
+        // Under the MMAs: the next tile's patch into the other buffer, last
+        // read by the previous tile's MMAs (waited for before the barrier
+        // above).
+        if (tile + nctas < ntiles)
+            load_patch(tile + nctas, buf ^ 1);
+        cp_async_commit();
         wgmma_wait<0>();
         wgmma_pin(acc);
 
@@ -1064,9 +1115,10 @@ __global__ void __launch_bounds__(128, MINB)
             else
                 *dst = acc[i] + ((i >> 1) & 1 ? b8 : b0);
         }
-        // Thread: channels c..c+7 of pixels tid / 8 + 16 k. Their residual
-        // loads are all issued before the barrier, not one per store.
-        const int img = tile / tpi, m0 = (tile - img * tpi) * TP, c = (tid & 7) * 8;
+        // Thread: channels c..c+7 of pixels tid / 8 + 16 k; every residual
+        // load issued before the barrier, not one per store (earlier, the
+        // loads would not fit in registers beside the accumulators).
+        const int img = tile / tpi, m0 = (tile - img * tpi) * TP;
         int o[PER];  // output offsets, -1 past the image or in a padding column
         res_t rv[PER];
         {
@@ -1074,7 +1126,7 @@ __global__ void __launch_bounds__(128, MINB)
 #pragma unroll
             for (int k = 0; k < PER; k++) {
                 const bool v = g.y < s.h && g.x < s.w;
-                o[k] = v ? ((img * s.h + g.y) * s.w + g.x) * 64 + c : -1;
+                o[k] = v ? ((img * s.h + g.y) * s.w + g.x) * s.k + co0 + c : -1;
                 rv[k] = res_t{};
                 if (v && res_)
                     rv[k] = *reinterpret_cast<const res_t *>(static_cast<const unsigned char *>(res_) +
@@ -1082,6 +1134,9 @@ __global__ void __launch_bounds__(128, MINB)
                 grid_pos_step(g, T / 8, PW);
             }
         }
+        s8_chan8 f{};
+        if constexpr (S8)
+            f = s8_chan8_load(bias, q, co0 + c);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < PER; k++) {
@@ -1089,14 +1144,12 @@ __global__ void __launch_bounds__(128, MINB)
                 continue;
             const int r = (tid >> 3) + k * (T / 8);
             if constexpr (S8)
-                store8_s8(reinterpret_cast<const int *>(cs) + r * SWAP_LDC + c, c, bias, q, rv[k], res_ != NULL,
-                          relu, out, o[k]);
+                store8_s8(reinterpret_cast<const int *>(cs) + r * SWAP_LDC + c, f, q, rv[k], res_ != NULL, relu, out,
+                          o[k]);
             else
                 store8_f16(cs + r * SWAP_LDC + c, res_ ? reinterpret_cast<const __half *>(&rv[k]) : NULL, relu,
                            static_cast<__half *>(out) + o[k]);
         }
-        // The staging tile is rewritten by the next tile's accumulators.
-        __syncthreads();
         buf ^= 1;
     }
     cp_async_wait<0>();
@@ -1559,12 +1612,12 @@ struct f32_entry {
     {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
       0, 1, 0, 0},                                                                                              \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, true>}
-// Layer1's kernel at TP pixels a tile (the planner's bm; info.bk as the
-// wgmma tiles' for the kind).
-#define SWAP_TILE(S8, TP, MINB)                                                                                \
-    {{(S8) ? "wgmma_s8_swap3x3c64_n" #TP : "wgmma_swap3x3c64_n" #TP, TP, 64, (S8) ? 128 : 64, 128,              \
-      SWAP_SMEM(TP, (S8) ? 64 : 128), 0, 1, 1, 0},                                                             \
-     conv3x3c64_swap_kernel<S8, TP, MINB>}
+// The patch kernel for C input channels at TP pixels a tile (the planner's
+// bm; info.bk as the wgmma tiles' for the kind).
+#define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
+    {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
+      SWAP_SMEM(TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                             \
+     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -1590,9 +1643,10 @@ static f16_entry kTilesF16[] = {
     WG_TILE(64, 64, 4),
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
-    SWAP_TILE(false, 128, 2),
+    SWAP_TILE(false, 64, 128, 2),
 };
-// The FP16 shapes again; the layer1 kernel with 64-byte rows.
+// The FP16 shapes again; the patch kernel for 64 (64-byte rows) and 128
+// channels.
 static f16_entry kTilesS8[] = {
     S8_TILE(256, 128, 32, 4, 2, 3, 1, 64),
     S8_TILE(128, 128, 32, 2, 4, 4, 2, 64),
@@ -1610,7 +1664,8 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(64, 64, 4),
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
-    SWAP_TILE(true, 128, 3),
+    SWAP_TILE(true, 64, 128, 3),
+    SWAP_TILE(true, 128, 128, 2),
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
@@ -1646,7 +1701,7 @@ void conv_set_persistent_cap(int ctas)
 int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);
-    return t && (!t->halo || conv_halo_fits(s));
+    return t && (!t->halo || conv_halo_fits(s, t->halo));
 }
 
 int conv_tile_count(int kind)
@@ -1793,15 +1848,19 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
     const conv_tile_info *t = conv_tile_get(kind, p->tile);
     if (!t || p->splits < 1 || (p->splits > 1 && !workspace) || ((kind == CONV_INT8) != (q != NULL)))
         return cudaErrorInvalidValue;
+    if (kind == CONV_INT8 && (((uintptr_t)bias | (uintptr_t)q->mult) & 15) != 0)
+        return cudaErrorMisalignedAddress;  // the epilogue reads them as float4
     long M = (long)s->n * s->oh * s->ow;
     float *partial = p->splits > 1 ? workspace : NULL;
     dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
     if (t->halo) {  // persistent CTAs over the padded-grid tiles
-        if (kind == CONV_FP32 || p->splits != 1 || !conv_halo_fits(s))
+        if (kind == CONV_FP32 || p->splits != 1 || !conv_halo_fits(s, t->halo))
             return cudaErrorInvalidValue;
-        long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm);
+        const long nh = s->k / 64;  // 64-channel slices; every slice the same number of CTAs
+        long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm) * nh;
         long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
-        grid = dim3((unsigned)(tiles < most ? tiles : most), 1, 1);
+        long ctas = (tiles < most ? tiles : most) / nh * nh;
+        grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
     if (kind == CONV_INT8) {

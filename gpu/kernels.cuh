@@ -43,7 +43,8 @@ struct conv_tile_info {
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
     int sm90a;          // wgmma: runs only on compute capability 9.0
-    int halo;           // a special kernel for some shapes only (conv_tile_fits), no split-K
+    int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only
+                        // (conv_tile_fits), no split-K
     int usable;         // filled by conv_init: the current device runs it
 };
 int conv_tile_count(int kind);
@@ -99,7 +100,8 @@ struct conv_q8 {
     int out_f32;
 };
 // out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
-// NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds.
+// NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds;
+// INT8's bias and q->mult 16-byte aligned (cudaMalloc's are).
 cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
                         const float *bias, const void *res, int relu, void *out, float *workspace,
                         const conv_q8 *q, cudaStream_t st);
