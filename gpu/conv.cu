@@ -1698,6 +1698,11 @@ void conv_set_persistent_cap(int ctas)
     g_persistent_cap = ctas > 0 ? ctas : 0;
 }
 
+int conv_persistent_cap(void)
+{
+    return g_persistent_cap;
+}
+
 int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);

@@ -242,7 +242,9 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
     CUDA_TRY(cudaMemcpy(before, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
+    conv_set_persistent_cap(2);  // INT8: each CTA through several items and both patch buffers
     CUDA_TRY(stem_pool_launch(kind, n, h, W, din, dw, dbias, s8 ? &q : NULL, dout, 0));
+    conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(after, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     if (memcmp(before, after, guard * ebytes) != 0) {
@@ -255,6 +257,7 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
         CUDA_TRY(to_host(1, dout, nout, (float *)out));
     rc = 0;
 fail:
+    conv_set_persistent_cap(0);
     free(before);
     free(after);
     cudaFree(din);

@@ -54,9 +54,11 @@ const conv_tile_info *conv_tile_get(int kind, int tile);
 int conv_tile_fits(int kind, int tile, const conv_shape *s);
 // Sets shared-memory limits and reads occupancy; once per process and device.
 cudaError_t conv_init(void);
-// Tests: at most this many CTAs for the persistent kernels, so that each
-// CTA loops over several tiles on small shapes (0: as many as fit).
+// Tests: at most this many CTAs for the persistent kernels (the INT8 stem
+// too), so that each CTA loops over several tiles on small shapes (0: as
+// many as fit).
 void conv_set_persistent_cap(int ctas);
+int conv_persistent_cap(void);
 
 // How one layer runs: a tile, and a split of K over `splits` CTAs of
 // kt_per_split k tiles each, whose partial sums (FP32, or int32 at INT8) a
@@ -108,7 +110,9 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 
 // ResNet's stem, the 7x7/2 pad-3 conv with bias and ReLU, and the 3x3/2
 // pad-1 max pool after it, in one kernel (gpu/stem.cu), FP16 or INT8
-// (q: the conv's INT8 epilogue, NULL for FP16): in [n][h][w][4] (the
+// (q: the conv's INT8 epilogue, NULL for FP16; q->mult >= 0, as the
+// calibration's scales make it, for the pool runs before it; bias and
+// q->mult 8-byte aligned): in [n][h][w][4] (the
 // stem's padded layout), w [k][7][8][4] (stem_weights'), out
 // [n][h/4][w/4][k]. stem_pool_fits: the shapes it runs (k = 64, w = 224,
 // h a multiple of 4). stem_pool_init: once per device, before a launch.

@@ -12,34 +12,38 @@
 // rows they pool (5 x 112 pixels; the first is shared with the CTA above
 // and computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed,
 // where one pooled row per CTA took 3, 1.5x) from an input patch of 15
-// rows in shared memory, in two passes of 3 and 2 stem rows through a
-// ring of 3 stem rows. There is no im2col copy: ldmatrix takes a
-// row address per lane, so each lane points straight at its stem pixel's
-// 16 bytes of taps in the patch. A 16-byte row must be 16-byte aligned:
-// FP16 pixels are 8 bytes and a pixel's first tap is at input column
-// 2 * x - 4, so always; INT8 pixels are 4 bytes and odd x would start at
-// 8 mod 16, so the INT8 patch is kept twice, the second copy shifted by 8
-// bytes, and odd x read from it. The stem outputs (after the epilogue:
-// FP16, or int8.h's requantisation) are staged in shared memory and max
-// pooled there; only the pooled rows are written.
+// rows in shared memory, in two passes of 3 and 2 stem rows, the third
+// row's sums kept in registers for the second. There is no im2col copy:
+// ldmatrix takes a row address per lane, so each lane points straight at
+// its stem pixel's 16 bytes of taps in the patch. A 16-byte row must be
+// 16-byte aligned: FP16 pixels are 8 bytes and a pixel's first tap is at
+// input column 2 * x - 4, so always; INT8 pixels are 4 bytes and odd x
+// would start at 8 mod 16, so the INT8 patch is kept twice, the second
+// copy shifted by 8 bytes, and odd x read from it. Each warp owns 16 stem
+// columns in every row, so the max pool runs on the accumulators: down
+// the rows in registers, across the columns by shuffles; the epilogue
+// (FP16 or int8.h's requantisation) then runs on the pooled values only,
+// a quarter of the stem's, which the pool may take first because the
+// epilogue is non-decreasing (stem_pool_out).
 //
 // Geometry (checked by stem_pool_fits): 7x7 stride 2 pad 3, then 3x3
 // stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8),
 // weights [64][7][8][4] (a zero tap first: taps 0..7 of row r read input
 // columns 2x - 4 .. 2x + 3), output [n][ph][pw][64].
 #include <stdio.h>
+#include <type_traits>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
 
 #define STEM_K 64         // output channels
-#define STEM_WARPS 7      // 3 m16 tiles each (3 x 112 = 21 x 16 stem pixels), then 2
+#define STEM_WARPS 7      // 16 stem columns each (7 x 16 = 112), 3 m16 tiles (rows), then 2
 #define STEM_MAX_W 224    // stem row width STEM_SW = 112
 #define STEM_SW (STEM_MAX_W / 2)
 #define STEM_PROWS 15     // input rows under 5 stem rows: 2 * 4 + 7
 
 // Bytes: a pixel, a patch row (the input columns -4 .. w + 3), a weight row
-// (+16 bytes so that ldmatrix's 8 rows fall in distinct banks), an output
-// pixel (64 channels) and a row of the stem tile (one, + 16 bytes).
+// (+16 bytes so that ldmatrix's 8 rows fall in distinct banks) and an
+// output pixel (64 channels).
 template <bool S8>
 struct stem_cfg {
     static constexpr int px = S8 ? 4 : 8;
@@ -48,38 +52,40 @@ struct stem_cfg {
     static constexpr int copy_bytes = STEM_PROWS * prow;
     static constexpr int wrow = 7 * 8 * px + 16;
     static constexpr int orow = STEM_K * (S8 ? 1 : 2);  // an output pixel
-    static constexpr int trow = orow + 16;  // rows 8 lanes write at once fall in distinct banks
     // The shifted copy starts 64 bytes into a 128-byte line after the
     // first: an even and an odd pixel 8 bytes apart fall in other banks.
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
     static constexpr int patch_bytes = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
-    static constexpr int w_off = (patch_bytes + 127) / 128 * 128;
-    static constexpr int t_off = w_off + STEM_K * wrow;
-    static constexpr int smem = t_off + 3 * STEM_SW * trow;
+    // INT8: persistent CTAs, the next item's patch loading into a second
+    // buffer under this one's MMAs, the weights loaded once. FP16's patch
+    // and weights, twice INT8's, would not fit twice at two CTAs an SM.
+    static constexpr int bufs = S8 ? 2 : 1;
+    static constexpr int buf_bytes = (patch_bytes + 127) / 128 * 128;
+    static constexpr int w_off = bufs * buf_bytes;
+    static constexpr int x_off = w_off + STEM_K * wrow;  // the warps' last columns, [7][64] sums
+    static constexpr int s_off = x_off + STEM_WARPS * STEM_K * 4;  // a pooled row, [56][64]
+    static constexpr int k_off = s_off + STEM_SW / 2 * orow;       // stem row 2's sums, [32][threads]
+    static constexpr int smem = k_off + 32 * STEM_WARPS * 32 * 4;
 };
 
-// MT m16 tiles per warp of stem pixels from m0 (numbered over the CTA's 5
-// stem rows, row-major): the MMAs, then the epilogue (bias and ReLU at
-// FP16, int8.h's requantisation at INT8) into the ring of 3 stem rows.
+// The MMAs of MT stem rows, row0.. of the CTA's 5, at this warp's 16
+// columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
+// mi. Accumulator acc[mi][ni][e]: column 16 w + lane / 4 (+ 8 for e >= 2),
+// channel 8 ni + 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
-__device__ __forceinline__ void stem_pass(int m0, uint32_t sbase, uint32_t brow, unsigned char *tile,
-                                          const float *__restrict__ bias, const conv_q8 &q, int warp, int lane)
+__device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow, int warp, int lane,
+                                         typename acc_type<S8>::type (&acc)[MT][8][4])
 {
     typedef stem_cfg<S8> cfg;
-    typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
-    constexpr int sw = STEM_SW;
-    // This lane's ldmatrix row in each m16 tile: stem pixel m = stem row
-    // m / sw, column x = m % sw, whose taps of filter row r start at patch
-    // row 2 * (m / sw) + r, column 2x.
+    // This lane's ldmatrix row in each m16 tile: stem row sy, column x,
+    // whose taps of filter row r start at patch row 2 sy + r, column 2x.
+    const int x = 16 * warp + (lane & 15);
+    const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
     uint32_t arow[MT];
 #pragma unroll
-    for (int mi = 0; mi < MT; mi++) {
-        const int m = m0 + (warp * MT + mi) * 16 + (lane & 15), sy = m / sw, x = m - sy * sw;
-        const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
-        arow[mi] = sbase + copy + 2 * sy * cfg::prow + 2 * x * PX + (lane >> 4) * 16;
-    }
-    acc_t acc[MT][8][4];
+    for (int mi = 0; mi < MT; mi++)
+        arow[mi] = sbase + copy + 2 * (row0 + mi) * cfg::prow + 2 * x * PX + (lane >> 4) * 16;
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
@@ -115,106 +121,153 @@ __device__ __forceinline__ void stem_pass(int m0, uint32_t sbase, uint32_t brow,
                 for (int ni = 0; ni < 8; ni++)
                     mma_16816(acc[mi][ni], a[mi], b[ni]);
         }
-
-    // Row lane / 4 (+ 8) of each tile, channels 2 (lane % 4) + 0, 1; stem
-    // row sy goes to ring slot sy % 3.
-#pragma unroll
-    for (int ni = 0; ni < 8; ni++) {
-        const int c = ni * 8 + (lane & 3) * 2;
-        const float b0 = bias[c], b1 = bias[c + 1];
-        float m0f = 0.f, m1f = 0.f;
-        if (S8) {
-            m0f = q.mult[c];
-            m1f = q.mult[c + 1];
-        }
-#pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int m = m0 + (warp * MT + mi) * 16 + (lane >> 2) + 8 * hh;
-                unsigned char *dst = tile + (m % (3 * sw)) * cfg::trow + c * (S8 ? 1 : 2);
-                if constexpr (S8) {
-                    // ReLU'd, so 0..127: no masking before the packing.
-                    const int v0 =
-                        int8_requant_dev(s8_value(acc[mi][ni][2 * hh], m0f, b0, 0, 0.f, false), q.out_inv, 1);
-                    const int v1 =
-                        int8_requant_dev(s8_value(acc[mi][ni][2 * hh + 1], m1f, b1, 0, 0.f, false), q.out_inv, 1);
-                    *reinterpret_cast<uint16_t *>(dst) = (uint16_t)(v0 | v1 << 8);
-                } else {
-                    *reinterpret_cast<__half2 *>(dst) = __floats2half2_rn(fmaxf(acc[mi][ni][2 * hh] + b0, 0.f),
-                                                                           fmaxf(acc[mi][ni][2 * hh + 1] + b1, 0.f));
-                }
-            }
-    }
 }
 
-// The 3x3/2 pool of pooled row py from stem rows first..first + 2 of the
-// CTA (ring slots first % 3 ...; the first is outside the image when py =
-// 0), columns 2px - 1 .. 2px + 1; 16 bytes of channels per step.
+__device__ __forceinline__ int acc_max(int a, int b)
+{
+    return max(a, b);
+}
+__device__ __forceinline__ float acc_max(float a, float b)
+{
+    return fmaxf(a, b);
+}
+
+// One pooled row from v, the column-wise max of its (up to) 3 stem rows
+// at this warp's 16 columns (v[ni][e] as acc[mi] in stem_mma). The max
+// pool is taken on the sums, before the epilogue: the epilogue (FP16:
+// + bias, ReLU, rounding to half; INT8: int8.h's requantisation with a
+// multiplier >= 0) is non-decreasing in the sum, so the max of the
+// epilogues is the epilogue of the max, bit for bit, and only a quarter of
+// the values go through it. Pooled column 8 w + j takes stem columns
+// 2 (8 w + j) - 1 .. + 1: in registers and shuffles, but for the first,
+// which is the previous warp's last column (through xch; none at warp 0).
+// Output through stage ([pw][64] in the output type), then 16-byte stores.
 template <bool S8>
-__device__ __forceinline__ void stem_pool_row(int first, int py, int pw, const unsigned char *tile,
-                                              unsigned char *out, int tid)
+__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8][4], int pw,
+                                              const float *__restrict__ bias, const conv_q8 &q,
+                                              typename acc_type<S8>::type *xch, unsigned char *stage,
+                                              unsigned char *out, int warp, int lane, int tid)
 {
     typedef stem_cfg<S8> cfg;
-    constexpr int VEC = cfg::orow / 16, sw = STEM_SW;
-    for (int id = tid; id < pw * VEC; id += STEM_WARPS * 32) {
-        const int px = id / VEC, v = id - px * VEC;
-        uint4 best = make_uint4(0, 0, 0, 0);
-        bool first_seen = true;
-        for (int sy = py == 0 ? 1 : 0; sy < 3; sy++)
-            for (int x = px == 0 ? 0 : 2 * px - 1; x <= 2 * px + 1 && x < sw; x++) {
-                const uint4 t =
-                    *reinterpret_cast<const uint4 *>(tile + (((first + sy) % 3) * sw + x) * cfg::trow + v * 16);
-                if (first_seen) {
-                    best = t;
-                    first_seen = false;
-                } else if (S8) {
-                    best = make_uint4(__vmaxs4(best.x, t.x), __vmaxs4(best.y, t.y), __vmaxs4(best.z, t.z),
-                                      __vmaxs4(best.w, t.w));
-                } else {
-                    __half2 *bh = reinterpret_cast<__half2 *>(&best);
-                    const __half2 *th = reinterpret_cast<const __half2 *>(&t);
-                    for (int j = 0; j < 4; j++)
-                        bh[j] = __hmax2(bh[j], th[j]);
-                }
-            }
-        *reinterpret_cast<uint4 *>(out + (size_t)px * cfg::orow + v * 16) = best;
+    typedef typename acc_type<S8>::type acc_t;
+    const int i = lane >> 2, c0 = 2 * (lane & 3);
+    // This thread's channels' factors, loaded before the stores below (which
+    // the compiler cannot tell from them) and all at once.
+    float bf[8][2], mf[8][2];
+#pragma unroll
+    for (int ni = 0; ni < 8; ni++) {
+        const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
+        bf[ni][0] = b2.x;
+        bf[ni][1] = b2.y;
+        if constexpr (S8) {
+            const float2 m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + 8 * ni + c0));
+            mf[ni][0] = m2.x;
+            mf[ni][1] = m2.y;
+        }
     }
+    if (i == 7)  // column 15: the next warp's column -1
+#pragma unroll
+        for (int ni = 0; ni < 8; ni++) {
+            xch[warp * STEM_K + 8 * ni + c0] = v[ni][2];
+            xch[warp * STEM_K + 8 * ni + c0 + 1] = v[ni][3];
+        }
+    __syncthreads();
+    const int up = (lane + 4) & 31, down = (lane - 4) & 31;
+#pragma unroll
+    for (int ni = 0; ni < 8; ni++) {
+        acc_t p[2][2];  // [column i, i + 8][channel c0, c0 + 1]
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const acc_t lo = v[ni][b], hi = v[ni][2 + b];  // columns i, i + 8
+            const acc_t lo_up = __shfl_sync(0xffffffffu, lo, up), hi_up = __shfl_sync(0xffffffffu, hi, up);
+            const acc_t lo_dn = __shfl_sync(0xffffffffu, lo, down), hi_dn = __shfl_sync(0xffffffffu, hi, down);
+            // Column i (even): i - 1, i, i + 1; column i + 8: i + 7, i + 8, i + 9.
+            p[0][b] = acc_max(lo, lo_up);
+            if (i > 0)
+                p[0][b] = acc_max(p[0][b], lo_dn);
+            else if (warp > 0)
+                p[0][b] = acc_max(p[0][b], xch[(warp - 1) * STEM_K + 8 * ni + c0 + b]);
+            p[1][b] = acc_max(acc_max(hi, hi_up), i > 0 ? hi_dn : lo_dn);
+        }
+        // Even lanes hold the pooled values; they finish channels ni < 4
+        // and hand ni >= 4 to the odd lane after them, so that every lane
+        // runs the epilogue on as many values.
+        if (ni >= 4)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int b = 0; b < 2; b++)
+                    p[h][b] = __shfl_sync(0xffffffffu, p[h][b], down);
+        if ((ni < 4) == (i & 1))
+            continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int o = (8 * warp + (i >> 1) + 4 * h) * STEM_K + 8 * ni + c0;  // pooled column, channel
+            if constexpr (S8) {
+                const int v0 = int8_requant_dev(s8_value(p[h][0], mf[ni][0], bf[ni][0], 0, 0.f, false), q.out_inv, 1);
+                const int v1 = int8_requant_dev(s8_value(p[h][1], mf[ni][1], bf[ni][1], 0, 0.f, false), q.out_inv, 1);
+                *reinterpret_cast<uint16_t *>(stage + o) = (uint16_t)(v0 | v1 << 8);  // ReLU'd: 0..127
+            } else {
+                *reinterpret_cast<__half2 *>(stage + 2 * o) =
+                    __floats2half2_rn(fmaxf(p[h][0] + bf[ni][0], 0.f), fmaxf(p[h][1] + bf[ni][1], 0.f));
+            }
+        }
+    }
+    __syncthreads();
+    for (int id = tid; id < pw * cfg::orow / 16; id += STEM_WARPS * 32)
+        reinterpret_cast<uint4 *>(out)[id] = reinterpret_cast<const uint4 *>(stage)[id];
 }
 
 template <bool S8>
 __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
-    stem_pool_kernel(int h, int w, const void *__restrict__ in_, const void *__restrict__ wgt_,
+    stem_pool_kernel(int n, int h, int w, const void *__restrict__ in_, const void *__restrict__ wgt_,
                      const float *__restrict__ bias, const conv_q8 q, void *__restrict__ out_)
 {
     typedef stem_cfg<S8> cfg;
+    typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px;
     const unsigned char *in = static_cast<const unsigned char *>(in_);
     const unsigned char *wgt = static_cast<const unsigned char *>(wgt_);
-    const int sh = h / 2, ph = sh / 2, pw = STEM_SW / 2, pairs = (ph + 1) / 2;
-    const int img = blockIdx.x / pairs, py = 2 * (blockIdx.x - img * pairs);  // pooled rows py, py + 1
+    const int sh = h / 2, ph = sh / 2, pw = STEM_SW / 2, pairs = (ph + 1) / 2, items = n * pairs;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char *const tile = smem + cfg::t_off;  // a ring of 3 stem rows: [3][sw][64]
+    acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [STEM_WARPS][64]
+    unsigned char *const stage = smem + cfg::s_off;                    // [pw][64]
 
-    // The patch: input rows 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero
-    // outside the image; 16-byte chunks are whole pixels, in or out as one.
-    const int iy0 = 4 * py - 5, prow_px = w + 8;
-    const unsigned char *src_img = in + (size_t)img * h * w * PX;
-    for (int id = tid; id < STEM_PROWS * prow_px * PX / 16; id += blockDim.x) {
-        const int r = id / (prow_px * PX / 16), j = id - r * (prow_px * PX / 16);
-        const int iy = iy0 + r, ix = j * 16 / PX - 4;
-        const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
-        cp_async16(smem + r * cfg::prow + j * 16, v ? src_img + ((size_t)iy * w + ix) * PX : in, v);
-    }
-    if (S8)  // the copy shifted by 8 bytes, in pixel pairs
-        for (int id = tid; id < STEM_PROWS * prow_px / 2; id += blockDim.x) {
-            const int r = id / (prow_px / 2), j = id - r * (prow_px / 2);
-            const int iy = iy0 + r, ix = 2 * j - 4;
-            const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)w;
-            cp_async8(smem + cfg::copy1 + r * cfg::prow + 8 + j * 8, v ? src_img + ((size_t)iy * w + ix) * PX : in,
-                      v);
+    // Item `item` (pooled rows py, py + 1 of image img)'s patch into dst:
+    // input rows 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside
+    // the image; 16-byte chunks are whole pixels, in or out as one (INT8's
+    // shifted copy: 8-byte pixel pairs). w is STEM_MAX_W (stem_pool_fits),
+    // so each thread's (row, chunk) steps by constants, without a division.
+    (void)w;
+    constexpr int W = STEM_MAX_W, T = STEM_WARPS * 32;
+    auto load_rows = [&](unsigned char *dst, const unsigned char *src_img, int iy0, auto bytes_c) {
+        constexpr int B = decltype(bytes_c)::value, CPR = (W + 8) * PX / B;  // chunks of B bytes a row
+        int r = tid / CPR, j = tid % CPR;
+        for (; r < STEM_PROWS; r += T / CPR) {
+            const int iy = iy0 + r, ix = j * B / PX - 4;
+            const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)W;
+            const unsigned char *src = v ? src_img + ((size_t)iy * W + ix) * PX : in;
+            if constexpr (B == 16)
+                cp_async16(dst + r * cfg::prow + j * 16, src, v);
+            else
+                cp_async8(dst + r * cfg::prow + j * 8, src, v);
+            j += T % CPR;
+            if (j >= CPR) {
+                j -= CPR;
+                r++;
+            }
         }
+    };
+    auto load_patch = [&](int item, unsigned char *dst) {
+        const int img = item / pairs, py = 2 * (item - img * pairs);
+        const unsigned char *src_img = in + (size_t)img * h * W * PX;
+        load_rows(dst, src_img, 4 * py - 5, std::integral_constant<int, 16>());
+        if (S8)  // the copy shifted by 8 bytes
+            load_rows(dst + cfg::copy1 + 8, src_img, 4 * py - 5, std::integral_constant<int, 8>());
+    };
+    if ((int)blockIdx.x < items)
+        load_patch(blockIdx.x, smem);
     for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
         cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
@@ -224,18 +277,60 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
     // B fragments: weight rows n (ldmatrix x4 gives two n8 tiles).
     const uint32_t brow = sbase + cfg::w_off + (((lane >> 4) * 8 + (lane & 7)) * cfg::wrow) + ((lane >> 3) & 1) * 16;
-    unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
+    // Stem row 2's sums, kept for the second pooled row in shared memory (in
+    // registers they would spill: 128 a thread).
+    acc_t *const keep = reinterpret_cast<acc_t *>(smem + cfg::k_off) + tid;
+    int buf = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        const int img = item / pairs, py = 2 * (item - img * pairs);  // pooled rows py, py + 1
+        unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
+        // This item's patch (the one group in flight); the barrier also
+        // ends the previous item's reads of the other buffer (its MMAs).
+        cp_async_wait<0>();
+        __syncthreads();
+        if (cfg::bufs == 2 && item + (int)gridDim.x < items)
+            load_patch(item + gridDim.x, smem + (buf ^ 1) * cfg::buf_bytes);
+        cp_async_commit();
+        const uint32_t pbase = sbase + buf * cfg::buf_bytes;
+
+        // Pooled row py: stem rows 0-2 of the item (row 0 is above the
+        // image at py = 0); row 2 is kept for pooled row py + 1, with rows
+        // 3 and 4.
+        {
+            acc_t acc[3][8][4];
+            stem_mma<S8, 3>(0, pbase, brow, warp, lane, acc);
+#pragma unroll
+            for (int ni = 0; ni < 8; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    keep[(4 * ni + e) * STEM_WARPS * 32] = acc[2][ni][e];
+                    acc[1][ni][e] = acc_max(acc[1][ni][e], acc[2][ni][e]);
+                    if (py > 0)
+                        acc[1][ni][e] = acc_max(acc[1][ni][e], acc[0][ni][e]);
+                }
+            stem_pool_out<S8>(acc[1], pw, bias, q, xch, stage, out, warp, lane, tid);
+        }
+        if (py + 1 < ph) {
+            acc_t acc[2][8][4];
+            stem_mma<S8, 2>(3, pbase, brow, warp, lane, acc);
+#pragma unroll
+            for (int ni = 0; ni < 8; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[0][ni][e] =
+                        acc_max(acc_max(acc[0][ni][e], acc[1][ni][e]), keep[(4 * ni + e) * STEM_WARPS * 32]);
+            // The barriers in stem_pool_out order the reads of xch and
+            // stage above before these writes.
+            stem_pool_out<S8>(acc[0], pw, bias, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
+        }
+        buf ^= cfg::bufs - 1;
+    }
     cp_async_wait<0>();
-    __syncthreads();
-    stem_pass<S8, 3>(0, sbase, brow, tile, bias, q, warp, lane);  // stem rows 0-2: slots 0-2
-    __syncthreads();
-    stem_pool_row<S8>(0, py, pw, tile, out, tid);
-    __syncthreads();  // slots 0 and 1 are free
-    stem_pass<S8, 2>(3 * STEM_SW, sbase, brow, tile, bias, q, warp, lane);  // stem rows 3, 4: slots 0, 1
-    __syncthreads();
-    if (py + 1 < ph)
-        stem_pool_row<S8>(2, py + 1, pw, tile, out + (size_t)pw * cfg::orow, tid);
 }
+
+// Persistent INT8 grids: as many CTAs as fit on the device stem_pool_init
+// last ran on (another count only changes how many items each CTA takes).
+static int g_stem_ctas = 1;
 
 int stem_pool_fits(int h, int w, int c, int k)
 {
@@ -244,11 +339,21 @@ int stem_pool_fits(int h, int w, int c, int k)
 
 cudaError_t stem_pool_init(void)
 {
+    int dev, sms = 1, per_sm = 1;
     cudaError_t e = cudaFuncSetAttribute(stem_pool_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          stem_cfg<false>::smem);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(stem_pool_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  stem_cfg<true>::smem);
+    if (e == cudaSuccess)
+        e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stem_pool_kernel<true>, STEM_WARPS * 32,
+                                                          stem_cfg<true>::smem);
+    if (e == cudaSuccess)
+        g_stem_ctas = sms * (per_sm > 0 ? per_sm : 1);
     return e;
 }
 
@@ -257,12 +362,16 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
 {
     if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || kind == CONV_FP32)
         return cudaErrorInvalidValue;
+    if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0)
+        return cudaErrorMisalignedAddress;  // read as float2
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
-    const unsigned blocks = (unsigned)(n * ((h / 4 + 1) / 2));  // two pooled rows a CTA
+    const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
+    const int most = conv_persistent_cap() > 0 ? conv_persistent_cap() : g_stem_ctas;
     if (kind == CONV_INT8)
-        stem_pool_kernel<true><<<blocks, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(h, w, in, wgt, bias, *q, out);
+        stem_pool_kernel<true><<<items < most ? items : most, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(
+            n, h, w, in, wgt, bias, *q, out);
     else
-        stem_pool_kernel<false><<<blocks, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(h, w, in, wgt, bias, none,
-                                                                                        out);
+        stem_pool_kernel<false><<<items, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, w, in, wgt, bias, none,
+                                                                                       out);
     return cudaGetLastError();
 }
