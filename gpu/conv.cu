@@ -282,32 +282,40 @@ __device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, co
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
 }
 
-// The same with the residual read from r8 (or none: NULL).
-__device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, const conv_q8 &q, const int8_t *r8,
-                                          int relu, void *out, size_t o)
-{
-    store8_s8(sums, f, q, r8 ? *reinterpret_cast<const uint2 *>(r8) : make_uint2(0, 0), r8 != NULL, relu, out, o);
-}
-
 // A thread's 8-channel group stays the same across its rows when T is a
-// multiple of BN / 8: its factors are then loaded once.
+// multiple of BN / 8: its factors are then loaded once. The residual
+// loads of R rows at a time are issued before their stores (which, for
+// the compiler, may alias them).
 template <int BM, int BN, int T>
 __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
                                                  const float *bias, const conv_q8 &q, const int8_t *res, int relu,
                                                  void *out, int tid)
 {
     constexpr bool FIXED = T % (BN / 8) == 0;
+    constexpr int IDS = BM * BN / 8, R = 4;
     const int c0 = (tid % (BN / 8)) * 8;
     s8_chan8 f0{};
     if (FIXED && n0 + c0 < N)
         f0 = s8_chan8_load(bias, q, n0 + c0);
-    for (int id = tid; id < BM * BN / 8; id += T) {
-        int r = id / (BN / 8), c = (id % (BN / 8)) * 8;
-        int row = m0 + r, col = n0 + c;
-        if (row >= M || col >= N)
-            continue;
-        size_t o = (size_t)row * N + col;
-        store8_s8(Cs + r * ldc + c, FIXED ? f0 : s8_chan8_load(bias, q, col), q, res ? res + o : NULL, relu, out, o);
+    for (int id0 = tid; id0 < IDS; id0 += R * T) {
+        uint2 rv[R];
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int id = id0 + k * T, r = id / (BN / 8), col = n0 + (id % (BN / 8)) * 8;
+            rv[k] = make_uint2(0, 0);
+            if (res && id < IDS && m0 + r < M && col < N)
+                rv[k] = *reinterpret_cast<const uint2 *>(res + (size_t)(m0 + r) * N + col);
+        }
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int id = id0 + k * T, r = id / (BN / 8), c = (id % (BN / 8)) * 8;
+            const int row = m0 + r, col = n0 + c;
+            if (id >= IDS || row >= M || col >= N)
+                continue;
+            const size_t o = (size_t)row * N + col;
+            store8_s8(Cs + r * ldc + c, FIXED ? f0 : s8_chan8_load(bias, q, col), q, rv[k], res != NULL, relu, out,
+                      o);
+        }
     }
 }
 
