@@ -236,7 +236,7 @@ __device__ __forceinline__ float partial_bits(int x)
 // The epilogue's factors of channels col..col+7: mult and bias are 16-byte
 // aligned (conv_launch checks), so four vector loads, which callers hoist
 // out of their loops (a store may alias them for the compiler).
-struct s8_chan8 {
+struct __align__(16) s8_chan8 {
     float m[8], b[8];
 };
 
@@ -899,7 +899,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 }
 
 /* ===================================================================== */
-/* Layer1: 3x3 convs from an input patch in shared memory (sm_90a)       */
+/* 3x3 convs from an input patch in shared memory (sm_90a)              */
 /* ===================================================================== */
 
 // As an implicit GEMM, a 3x3 conv reads each input pixel from L2 nine
@@ -916,7 +916,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 // and load the next tile's patch while this one computes.
 //
 // The roles are swapped from the implicit GEMM's: the 64 output channels
-// are wgmma's M and TP output pixels its N. A (the weights, 64 x 576)
+// are wgmma's M and TP output pixels its N. A (the weights, 64 x 9 ROWB bytes)
 // lives in registers for the life of the CTA, loaded once; B is the TP
 // patch rows, K-major as stored. Shared memory then feeds only B: 32 MACs
 // a byte at FP16 and 64 at INT8. (The first version, pixels as A and the
@@ -988,9 +988,10 @@ __device__ __forceinline__ void grid_pos_step(grid_pos &g, int step, int w)
 #define SWAP_SMEM(TP, ROWB) (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + (TP) * SWAP_LDC * 4 + 1024)
 
 // Registers (ptxas, CUDA 13.0): ROWB 128 (FP16, or INT8 with 128
-// channels) 254 of 255 at two CTAs per SM (144 hold A, 64 the
-// accumulators), INT8 with 64 channels 162 at three; a spill here would put
-// A or the accumulators in local memory, so check `-Xptxas -v` after edits.
+// channels) 237 and 236 of 255 at two CTAs per SM (144 hold A, 64 the
+// accumulators), INT8 with 64 channels 164 of 168 at three; a spill here
+// would put A or the accumulators in local memory, so check `-Xptxas -v`
+// after edits.
 template <bool S8, int TP, int MINB, int ROWB>
 __global__ void __launch_bounds__(128, MINB)
     conv3x3_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,

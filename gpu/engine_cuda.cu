@@ -201,6 +201,11 @@ static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const cali
     }
     calib_conv_params(w, t, i, q, mult, &qp->res_scale, &qp->out_inv);
     qp->out_f32 = i == NCONV - 1;
+    for (int c = 0; i == 0 && c < d->cout; c++)
+        if (!(mult[c] >= 0.0f)) {  // the stem pools before its epilogue, which must not decrease
+            snprintf(err, errlen, "stem channel %d: INT8 multiplier %g is not >= 0", c, (double)mult[c]);
+            goto done;
+        }
     if (i == 0 && !(stem = stem_weights(q, 1))) {
         snprintf(err, errlen, "out of host memory padding the stem weights");
         goto done;

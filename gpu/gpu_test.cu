@@ -131,7 +131,8 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
     CUDA_TRY(poisoned(fp16, nout, &dout));
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
-    conv_set_persistent_cap(info->halo ? 2 : 0);  // every CTA through several tiles and both buffers
+    // Two CTAs a 64-channel slice: every CTA through several tiles and both buffers.
+    conv_set_persistent_cap(info->halo ? 2 * (s.k / 64) : 0);
     CUDA_TRY(conv_launch(fp16, &plan, &s, din, dw, dbias, dres, relu, dout, dws, NULL, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
@@ -186,7 +187,7 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
     CUDA_TRY(poisoned(0, (obytes + 3) / 4, &dout));
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
-    conv_set_persistent_cap(info->halo ? 2 : 0);
+    conv_set_persistent_cap(info->halo ? 2 * (s.k / 64) : 0);
     CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, dw, dbias, dres, relu, dout, dws, &q, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
@@ -242,7 +243,7 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
     CUDA_TRY(cudaMemcpy(before, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
-    conv_set_persistent_cap(2);  // INT8: each CTA through several items and both patch buffers
+    conv_set_persistent_cap(1);  // one CTA through every item: each patch buffer refilled after use
     CUDA_TRY(stem_pool_launch(kind, n, h, W, din, dw, dbias, s8 ? &q : NULL, dout, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());

@@ -8,12 +8,13 @@
 // Both precisions took ~0.6 ms at batch 256 on an H100, the max pool
 // 0.14-0.19 more.
 //
-// Here a CTA makes two rows of the pooled output of one image: the 5 stem
-// rows they pool (5 x 112 pixels; the first is shared with the CTA above
-// and computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed,
-// where one pooled row per CTA took 3, 1.5x) from an input patch of 15
-// rows in shared memory, in two passes of 3 and 2 stem rows, the third
-// row's sums kept in registers for the second. There is no im2col copy:
+// Here a CTA makes two rows of the pooled output of one image at a time
+// (an item; INT8's CTAs are persistent and take several): the 5 stem rows
+// they pool (5 x 112 pixels; the first is shared with the item above and
+// computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed, where
+// one pooled row per item took 3, 1.5x) from an input patch of 15 rows in
+// shared memory, in two passes of 3 and 2 stem rows, the third row's sums
+// kept in shared memory for the second. There is no im2col copy:
 // ldmatrix takes a row address per lane, so each lane points straight at
 // its stem pixel's 16 bytes of taps in the patch. A 16-byte row must be
 // 16-byte aligned: FP16 pixels are 8 bytes and a pixel's first tap is at
@@ -48,7 +49,6 @@ template <bool S8>
 struct stem_cfg {
     static constexpr int px = S8 ? 4 : 8;
     static constexpr int prow = (STEM_MAX_W + 8) * px + 16;
-    static constexpr int copies = S8 ? 2 : 1;
     static constexpr int copy_bytes = STEM_PROWS * prow;
     static constexpr int wrow = 7 * 8 * px + 16;
     static constexpr int orow = STEM_K * (S8 ? 1 : 2);  // an output pixel
@@ -220,7 +220,7 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
 
 template <bool S8>
 __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
-    stem_pool_kernel(int n, int h, int w, const void *__restrict__ in_, const void *__restrict__ wgt_,
+    stem_pool_kernel(int n, int h, const void *__restrict__ in_, const void *__restrict__ wgt_,
                      const float *__restrict__ bias, const conv_q8 q, void *__restrict__ out_)
 {
     typedef stem_cfg<S8> cfg;
@@ -239,7 +239,6 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // the image; 16-byte chunks are whole pixels, in or out as one (INT8's
     // shifted copy: 8-byte pixel pairs). w is STEM_MAX_W (stem_pool_fits),
     // so each thread's (row, chunk) steps by constants, without a division.
-    (void)w;
     constexpr int W = STEM_MAX_W, T = STEM_WARPS * 32;
     auto load_rows = [&](unsigned char *dst, const unsigned char *src_img, int iy0, auto bytes_c) {
         constexpr int B = decltype(bytes_c)::value, CPR = (W + 8) * PX / B;  // chunks of B bytes a row
@@ -277,13 +276,20 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
     // B fragments: weight rows n (ldmatrix x4 gives two n8 tiles).
     const uint32_t brow = sbase + cfg::w_off + (((lane >> 4) * 8 + (lane & 7)) * cfg::wrow) + ((lane >> 3) & 1) * 16;
-    // Stem row 2's sums, kept for the second pooled row in shared memory (in
-    // registers they would spill: 128 a thread).
+    // Stem row 2's sums (32 a thread), kept for the second pooled row in
+    // shared memory: in registers they would spill (128 a thread at most).
     acc_t *const keep = reinterpret_cast<acc_t *>(smem + cfg::k_off) + tid;
     int buf = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         const int img = item / pairs, py = 2 * (item - img * pairs);  // pooled rows py, py + 1
         unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
+        // One buffer (FP16, one item a CTA as launched): an item after the
+        // first loads its patch once every warp is done with the last.
+        if (cfg::bufs == 1 && item != (int)blockIdx.x) {
+            __syncthreads();
+            load_patch(item, smem);
+            cp_async_commit();
+        }
         // This item's patch (the one group in flight); the barrier also
         // ends the previous item's reads of the other buffer (its MMAs).
         cp_async_wait<0>();
@@ -366,12 +372,13 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
         return cudaErrorMisalignedAddress;  // read as float2
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
-    const int most = conv_persistent_cap() > 0 ? conv_persistent_cap() : g_stem_ctas;
+    // INT8: a persistent grid; FP16: a CTA an item, unless a test caps it.
+    const int cap = conv_persistent_cap();
+    const int most = kind == CONV_INT8 ? (cap > 0 ? cap : g_stem_ctas) : (cap > 0 ? cap : items);
+    const int ctas = items < most ? items : most;
     if (kind == CONV_INT8)
-        stem_pool_kernel<true><<<items < most ? items : most, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(
-            n, h, w, in, wgt, bias, *q, out);
+        stem_pool_kernel<true><<<ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, in, wgt, bias, *q, out);
     else
-        stem_pool_kernel<false><<<items, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, w, in, wgt, bias, none,
-                                                                                       out);
+        stem_pool_kernel<false><<<ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, in, wgt, bias, none, out);
     return cudaGetLastError();
 }

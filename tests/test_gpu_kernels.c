@@ -374,7 +374,7 @@ START_TEST(stem_and_max_pool_fused_match_reference)
             w8[i] = rand_s8();
         for (int k = 0; k < K; k++)
             mult[k] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * 15.0f / 2.0f);
-        mult[5] = 0.0f;  /* the pool runs before the epilogue: a zero multiplier (a channel of zero weights) too */
+        mult[5] = 0.0f;  /* the smallest multiplier the kernel takes (>= 0): a constant epilogue */
         const float out_inv = 127.0f / 2.0f;
         int rc = kind == 2 ? gpu_test_stem_pool(2, N, H, in8, w8, bias, mult, out_inv, out8, err, sizeof err)
                            : gpu_test_stem_pool(1, N, H, inf, wf, bias, NULL, 0.f, outf, err, sizeof err);
