@@ -68,7 +68,7 @@ struct stem_cfg {
     static constexpr int smem = k_off + 32 * STEM_WARPS * 32 * 4;
 };
 
-// The MMAs of MT stem rows, row0.. of the CTA's 5, at this warp's 16
+// The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
 // columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
 // mi. Accumulator acc[mi][ni][e]: column 16 w + lane / 4 (+ 8 for e >= 2),
 // channel 8 ni + 2 (lane % 4) + e % 2.
