@@ -1000,7 +1000,6 @@ __global__ void __launch_bounds__(128, MINB)
 {
     (void)partial;
     (void)kt_per_split;
-    (void)q;
 #ifdef RESNETD_WGMMA
     static_assert(ROWB == 128 || (S8 && ROWB == 64), "pixel row");
     typedef typename acc_type<S8>::type acc_t;
@@ -1163,7 +1162,7 @@ __global__ void __launch_bounds__(128, MINB)
     }
     cp_async_wait<0>();
 #else
-    (void)s; (void)in_; (void)wgt_; (void)bias; (void)res_; (void)out; (void)relu;
+    (void)s; (void)in_; (void)wgt_; (void)bias; (void)res_; (void)out; (void)relu; (void)q;
 #endif
 }
 
@@ -1755,7 +1754,7 @@ cudaError_t conv_init(void)
         if (e != cudaSuccess)
             return e;
     }
-    if ((e = stem_pool_init()) != cudaSuccess)
+    if ((e = stem_pool_init(g_num_sms)) != cudaSuccess)
         return e;
     for (int kind = CONV_FP16; kind <= CONV_INT8; kind++) {
         int n;

@@ -115,9 +115,10 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // q->mult 8-byte aligned): in [n][h][w][4] (the
 // stem's padded layout), w [k][7][8][4] (stem_weights'), out
 // [n][h/4][w/4][k]. stem_pool_fits: the shapes it runs (k = 64, w = 224,
-// h a multiple of 4). stem_pool_init: once per device, before a launch.
+// h a multiple of 4). stem_pool_init: once per device, before a launch
+// (num_sms: the device's, which sizes the persistent INT8 grid).
 int stem_pool_fits(int h, int w, int c, int k);
-cudaError_t stem_pool_init(void);
+cudaError_t stem_pool_init(int num_sms);
 cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const void *wgt, const float *bias,
                              const conv_q8 *q, void *out, cudaStream_t st);
 

@@ -343,23 +343,19 @@ int stem_pool_fits(int h, int w, int c, int k)
     return c == 4 && k == STEM_K && h % 4 == 0 && w % 4 == 0 && h >= 8 && w == STEM_MAX_W;
 }
 
-cudaError_t stem_pool_init(void)
+cudaError_t stem_pool_init(int num_sms)
 {
-    int dev, sms = 1, per_sm = 1;
+    int per_sm = 1;
     cudaError_t e = cudaFuncSetAttribute(stem_pool_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          stem_cfg<false>::smem);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(stem_pool_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  stem_cfg<true>::smem);
     if (e == cudaSuccess)
-        e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stem_pool_kernel<true>, STEM_WARPS * 32,
                                                           stem_cfg<true>::smem);
     if (e == cudaSuccess)
-        g_stem_ctas = sms * (per_sm > 0 ? per_sm : 1);
+        g_stem_ctas = num_sms * (per_sm > 0 ? per_sm : 1);
     return e;
 }
 
