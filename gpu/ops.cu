@@ -74,28 +74,32 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
 }
 
 // An FP32 input image, CHW: one thread per pixel gathers its three planes.
+// Grid: PLACE_BLOCKS blocks per image (blockIdx.y), which return at once
+// for an image that did not come as FP32 (nearly always), where a thread
+// a pixel of every image read the map.
+#define PLACE_BLOCKS 16
 template <typename T>
 __global__ void __launch_bounds__(256)
-    place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, T *__restrict__ out, int n,
-                     int hw)
+    place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, T *__restrict__ out, int hw)
 {
-    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= (long)n * hw)
-        return;
-    int src = which[p / hw];
+    const int src = which[blockIdx.y];
     if (src < 0)
         return;
-    const float *q = in + (long)src * 3 * hw + p % hw;
-    store_pixel4(out, p, q[0], q[hw], q[2 * (long)hw]);
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += PLACE_BLOCKS * blockDim.x) {
+        const float *q = in + (long)src * 3 * hw + p;
+        store_pixel4(out, (long)blockIdx.y * hw + p, q[0], q[hw], q[2 * (long)hw]);
+    }
 }
 
 cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw, cudaStream_t st)
 {
-    unsigned blocks = (unsigned)(((long)n * hw + 255) / 256);
+    if (n > 65535)  // the grid's y
+        return cudaErrorInvalidValue;
+    const dim3 grid(PLACE_BLOCKS, n);
     if (fp16)
-        place_f32_kernel<__half><<<blocks, 256, 0, st>>>(in, which, (__half *)out, n, hw);
+        place_f32_kernel<__half><<<grid, 256, 0, st>>>(in, which, (__half *)out, hw);
     else
-        place_f32_kernel<float><<<blocks, 256, 0, st>>>(in, which, (float *)out, n, hw);
+        place_f32_kernel<float><<<grid, 256, 0, st>>>(in, which, (float *)out, hw);
     return cudaGetLastError();
 }
 
@@ -146,26 +150,27 @@ __device__ static inline uint32_t quantize_byte(float x, float inv)
     return (uint32_t)int8_quantize_dev(x, inv) & 0xffu;
 }
 
+// The grid as place_f32_kernel's.
 __global__ void __launch_bounds__(256)
     place_f32_s8_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv,
-                        int8_t *__restrict__ out, int n, int hw)
+                        int8_t *__restrict__ out, int hw)
 {
-    long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= (long)n * hw)
-        return;
-    int src = which[p / hw];
+    const int src = which[blockIdx.y];
     if (src < 0)
         return;
-    const float *x = in + (long)src * 3 * hw + p % hw;
-    reinterpret_cast<uint32_t *>(out)[p] =
-        quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * (long)hw], inv) << 16;
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += PLACE_BLOCKS * blockDim.x) {
+        const float *x = in + (long)src * 3 * hw + p;
+        reinterpret_cast<uint32_t *>(out)[(long)blockIdx.y * hw + p] =
+            quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * (long)hw], inv) << 16;
+    }
 }
 
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
                                 cudaStream_t st)
 {
-    unsigned blocks = (unsigned)(((long)n * hw + 255) / 256);
-    place_f32_s8_kernel<<<blocks, 256, 0, st>>>(in, which, inv, out, n, hw);
+    if (n > 65535)
+        return cudaErrorInvalidValue;
+    place_f32_s8_kernel<<<dim3(PLACE_BLOCKS, n), 256, 0, st>>>(in, which, inv, out, hw);
     return cudaGetLastError();
 }
 
