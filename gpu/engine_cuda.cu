@@ -413,7 +413,8 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     const long npix = (long)n * RESNET18_IMG * RESNET18_IMG;
     if (ce->kind == CONV_INT8) {
         int8_t *img = (int8_t *)tensor_ptr(ce, T_IMG);
-        CUDA_TRY(normalize_s8_launch(sl->d_in, ce->qlut, img, npix, st));
+        if (!ce->fused_stem)  // else the stem normalises the decoded images itself
+            CUDA_TRY(normalize_s8_launch(sl->d_in, ce->qlut, img, npix, st));
         CUDA_TRY(place_f32_s8_launch(sl->d_f32, sl->d_which, ce->in_inv, img, n, RESNET18_IMG * RESNET18_IMG, st));
     } else {
         CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), npix, st));
@@ -424,8 +425,10 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0 && ce->fused_stem) {  // the stem and its max pool (a second mark: the pool's op, empty)
-            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), ce->w[0], ce->b[0],
-                                      ce->kind == CONV_INT8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
+            const stem_rgb rgb = {sl->d_in, ce->qlut, sl->d_which};
+            const int s8 = ce->kind == CONV_INT8;
+            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), s8 ? &rgb : NULL,
+                                      ce->w[0], ce->b[0], s8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
             MARK();
             MARK();
             continue;

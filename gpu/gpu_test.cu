@@ -205,8 +205,9 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, const float *bias,
-                                  const float *mult, float out_inv, void *out, char *err, size_t errlen)
+extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, const uint8_t *rgb, const int8_t *lut,
+                                  const int *which, void *w, const float *bias, const float *mult, float out_inv,
+                                  void *out, char *err, size_t errlen)
 {
     const int W = 224, K = 64, s8 = kind == CONV_INT8;
     const size_t nin = (size_t)n * h * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)n * (h / 4) * (W / 4) * K;
@@ -217,6 +218,10 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
     void *din = NULL, *dw = NULL, *dout = NULL;
     float *dbias = NULL, *dmult = NULL;
     conv_q8 q = {NULL, 0.f, out_inv, 0};
+    stem_rgb src = {NULL, NULL, NULL};
+    uint8_t *drgb = NULL;
+    int8_t *dlut = NULL;
+    int *dwhich = NULL;
     int rc = -1;
     if (!stem_pool_fits(h, W, 4, K) || (kind != CONV_FP16 && !s8) || !before || !after) {
         snprintf(err, errlen, before && after ? "stem shape or kind not supported" : "out of memory");
@@ -233,6 +238,15 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
         CUDA_TRY(cudaMalloc((void **)&dmult, K * sizeof(float)));
         CUDA_TRY(cudaMemcpy(dmult, mult, K * sizeof(float), cudaMemcpyHostToDevice));
         q.mult = dmult;
+        CUDA_TRY(cudaMalloc((void **)&drgb, (size_t)n * h * W * 3));
+        CUDA_TRY(cudaMemcpy(drgb, rgb, (size_t)n * h * W * 3, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMalloc((void **)&dlut, 3 * 256));
+        CUDA_TRY(cudaMemcpy(dlut, lut, 3 * 256, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMalloc((void **)&dwhich, n * sizeof(int)));
+        CUDA_TRY(cudaMemcpy(dwhich, which, n * sizeof(int), cudaMemcpyHostToDevice));
+        src.rgb = drgb;
+        src.lut = dlut;
+        src.which = dwhich;
         CUDA_TRY(cudaMalloc(&dout, nout + guard));
         CUDA_TRY(cudaMemset(dout, 0x55, nout + guard));
     } else {
@@ -244,7 +258,7 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, void *w, con
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
     conv_set_persistent_cap(1);  // one CTA through every item: each patch buffer refilled after use
-    CUDA_TRY(stem_pool_launch(kind, n, h, W, din, dw, dbias, s8 ? &q : NULL, dout, 0));
+    CUDA_TRY(stem_pool_launch(kind, n, h, W, din, s8 ? &src : NULL, dw, dbias, s8 ? &q : NULL, dout, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(after, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
@@ -266,6 +280,9 @@ fail:
     cudaFree(dout);
     cudaFree(dbias);
     cudaFree(dmult);
+    cudaFree(drgb);
+    cudaFree(dlut);
+    cudaFree(dwhich);
     return rc;
 }
 

@@ -27,6 +27,14 @@
 // a quarter of the stem's, which the pool may take first because the
 // epilogue is non-decreasing (stem_pool_out).
 //
+// INT8 also does the input's normalisation: the decoded RGB rows (3 bytes
+// a pixel) of the next item load under this item's MMAs, and the CTA
+// writes the patch's two copies from them through the quantised
+// normalisation's table. A separate kernel wrote the 4-byte pixels to
+// memory (51 MB at batch 256) for the stem to read back, 0.08 ms on an
+// H100. Images that came as FP32 tensors are quantised into `in` by
+// place_f32_s8 and read from there (stem_rgb.which).
+//
 // Geometry (checked by stem_pool_fits): 7x7 stride 2 pad 3, then 3x3
 // stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8),
 // weights [64][7][8][4] (a zero tap first: taps 0..7 of row r read input
@@ -56,12 +64,16 @@ struct stem_cfg {
     // first: an even and an odd pixel 8 bytes apart fall in other banks.
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
     static constexpr int patch_bytes = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
-    // INT8: persistent CTAs, the next item's patch loading into a second
-    // buffer under this one's MMAs, the weights loaded once. FP16's patch
-    // and weights, twice INT8's, would not fit twice at two CTAs an SM.
-    static constexpr int bufs = S8 ? 2 : 1;
-    static constexpr int buf_bytes = (patch_bytes + 127) / 128 * 128;
-    static constexpr int w_off = bufs * buf_bytes;
+    // INT8: persistent CTAs; two buffers of raw RGB rows, the next item's
+    // loading under this one's MMAs, and the normalisation's table
+    // ([3][256] words, channel c's byte at bits 8c). FP16 loads its patch
+    // straight from the normalised input: twice the size, it would not fit
+    // twice at two CTAs an SM.
+    static constexpr int raw_row = STEM_MAX_W * 3;
+    static constexpr int raw_bytes = S8 ? (STEM_PROWS * raw_row + 127) / 128 * 128 : 0;
+    static constexpr int raw_off = (patch_bytes + 127) / 128 * 128;
+    static constexpr int lut_off = raw_off + 2 * raw_bytes;
+    static constexpr int w_off = lut_off + (S8 ? 3 * 256 * 4 : 0);
     static constexpr int x_off = w_off + STEM_K * wrow;  // the warps' last columns, [7][64] sums
     static constexpr int s_off = x_off + STEM_WARPS * STEM_K * 4;  // a pooled row, [56][64]
     static constexpr int k_off = s_off + STEM_SW / 2 * orow;       // stem row 2's sums, [32][threads]
@@ -220,7 +232,7 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
 
 template <bool S8>
 __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
-    stem_pool_kernel(int n, int h, const void *__restrict__ in_, const void *__restrict__ wgt_,
+    stem_pool_kernel(int n, int h, const void *__restrict__ in_, const stem_rgb src, const void *__restrict__ wgt_,
                      const float *__restrict__ bias, const conv_q8 q, void *__restrict__ out_)
 {
     typedef stem_cfg<S8> cfg;
@@ -233,24 +245,23 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     extern __shared__ __align__(128) unsigned char smem[];
     acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [STEM_WARPS][64]
     unsigned char *const stage = smem + cfg::s_off;                    // [pw][64]
+    uint32_t *const lut = reinterpret_cast<uint32_t *>(smem + cfg::lut_off);
+    unsigned char *const raw = smem + cfg::raw_off;  // INT8: [2][STEM_PROWS][w * 3]
 
-    // Item `item` (pooled rows py, py + 1 of image img)'s patch into dst:
-    // input rows 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside
-    // the image; 16-byte chunks are whole pixels, in or out as one (INT8's
-    // shifted copy: 8-byte pixel pairs). w is STEM_MAX_W (stem_pool_fits),
-    // so each thread's (row, chunk) steps by constants, without a division.
-    constexpr int W = STEM_MAX_W, T = STEM_WARPS * 32;
-    auto load_rows = [&](unsigned char *dst, const unsigned char *src_img, int iy0, auto bytes_c) {
-        constexpr int B = decltype(bytes_c)::value, CPR = (W + 8) * PX / B;  // chunks of B bytes a row
+    // An item (pooled rows py, py + 1 of image img) reads input rows
+    // 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside the image.
+    // w is STEM_MAX_W (stem_pool_fits): the loops below step by constants.
+    constexpr int W = STEM_MAX_W, T = STEM_WARPS * 32, RAW = cfg::raw_row;
+    // FP16: the patch, in 16-byte chunks of whole pixels, into smem.
+    auto load_patch = [&](int item) {
+        constexpr int CPR = (W + 8) * PX / 16;  // chunks a row
+        const int img = item / pairs, iy0 = 4 * (item - img * pairs) * 2 - 5;
+        const unsigned char *src_img = in + (size_t)img * h * W * PX;
         int r = tid / CPR, j = tid % CPR;
         for (; r < STEM_PROWS; r += T / CPR) {
-            const int iy = iy0 + r, ix = j * B / PX - 4;
+            const int iy = iy0 + r, ix = j * 16 / PX - 4;
             const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)W;
-            const unsigned char *src = v ? src_img + ((size_t)iy * W + ix) * PX : in;
-            if constexpr (B == 16)
-                cp_async16(dst + r * cfg::prow + j * 16, src, v);
-            else
-                cp_async8(dst + r * cfg::prow + j * 8, src, v);
+            cp_async16(smem + r * cfg::prow + j * 16, v ? src_img + ((size_t)iy * W + ix) * PX : in, v);
             j += T % CPR;
             if (j >= CPR) {
                 j -= CPR;
@@ -258,15 +269,74 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             }
         }
     };
-    auto load_patch = [&](int item, unsigned char *dst) {
-        const int img = item / pairs, py = 2 * (item - img * pairs);
-        const unsigned char *src_img = in + (size_t)img * h * W * PX;
-        load_rows(dst, src_img, 4 * py - 5, std::integral_constant<int, 16>());
-        if (S8)  // the copy shifted by 8 bytes
-            load_rows(dst + cfg::copy1 + 8, src_img, 4 * py - 5, std::integral_constant<int, 8>());
+    // INT8: the item's raw RGB rows inside the image into dst (none for
+    // an image read from `in`).
+    auto load_raw = [&](int item, unsigned char *dst) {
+        constexpr int CPR = RAW / 16;
+        const int img = item / pairs, iy0 = 4 * (item - img * pairs) * 2 - 5;
+        if (__ldg(src.which + img) >= 0)
+            return;
+        const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
+        for (int c = tid; c < STEM_PROWS * CPR; c += T) {
+            const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
+            if ((unsigned)iy < (unsigned)h)
+                cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
+        }
     };
-    if ((int)blockIdx.x < items)
-        load_patch(blockIdx.x, smem);
+    // INT8: the item's patch, both copies, 4 pixels a step, from its raw
+    // rows through the table, or from `in`.
+    auto fill_patch = [&](int item, const unsigned char *rows) {
+        constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
+        const int img = item / pairs, iy0 = 4 * (item - img * pairs) * 2 - 5;
+        const bool from_in = __ldg(src.which + img) >= 0;
+        // Every step's loads, then the stores: the compiler may not move a
+        // shared-memory load above a store.
+        uint4 v[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int u = tid + k * T, r = u / G, g = u - r * G, iy = iy0 + r;
+            v[k] = make_uint4(0, 0, 0, 0);
+            if (u >= STEM_PROWS * G || (unsigned)iy >= (unsigned)h)
+                continue;
+            if (from_in) {
+                v[k] = __ldg(reinterpret_cast<const uint4 *>(in + (((size_t)img * h + iy) * W + 4 * g) * PX));
+            } else {
+                // Bytes R0 G0 B0 R1 | G1 B1 R2 G2 | B2 R3 G3 B3, little-endian.
+                const uint32_t *p = reinterpret_cast<const uint32_t *>(rows + r * RAW + 12 * g);
+                const uint32_t a = p[0], b = p[1], c = p[2];
+                v[k].x = lut[a & 255] | lut[256 + (a >> 8 & 255)] | lut[512 + (a >> 16 & 255)];
+                v[k].y = lut[a >> 24] | lut[256 + (b & 255)] | lut[512 + (b >> 8 & 255)];
+                v[k].z = lut[b >> 16 & 255] | lut[256 + (b >> 24)] | lut[512 + (c & 255)];
+                v[k].w = lut[c >> 8 & 255] | lut[256 + (c >> 16 & 255)] | lut[512 + (c >> 24)];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int u = tid + k * T, r = u / G, g = u - r * G;
+            if (u >= STEM_PROWS * G)
+                break;
+            unsigned char *d = smem + r * cfg::prow + (4 * g + 4) * PX;
+            *reinterpret_cast<uint4 *>(d) = v[k];
+            *reinterpret_cast<uint2 *>(d + cfg::copy1 + 8) = make_uint2(v[k].x, v[k].y);
+            *reinterpret_cast<uint2 *>(d + cfg::copy1 + 16) = make_uint2(v[k].z, v[k].w);
+        }
+    };
+    if constexpr (S8) {
+        for (int k = tid; k < 3 * 256; k += T)
+            lut[k] = (uint32_t)(uint8_t)__ldg(src.lut + k) << 8 * (k >> 8);
+        // The pad columns (-4 .. -1, w .. w + 3) of both copies, once: the
+        // items write only the image's columns. 8-byte stores: the second
+        // copy is 8 mod 16.
+        for (int k = tid; k < STEM_PROWS * 8; k += T) {
+            const int r = k >> 3, side = k >> 2 & 1, copy = k >> 1 & 1, half = k & 1;
+            *reinterpret_cast<uint2 *>(smem + copy * (cfg::copy1 + 8) + r * cfg::prow + side * (W + 4) * PX +
+                                       half * 8) = make_uint2(0, 0);
+        }
+        if ((int)blockIdx.x < items)
+            load_raw(blockIdx.x, raw);
+    } else if ((int)blockIdx.x < items) {
+        load_patch(blockIdx.x);
+    }
     for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
         cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
@@ -283,28 +353,35 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         const int img = item / pairs, py = 2 * (item - img * pairs);  // pooled rows py, py + 1
         unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
-        // One buffer (FP16, one item a CTA as launched): an item after the
-        // first loads its patch once every warp is done with the last.
-        if (cfg::bufs == 1 && item != (int)blockIdx.x) {
+        if constexpr (S8) {
+            // This item's raw rows (the one group in flight) are in; the
+            // barrier also ends the last item's MMAs, which read the patch.
+            cp_async_wait<0>();
             __syncthreads();
-            load_patch(item, smem);
+            fill_patch(item, raw + buf * cfg::raw_bytes);
+            if (item + (int)gridDim.x < items)
+                load_raw(item + gridDim.x, raw + (buf ^ 1) * cfg::raw_bytes);
             cp_async_commit();
+            buf ^= 1;
+            __syncthreads();
+        } else {
+            // One CTA an item as launched; an item after the first (a
+            // test's capped grid) loads once every warp is done with the last.
+            if (item != (int)blockIdx.x) {
+                __syncthreads();
+                load_patch(item);
+                cp_async_commit();
+            }
+            cp_async_wait<0>();
+            __syncthreads();
         }
-        // This item's patch (the one group in flight); the barrier also
-        // ends the previous item's reads of the other buffer (its MMAs).
-        cp_async_wait<0>();
-        __syncthreads();
-        if (cfg::bufs == 2 && item + (int)gridDim.x < items)
-            load_patch(item + gridDim.x, smem + (buf ^ 1) * cfg::buf_bytes);
-        cp_async_commit();
-        const uint32_t pbase = sbase + buf * cfg::buf_bytes;
 
         // Pooled row py: stem rows 0-2 of the item (row 0 is above the
         // image at py = 0); row 2 is kept for pooled row py + 1, with rows
         // 3 and 4.
         {
             acc_t acc[3][8][4];
-            stem_mma<S8, 3>(0, pbase, brow, warp, lane, acc);
+            stem_mma<S8, 3>(0, sbase, brow, warp, lane, acc);
 #pragma unroll
             for (int ni = 0; ni < 8; ni++)
 #pragma unroll
@@ -318,7 +395,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
         }
         if (py + 1 < ph) {
             acc_t acc[2][8][4];
-            stem_mma<S8, 2>(3, pbase, brow, warp, lane, acc);
+            stem_mma<S8, 2>(3, sbase, brow, warp, lane, acc);
 #pragma unroll
             for (int ni = 0; ni < 8; ni++)
 #pragma unroll
@@ -329,7 +406,6 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             // stage above before these writes.
             stem_pool_out<S8>(acc[0], pw, bias, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
         }
-        buf ^= cfg::bufs - 1;
     }
     cp_async_wait<0>();
 }
@@ -359,22 +435,26 @@ cudaError_t stem_pool_init(int num_sms)
     return e;
 }
 
-cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const void *wgt, const float *bias,
-                             const conv_q8 *q, void *out, cudaStream_t st)
+cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const stem_rgb *rgb, const void *wgt,
+                             const float *bias, const conv_q8 *q, void *out, cudaStream_t st)
 {
-    if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || kind == CONV_FP32)
+    if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || (kind == CONV_INT8) != (rgb != NULL) ||
+        kind == CONV_FP32 || (rgb && (!rgb->rgb || !rgb->lut || !rgb->which)))
         return cudaErrorInvalidValue;
-    if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0)
-        return cudaErrorMisalignedAddress;  // read as float2
+    if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0 ||
+        (((uintptr_t)in | (uintptr_t)(rgb ? rgb->rgb : NULL)) & 15) != 0)
+        return cudaErrorMisalignedAddress;  // bias and mult read as float2, the images in 16-byte chunks
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
+    const stem_rgb no_rgb = {NULL, NULL, NULL};
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
     // INT8: a persistent grid; FP16: a CTA an item, unless a test caps it.
     const int cap = conv_persistent_cap();
     const int most = kind == CONV_INT8 ? (cap > 0 ? cap : g_stem_ctas) : (cap > 0 ? cap : items);
     const int ctas = items < most ? items : most;
     if (kind == CONV_INT8)
-        stem_pool_kernel<true><<<ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, in, wgt, bias, *q, out);
+        stem_pool_kernel<true><<<ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, in, *rgb, wgt, bias, *q, out);
     else
-        stem_pool_kernel<false><<<ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, in, wgt, bias, none, out);
+        stem_pool_kernel<false>
+            <<<ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, in, no_rgb, wgt, bias, none, out);
     return cudaGetLastError();
 }

@@ -354,10 +354,14 @@ static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int 
 }
 
 /* The conv, bias and ReLU (FP16: as FP16 values; INT8: int8.h's epilogue
- * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel. */
+ * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel.
+ * INT8 normalises images 0 and 2 from RGB bytes through a table and reads
+ * image 1 as given (an FP32 input the engine quantised), in that order
+ * through one CTA: its raw-row buffers are used after an image without. */
 START_TEST(stem_and_max_pool_fused_match_reference)
 {
-    enum { N = 2, H = 12, W = 224, K = 64 };
+    enum { N = 3, H = 12, W = 224, K = 64 };
+    const int which[N] = {-1, 0, -1};
     const int ph = H / 4, pw = W / 4, sh = H / 2, sw = W / 2;
     const size_t nin = (size_t)N * H * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)N * ph * pw * K;
     char err[256];
@@ -368,16 +372,40 @@ START_TEST(stem_and_max_pool_fused_match_reference)
         float *inf = rand_array(nin, 1.0f), *wf = rand_array(nw, 0.2f), *outf = malloc(nout * sizeof *outf);
         int8_t *in8 = malloc(nin), *w8 = malloc(nw), *out8 = malloc(nout);
         ck_assert(outf && in8 && w8 && out8);
+        uint8_t *rgb = malloc((size_t)N * H * W * 3);
+        int8_t lut[3][256];
+        ck_assert_ptr_nonnull(rgb);
+        for (size_t i = 0; i < (size_t)N * H * W * 3; i++)
+            rgb[i] = (uint8_t)rng_u32();
+        for (int c = 0; c < 3; c++)
+            for (int b = 0; b < 256; b++)
+                lut[c][b] = rand_s8();
         for (size_t i = 0; i < nin; i++)
             in8[i] = rand_s8();
+        /* The images the kernel normalises, as the reference sees them. */
+        for (int b = 0; b < N; b++)
+            for (size_t p = 0; p < (size_t)H * W && which[b] < 0; p++)
+                for (int c = 0; c < 4; c++)
+                    in8[((size_t)b * H * W + p) * 4 + c] = c < 3 ? lut[c][rgb[((size_t)b * H * W + p) * 3 + c]] : 0;
         for (size_t i = 0; i < nw; i++)
             w8[i] = rand_s8();
         for (int k = 0; k < K; k++)
             mult[k] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * 15.0f / 2.0f);
         mult[5] = 0.0f;  /* the smallest multiplier the kernel takes (>= 0): a constant epilogue */
         const float out_inv = 127.0f / 2.0f;
-        int rc = kind == 2 ? gpu_test_stem_pool(2, N, H, in8, w8, bias, mult, out_inv, out8, err, sizeof err)
-                           : gpu_test_stem_pool(1, N, H, inf, wf, bias, NULL, 0.f, outf, err, sizeof err);
+        /* in8's normalised images are overwritten with poison: read from rgb only. */
+        int8_t *given = malloc(nin);
+        ck_assert_ptr_nonnull(given);
+        memcpy(given, in8, nin);
+        for (int b = 0; b < N; b++)
+            if (which[b] < 0)
+                memset(given + (size_t)b * H * W * 4, 0x7f, (size_t)H * W * 4);
+        int rc = kind == 2 ? gpu_test_stem_pool(2, N, H, given, rgb, &lut[0][0], which, w8, bias, mult, out_inv, out8,
+                                                err, sizeof err)
+                           : gpu_test_stem_pool(1, N, H, inf, NULL, NULL, NULL, wf, bias, NULL, 0.f, outf, err,
+                                                sizeof err);
+        free(given);
+        free(rgb);
         ck_assert_msg(rc == 0, "%s", err);
         for (int b = 0; b < N; b++)
             for (int y = 0; y < sh; y++)
