@@ -32,8 +32,10 @@
 //
 // The stem. At FP16 and INT8 the stem conv and the max pool after it are
 // one kernel (gpu/stem.cu), and the stem's output never reaches global
-// memory (its tensor gets no bytes). FP32 (and RESNETD_GPU_STEM=unfused)
-// runs them as two kernels. check_plan makes sure that no kernel writes
+// memory (its tensor gets no bytes); at INT8 it also normalises the
+// decoded images (only images that came as FP32 tensors go through the
+// normalised tensor). FP32 (and RESNETD_GPU_STEM=unfused) runs them as two
+// kernels. check_plan makes sure that no kernel writes
 // where it reads: the fused stem once did, right only while neighbouring
 // CTAs ran in order.
 //
@@ -290,7 +292,8 @@ static int source_tensor(int src)
     return src == R18_IMAGE ? T_IMG : src == R18_POOL ? T_POOL : src;
 }
 
-// Execution order: normalise (writes IMG), conv 0, maxpool (writes POOL),
+// Execution order: normalise (writes IMG; the FP32 images only, at INT8
+// with the fused stem), conv 0, maxpool (writes POOL),
 // convs 1..19, avgpool. step_of_* give each tensor's write step and last read.
 static void plan_buffers(cuda_engine *ce)
 {
@@ -946,9 +949,13 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].ms = ms;
         out[op].tile = NULL;
         out[op].splits = 0;
-        if ((op == 1 || op == 2) && ce->fused_stem) {
-            out[op].tile = op == 1 ? "direct stem + max pool" : "fused into conv1";
-            out[op].splits = op == 1;
+        if (op == 0 && ce->fused_stem && ce->kind == CONV_INT8) {
+            out[op].tile = "FP32 images only: the stem normalises";
+        } else if (op == 2 && ce->fused_stem) {
+            out[op].tile = "fused into conv1";
+        } else if (op == 1 && ce->fused_stem) {
+            out[op].tile = ce->kind == CONV_INT8 ? "direct stem + max pool + normalise" : "direct stem + max pool";
+            out[op].splits = 1;
         } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
             const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];
             out[op].tile = conv_tile_get(ce->kind, p->tile)->name;

@@ -205,9 +205,9 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, const uint8_t *rgb, const int8_t *lut,
-                                  const int *which, void *w, const float *bias, const float *mult, float out_inv,
-                                  void *out, char *err, size_t errlen)
+extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, const uint8_t *rgb,
+                                  const int8_t *lut, const int *which, void *w, const float *bias, const float *mult,
+                                  float out_inv, void *out, char *err, size_t errlen)
 {
     const int W = 224, K = 64, s8 = kind == CONV_INT8;
     const size_t nin = (size_t)n * h * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)n * (h / 4) * (W / 4) * K;
@@ -257,7 +257,7 @@ extern "C" int gpu_test_stem_pool(int kind, int n, int h, void *in, const uint8_
     CUDA_TRY(cudaMemcpy(before, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
-    conv_set_persistent_cap(1);  // one CTA through every item: each patch buffer refilled after use
+    conv_set_persistent_cap(ctas);
     CUDA_TRY(stem_pool_launch(kind, n, h, W, din, s8 ? &src : NULL, dw, dbias, s8 ? &q : NULL, dout, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());

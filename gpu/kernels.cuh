@@ -135,7 +135,8 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
 // (lut: 3 x 256 in device memory, the quantised normalisation), 3 zero.
 cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *out, long npix, cudaStream_t st);
 // INT8 place_f32_launch: the images are quantised with inv (1 / the input
-// scale) into out's [hw][4] layout.
+// scale) into out's [hw][4] layout. With the fused stem, the only writer
+// of out: the stem reads the other images as decoded (stem_rgb).
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
                                 cudaStream_t st);
 // INT8 3x3/2 pad-1 max pool, NHWC; c % 16 == 0.
@@ -145,6 +146,7 @@ cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w
 // with which[i] >= 0, out's image i becomes in[which[i]] ([3][hw] CHW FP32)
 // in out's [hw][4] layout (FP16 or FP32, fourth channel zero), replacing
 // what normalize_launch wrote. Images with which[i] < 0 are left alone.
+// n <= 65535.
 cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw,
                              cudaStream_t st);
 // 3x3 stride-2 pad-1 max pool, NHWC; c % 8 == 0.

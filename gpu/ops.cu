@@ -73,34 +73,56 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
     return cudaGetLastError();
 }
 
-// An FP32 input image, CHW: one thread per pixel gathers its three planes.
-// Grid: PLACE_BLOCKS blocks per image (blockIdx.y), which return at once
-// for an image that did not come as FP32 (nearly always), where a thread
-// a pixel of every image read the map.
+// The FP32 input images, CHW, into the normalised tensor's [hw][4] layout
+// (store_pixel4 for FP16 and FP32; INT8: quantised with inv). Grid:
+// PLACE_BLOCKS blocks per image (blockIdx.y), which return at once for an
+// image that did not come as FP32 (nearly always): one thread a pixel of
+// every image read the map: 0.035 ms at batch 256 on an H100, op by op.
 #define PLACE_BLOCKS 16
 template <typename T>
+__device__ static inline void place_pixel(T *out, long p, const float *x, long hw, float inv)
+{
+    (void)inv;
+    store_pixel4(out, p, x[0], x[hw], x[2 * hw]);
+}
+
+// One quantised value as the low byte of a word.
+__device__ static inline uint32_t quantize_byte(float x, float inv)
+{
+    return (uint32_t)int8_quantize_dev(x, inv) & 0xffu;
+}
+
+__device__ static inline void place_pixel(int8_t *out, long p, const float *x, long hw, float inv)
+{
+    reinterpret_cast<uint32_t *>(out)[p] =
+        quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * hw], inv) << 16;
+}
+
+template <typename T>
 __global__ void __launch_bounds__(256)
-    place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, T *__restrict__ out, int hw)
+    place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv, T *__restrict__ out,
+                     int hw)
 {
     const int src = which[blockIdx.y];
     if (src < 0)
         return;
-    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += PLACE_BLOCKS * blockDim.x) {
-        const float *q = in + (long)src * 3 * hw + p;
-        store_pixel4(out, (long)blockIdx.y * hw + p, q[0], q[hw], q[2 * (long)hw]);
-    }
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += gridDim.x * blockDim.x)
+        place_pixel(out, (long)blockIdx.y * hw + p, in + (long)src * 3 * hw + p, hw, inv);
+}
+
+template <typename T>
+static cudaError_t place_launch(const float *in, const int *which, float inv, T *out, int n, int hw, cudaStream_t st)
+{
+    if (n > 65535)  // the grid's y
+        return cudaErrorInvalidValue;
+    place_f32_kernel<T><<<dim3(PLACE_BLOCKS, n), 256, 0, st>>>(in, which, inv, out, hw);
+    return cudaGetLastError();
 }
 
 cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw, cudaStream_t st)
 {
-    if (n > 65535)  // the grid's y
-        return cudaErrorInvalidValue;
-    const dim3 grid(PLACE_BLOCKS, n);
-    if (fp16)
-        place_f32_kernel<__half><<<grid, 256, 0, st>>>(in, which, (__half *)out, hw);
-    else
-        place_f32_kernel<float><<<grid, 256, 0, st>>>(in, which, (float *)out, hw);
-    return cudaGetLastError();
+    return fp16 ? place_launch(in, which, 0.f, (__half *)out, n, hw, st)
+                : place_launch(in, which, 0.f, (float *)out, n, hw, st);
 }
 
 /* ---- INT8 input: quantised normalisation, 4 bytes a pixel ------------- */
@@ -144,34 +166,10 @@ cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *ou
     return cudaGetLastError();
 }
 
-// One quantised value as the low byte of a word.
-__device__ static inline uint32_t quantize_byte(float x, float inv)
-{
-    return (uint32_t)int8_quantize_dev(x, inv) & 0xffu;
-}
-
-// The grid as place_f32_kernel's.
-__global__ void __launch_bounds__(256)
-    place_f32_s8_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv,
-                        int8_t *__restrict__ out, int hw)
-{
-    const int src = which[blockIdx.y];
-    if (src < 0)
-        return;
-    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += PLACE_BLOCKS * blockDim.x) {
-        const float *x = in + (long)src * 3 * hw + p;
-        reinterpret_cast<uint32_t *>(out)[(long)blockIdx.y * hw + p] =
-            quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * (long)hw], inv) << 16;
-    }
-}
-
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
                                 cudaStream_t st)
 {
-    if (n > 65535)
-        return cudaErrorInvalidValue;
-    place_f32_s8_kernel<<<dim3(PLACE_BLOCKS, n), 256, 0, st>>>(in, which, inv, out, hw);
-    return cudaGetLastError();
+    return place_launch(in, which, inv, out, n, hw, st);
 }
 
 /* ---- 3x3/2 max pool, pad 1 ------------------------------------------- */

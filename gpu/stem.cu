@@ -36,11 +36,11 @@
 // place_f32_s8 and read from there (stem_rgb.which).
 //
 // Geometry (checked by stem_pool_fits): 7x7 stride 2 pad 3, then 3x3
-// stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8),
+// stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8; INT8
+// takes the decoded [n][h][w][3] bytes instead, but for FP32 images),
 // weights [64][7][8][4] (a zero tap first: taps 0..7 of row r read input
 // columns 2x - 4 .. 2x + 3), output [n][ph][pw][64].
 #include <stdio.h>
-#include <type_traits>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
 
@@ -252,10 +252,16 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside the image.
     // w is STEM_MAX_W (stem_pool_fits): the loops below step by constants.
     constexpr int W = STEM_MAX_W, T = STEM_WARPS * 32, RAW = cfg::raw_row;
+    auto item_img = [&](int item, int *py) {
+        const int img = item / pairs;
+        *py = 2 * (item - img * pairs);
+        return img;
+    };
     // FP16: the patch, in 16-byte chunks of whole pixels, into smem.
     auto load_patch = [&](int item) {
         constexpr int CPR = (W + 8) * PX / 16;  // chunks a row
-        const int img = item / pairs, iy0 = 4 * (item - img * pairs) * 2 - 5;
+        int py;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5;
         const unsigned char *src_img = in + (size_t)img * h * W * PX;
         int r = tid / CPR, j = tid % CPR;
         for (; r < STEM_PROWS; r += T / CPR) {
@@ -273,7 +279,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // an image read from `in`).
     auto load_raw = [&](int item, unsigned char *dst) {
         constexpr int CPR = RAW / 16;
-        const int img = item / pairs, iy0 = 4 * (item - img * pairs) * 2 - 5;
+        int py;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5;
         if (__ldg(src.which + img) >= 0)
             return;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
@@ -287,10 +294,11 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // rows through the table, or from `in`.
     auto fill_patch = [&](int item, const unsigned char *rows) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
-        const int img = item / pairs, iy0 = 4 * (item - img * pairs) * 2 - 5;
+        int py;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5;
         const bool from_in = __ldg(src.which + img) >= 0;
-        // Every step's loads, then the stores: the compiler may not move a
-        // shared-memory load above a store.
+        // Every step's loads, then the stores: the compiler cannot move a
+        // shared-memory load above a store it may alias.
         uint4 v[U];
 #pragma unroll
         for (int k = 0; k < U; k++) {
@@ -351,7 +359,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     acc_t *const keep = reinterpret_cast<acc_t *>(smem + cfg::k_off) + tid;
     int buf = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int img = item / pairs, py = 2 * (item - img * pairs);  // pooled rows py, py + 1
+        int py;  // pooled rows py, py + 1
+        const int img = item_img(item, &py);
         unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
         if constexpr (S8) {
             // This item's raw rows (the one group in flight) are in; the
@@ -438,8 +447,9 @@ cudaError_t stem_pool_init(int num_sms)
 cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const stem_rgb *rgb, const void *wgt,
                              const float *bias, const conv_q8 *q, void *out, cudaStream_t st)
 {
-    if (!stem_pool_fits(h, w, 4, STEM_K) || (kind == CONV_INT8) != (q != NULL) || (kind == CONV_INT8) != (rgb != NULL) ||
-        kind == CONV_FP32 || (rgb && (!rgb->rgb || !rgb->lut || !rgb->which)))
+    const int s8 = kind == CONV_INT8;
+    if (!stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || s8 != (rgb != NULL) || kind == CONV_FP32 ||
+        (rgb && (!rgb->rgb || !rgb->lut || !rgb->which)))
         return cudaErrorInvalidValue;
     if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0 ||
         (((uintptr_t)in | (uintptr_t)(rgb ? rgb->rgb : NULL)) & 15) != 0)
@@ -449,9 +459,9 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
     // INT8: a persistent grid; FP16: a CTA an item, unless a test caps it.
     const int cap = conv_persistent_cap();
-    const int most = kind == CONV_INT8 ? (cap > 0 ? cap : g_stem_ctas) : (cap > 0 ? cap : items);
+    const int most = s8 ? (cap > 0 ? cap : g_stem_ctas) : (cap > 0 ? cap : items);
     const int ctas = items < most ? items : most;
-    if (kind == CONV_INT8)
+    if (s8)
         stem_pool_kernel<true><<<ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, in, *rgb, wgt, bias, *q, out);
     else
         stem_pool_kernel<false>

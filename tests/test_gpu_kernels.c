@@ -356,8 +356,7 @@ static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int 
 /* The conv, bias and ReLU (FP16: as FP16 values; INT8: int8.h's epilogue
  * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel.
  * INT8 normalises images 0 and 2 from RGB bytes through a table and reads
- * image 1 as given (an FP32 input the engine quantised), in that order
- * through one CTA: its raw-row buffers are used after an image without. */
+ * image 1 as given (an FP32 input the engine quantised). */
 START_TEST(stem_and_max_pool_fused_match_reference)
 {
     enum { N = 3, H = 12, W = 224, K = 64 };
@@ -383,30 +382,19 @@ START_TEST(stem_and_max_pool_fused_match_reference)
         for (size_t i = 0; i < nin; i++)
             in8[i] = rand_s8();
         /* The images the kernel normalises, as the reference sees them. */
-        for (int b = 0; b < N; b++)
-            for (size_t p = 0; p < (size_t)H * W && which[b] < 0; p++)
+        for (int b = 0; b < N; b++) {
+            if (which[b] >= 0)
+                continue;
+            for (size_t p = 0; p < (size_t)H * W; p++)
                 for (int c = 0; c < 4; c++)
                     in8[((size_t)b * H * W + p) * 4 + c] = c < 3 ? lut[c][rgb[((size_t)b * H * W + p) * 3 + c]] : 0;
+        }
         for (size_t i = 0; i < nw; i++)
             w8[i] = rand_s8();
         for (int k = 0; k < K; k++)
             mult[k] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * 15.0f / 2.0f);
         mult[5] = 0.0f;  /* the smallest multiplier the kernel takes (>= 0): a constant epilogue */
         const float out_inv = 127.0f / 2.0f;
-        /* in8's normalised images are overwritten with poison: read from rgb only. */
-        int8_t *given = malloc(nin);
-        ck_assert_ptr_nonnull(given);
-        memcpy(given, in8, nin);
-        for (int b = 0; b < N; b++)
-            if (which[b] < 0)
-                memset(given + (size_t)b * H * W * 4, 0x7f, (size_t)H * W * 4);
-        int rc = kind == 2 ? gpu_test_stem_pool(2, N, H, given, rgb, &lut[0][0], which, w8, bias, mult, out_inv, out8,
-                                                err, sizeof err)
-                           : gpu_test_stem_pool(1, N, H, inf, NULL, NULL, NULL, wf, bias, NULL, 0.f, outf, err,
-                                                sizeof err);
-        free(given);
-        free(rgb);
-        ck_assert_msg(rc == 0, "%s", err);
         for (int b = 0; b < N; b++)
             for (int y = 0; y < sh; y++)
                 for (int x = 0; x < sw; x++)
@@ -421,31 +409,52 @@ START_TEST(stem_and_max_pool_fused_match_reference)
                         }
                         stem[(((size_t)b * sh + y) * sw + x) * K + k] = v;
                     }
-        double num = 0, den = 0;
-        size_t differ = 0;
+        /* in8's normalised images are overwritten with poison: read from rgb only. */
+        int8_t *given = malloc(nin);
+        ck_assert_ptr_nonnull(given);
+        memcpy(given, in8, nin);
         for (int b = 0; b < N; b++)
-            for (int y = 0; y < ph; y++)
-                for (int x = 0; x < pw; x++)
-                    for (int k = 0; k < K; k++) {
-                        double m = -1e300;
-                        for (int sy = 2 * y - 1; sy <= 2 * y + 1; sy++)
-                            for (int sx = 2 * x - 1; sx <= 2 * x + 1; sx++)
-                                if (sy >= 0 && sy < sh && sx >= 0 && sx < sw) {
-                                    double t = stem[(((size_t)b * sh + sy) * sw + sx) * K + k];
-                                    m = t > m ? t : m;
-                                }
-                        size_t o = (((size_t)b * ph + y) * pw + x) * K + k;
-                        if (kind == 2) {
-                            differ += out8[o] != (int8_t)m;
-                        } else {
-                            num += (outf[o] - m) * (outf[o] - m);
-                            den += m * m;
+            if (which[b] < 0)
+                memset(given + (size_t)b * H * W * 4, 0x7f, (size_t)H * W * 4);
+        /* One CTA through the 6 items (INT8: each raw-row buffer refilled
+         * after use, and not filled for image 1's items), then 4 CTAs, two
+         * of which start on image 1. */
+        for (int ctas = 1; ctas <= 4; ctas += 3) {
+            int rc = kind == 2 ? gpu_test_stem_pool(2, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias, mult,
+                                                    out_inv, out8, err, sizeof err)
+                               : gpu_test_stem_pool(1, ctas, N, H, inf, NULL, NULL, NULL, wf, bias, NULL, 0.f, outf,
+                                                    err, sizeof err);
+            ck_assert_msg(rc == 0, "%s", err);
+            double num = 0, den = 0;
+            size_t differ = 0;
+            for (int b = 0; b < N; b++)
+                for (int y = 0; y < ph; y++)
+                    for (int x = 0; x < pw; x++)
+                        for (int k = 0; k < K; k++) {
+                            double m = -1e300;
+                            for (int sy = 2 * y - 1; sy <= 2 * y + 1; sy++)
+                                for (int sx = 2 * x - 1; sx <= 2 * x + 1; sx++)
+                                    if (sy >= 0 && sy < sh && sx >= 0 && sx < sw) {
+                                        double t = stem[(((size_t)b * sh + sy) * sw + sx) * K + k];
+                                        m = t > m ? t : m;
+                                    }
+                            size_t o = (((size_t)b * ph + y) * pw + x) * K + k;
+                            if (kind == 2) {
+                                differ += out8[o] != (int8_t)m;
+                            } else {
+                                num += (outf[o] - m) * (outf[o] - m);
+                                den += m * m;
+                            }
                         }
-                    }
-        if (kind == 2)
-            ck_assert_msg(differ == 0, "int8 stem + pool: %zu of %zu outputs differ", differ, nout);
-        else
-            ck_assert_msg(sqrt(num / den) <= 2e-3, "fp16 stem + pool: rel L2 %.3g", sqrt(num / den));
+            if (kind == 2)
+                ck_assert_msg(differ == 0, "int8 stem + pool, %d CTAs: %zu of %zu outputs differ", ctas, differ,
+                              nout);
+            else
+                ck_assert_msg(sqrt(num / den) <= 2e-3, "fp16 stem + pool, %d CTAs: rel L2 %.3g", ctas,
+                              sqrt(num / den));
+        }
+        free(given);
+        free(rgb);
         free(inf);
         free(wf);
         free(outf);
