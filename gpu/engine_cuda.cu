@@ -35,9 +35,8 @@
 // memory (its tensor gets no bytes); at INT8 it also normalises the
 // decoded images (only images that came as FP32 tensors go through the
 // normalised tensor). FP32 (and RESNETD_GPU_STEM=unfused) runs them as two
-// kernels. check_plan makes sure that no kernel writes
-// where it reads: the fused stem once did, right only while neighbouring
-// CTAs ran in order.
+// kernels. check_plan makes sure that no kernel writes where it reads: the
+// fused stem once did, right only while neighbouring CTAs ran in order.
 //
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
