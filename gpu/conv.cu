@@ -923,11 +923,18 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 // weights as B in shared memory, read both: 16 and 32, just what the
 // tensor cores need at full rate; it was 10-25% slower.) One warpgroup per
 // CTA and two or three CTAs per SM, so that one CTA's epilogue runs under
-// another's MMAs; the residual is read from global memory, every load of
-// a tile issued before the epilogue's barrier. The accumulators hold
-// channels x pixels, so the staging tile is written transposed, [pixel]
-// [channel], padded to 68 words a row: the four pixels and eight channels
-// one store instruction covers then fall in 32 different banks.
+// another's MMAs. The accumulators hold channels x pixels, so the staging
+// tile is written transposed, [pixel][channel]. FP16 stages FP32 sums,
+// padded to 68 words a row (the four pixels and eight channels one store
+// instruction covers then fall in 32 different banks), and reads the
+// residual from global memory, every load of a tile issued before the
+// epilogue's barrier. INT8 finishes each value in registers and stages
+// bytes: a quarter of the shared-memory traffic, which was the kernel's
+// busiest unit (72%). For that, the weights' rows are permuted so that a
+// thread's two accumulator rows are adjacent channels (2 bytes a pixel),
+// the factors of those two channels stay in registers, and the tile's
+// residual slice loads with its patch into the byte tile, where each
+// thread reads it and writes its output in place.
 //
 // Only for 3x3, stride 1, pad 1 (conv_halo_fits), input pixels of ROWB
 // bytes (64 FP16 or INT8 channels, or 128 INT8 ones: layer2's, whose 144
@@ -984,14 +991,36 @@ __device__ __forceinline__ void grid_pos_step(grid_pos &g, int step, int w)
     }
 }
 
+// Shared memory: two patch buffers, then FP16's staging tile ([TP][SWAP_LDC]
+// floats) or INT8's two byte tiles ([TP][64], one a patch buffer).
 #define SWAP_LDC 68
-#define SWAP_SMEM(TP, ROWB) (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + (TP) * SWAP_LDC * 4 + 1024)
+#define SWAP_SMEM(S8, TP, ROWB) \
+    (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + ((S8) ? 2 * (TP) * 64 : (TP) * SWAP_LDC * 4) + 1024)
+
+// The output offsets (elements, channel co0) of rows r, r + step, ... of
+// a tile of TP padded-grid positions; -1 past the image, in a padding
+// column or for a tile past the last.
+template <int N>
+__device__ __forceinline__ void swap_offsets(const conv_shape &s, int tpi, int TP, int ntiles, int tile, int r,
+                                             int step, int co0, int (&o)[N])
+{
+    const int img = tile / tpi, PW = s.w + 2;
+    grid_pos g = grid_pos_make((tile - img * tpi) * TP + r, PW);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        o[k] = tile < ntiles && g.y < s.h && g.x < s.w ? ((img * s.h + g.y) * s.w + g.x) * s.k + co0 : -1;
+        grid_pos_step(g, step, PW);
+    }
+}
 
 // Registers (ptxas, CUDA 13.0): ROWB 128 (FP16, or INT8 with 128
 // channels) 237 and 236 of 255 at two CTAs per SM (144 hold A, 64 the
 // accumulators), INT8 with 64 channels 164 of 168 at three; a spill here
 // would put A or the accumulators in local memory, so check `-Xptxas -v`
-// after edits.
+// after edits. INT8's byte tiles: chunk c of pixel p's 64 bytes at
+// c ^ ((p >> 1) & 3), so that neither the epilogue's 2-byte stores (four
+// pixels two apart, a 16-byte chunk each) nor the 16-byte reads (two
+// pixels in turn) share a bank.
 template <bool S8, int TP, int MINB, int ROWB>
 __global__ void __launch_bounds__(128, MINB)
     conv3x3_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
@@ -1007,9 +1036,9 @@ __global__ void __launch_bounds__(128, MINB)
     constexpr int KS = 9 * ROWB / 32, NACC = TP / 2;  // k steps of 32 bytes; accumulators
     constexpr int PER = TP * 8 / T;                   // epilogue: 8-channel groups per thread
     constexpr int STEP = T / CH;                      // the patch loader's row step
+    constexpr int RPT = TP / 32;                      // INT8: byte-tile rows per thread (16-byte chunk tid % 4)
     // The swizzled chunk of a row depends on its row bits 0-2 only.
     static_assert(STEP % 8 == 0, "loader step");
-    typedef typename std::conditional<S8, uint2, uint4>::type res_t;  // 8 channels of the residual
     const unsigned char *in = reinterpret_cast<const unsigned char *>(in_);
     const unsigned char *wgt = reinterpret_cast<const unsigned char *>(wgt_);
     const int PW = s.w + 2, HP = s.h * PW;  // the padded output grid of one image
@@ -1025,7 +1054,9 @@ __global__ void __launch_bounds__(128, MINB)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     unsigned char *const patches = smem;  // two buffers of PROWS rows
-    float *const cs = reinterpret_cast<float *>(patches + 2 * PROWS * ROWB);  // [TP][SWAP_LDC]
+    float *const cs = reinterpret_cast<float *>(patches + 2 * PROWS * ROWB);  // FP16: [TP][SWAP_LDC]
+    unsigned char *const bt = patches + 2 * PROWS * ROWB;                    // INT8: [2][TP][64]
+    const int rq = tid & 3;  // INT8: this thread's chunk of a byte-tile row
 
     // A thread loads chunk tid % CH of patch rows tid / CH + STEP j: the
     // smem address steps by STEP rows (the same swizzle), the input pixel
@@ -1051,17 +1082,39 @@ __global__ void __launch_bounds__(128, MINB)
         }
     };
 
-    // The first patch loads while the weights do.
-    if (cta < ntiles)
+    // INT8: a tile's residual slice into byte tile b, rows tid / 4 + 32 k
+    // (o: their offsets).
+    auto load_res = [&](const int(&o)[RPT], int b) {
+#pragma unroll
+        for (int k = 0; k < RPT; k++) {
+            const int r = (tid >> 2) + 32 * k;
+            if (o[k] >= 0)
+                cp_async16(bt + (b * TP + r) * 64 + ((rq ^ ((r >> 1) & 3)) << 4),
+                           static_cast<const unsigned char *>(res_) + o[k] + 16 * rq, true);
+        }
+    };
+
+    // The first patch (and residual) loads while the weights do. INT8's
+    // offsets of a tile's byte-tile rows are made again for its epilogue:
+    // kept in registers, they made the 64-channel kernel spill.
+    if (cta < ntiles) {
         load_patch(cta, 0);
+        if (S8 && res_) {
+            int o8[RPT];
+            swap_offsets(s, tpi, TP, ntiles, cta, tid >> 2, 32, co0, o8);
+            load_res(o8, 0);
+        }
+    }
     cp_async_commit();
 
     // A fragments: rows ch and ch + 8 of the KRSC weights (one row is an
-    // output channel's 9 * ROWB bytes), 4 bytes at 32 j + 4 (lane % 4) and
-    // 16 bytes further.
+    // output channel's 9 * ROWB bytes; INT8: channels 16 wq + 2 (lane / 4)
+    // and the next), 4 bytes at 32 j + 4 (lane % 4) and 16 bytes further.
+    const int c2 = co0 + 16 * wq + 2 * (lane >> 2);  // INT8: this thread's two channels
     uint32_t a[KS][4];
     {
-        const unsigned char *w0 = wgt + (size_t)(co0 + ch) * 9 * ROWB + 4 * (lane & 3), *w8 = w0 + 8 * 9 * ROWB;
+        const unsigned char *w0 = wgt + (size_t)(S8 ? c2 : co0 + ch) * 9 * ROWB + 4 * (lane & 3),
+                            *w8 = w0 + (S8 ? 1 : 8) * 9 * ROWB;
 #pragma unroll
         for (int j = 0; j < KS; j++) {
             a[j][0] = __ldg(reinterpret_cast<const unsigned *>(w0 + 32 * j));
@@ -1071,7 +1124,12 @@ __global__ void __launch_bounds__(128, MINB)
         }
     }
     const float b0 = S8 ? 0.f : bias[co0 + ch], b8 = S8 ? 0.f : bias[co0 + ch + 8];
-    const int c = (tid & 7) * 8;  // the epilogue's channels: c..c+7 of the slice
+    const int c = (tid & 7) * 8;  // FP16 epilogue's channels: c..c+7 of the slice
+    float2 m2 = {}, bb2 = {};     // INT8: the factors of channels c2, c2 + 1
+    if constexpr (S8) {
+        m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + c2));
+        bb2 = __ldg(reinterpret_cast<const float2 *>(bias + c2));
+    }
 
     int buf = 0;
     for (int tile = cta; tile < ntiles; tile += nctas) {
@@ -1103,60 +1161,79 @@ __global__ void __launch_bounds__(128, MINB)
         }
         wgmma_commit();
 
-        // Under the MMAs: the next tile's patch into the other buffer, last
-        // read by the previous tile's MMAs (waited for before the barrier
-        // above).
-        if (tile + nctas < ntiles)
+        // Under the MMAs: the next tile's patch (and residual) into the other
+        // buffers, last read by the previous tile's MMAs (waited for before
+        // the barrier above) and epilogue.
+        if (tile + nctas < ntiles) {
             load_patch(tile + nctas, buf ^ 1);
+            if (S8 && res_) {
+                int o8[RPT];
+                swap_offsets(s, tpi, TP, ntiles, tile + nctas, tid >> 2, 32, co0, o8);
+                load_res(o8, buf ^ 1);
+            }
+        }
         cp_async_commit();
         wgmma_wait<0>();
         wgmma_pin(acc);
 
-        // Accumulator i: channel ch (+ 8 for i % 4 >= 2), pixel 8 (i / 4) +
-        // 2 (lane % 4) + i % 2; staged as [pixel][channel] (FP16: + bias,
-        // as FP32; INT8: the raw int32 sums).
+        if constexpr (S8) {
+            // Accumulator i: channel c2 + (i / 2) % 2, pixel p = 8 (i / 4) +
+            // 2 (lane % 4) + i % 2, whose chunk wq sits at wq ^ (lane % 4).
+            // Each pair's residual, the int8.h epilogue, and the output pair
+            // in the residual's place.
+            unsigned char *const tb =
+                bt + buf * TP * 64 + 128 * (lane & 3) + ((wq ^ (lane & 3)) << 4) + 2 * (lane >> 2);
 #pragma unroll
-        for (int i = 0; i < NACC; i++) {
-            float *dst = cs + (8 * (i >> 2) + 2 * (lane & 3) + (i & 1)) * SWAP_LDC + ch + 8 * ((i >> 1) & 1);
-            if constexpr (S8)
-                *reinterpret_cast<int *>(dst) = acc[i];
-            else
-                *dst = acc[i] + ((i >> 1) & 1 ? b8 : b0);
-        }
-        // Thread: channels c..c+7 of pixels tid / 8 + 16 k; every residual
-        // load issued before the barrier, not one per store (earlier, the
-        // loads would not fit in registers beside the accumulators).
-        const int img = tile / tpi, m0 = (tile - img * tpi) * TP;
-        int o[PER];  // output offsets, -1 past the image or in a padding column
-        res_t rv[PER];
-        {
-            grid_pos g = grid_pos_make(m0 + (tid >> 3), PW);
+            for (int j = 0; j < TP / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const uint32_t r = res_ ? *reinterpret_cast<const uint16_t *>(tb + 512 * j + 64 * e) : 0u;
+                    const int q0 = int8_requant_dev(
+                        s8_value(acc[4 * j + e], m2.x, bb2.x, (int8_t)(r & 0xff), q.res_scale, res_ != NULL),
+                        q.out_inv, relu);
+                    const int q1 = int8_requant_dev(
+                        s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, res_ != NULL),
+                        q.out_inv, relu);
+                    *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)((q0 & 0xff) | (q1 & 0xff) << 8);
+                }
+            int o8[RPT];
+            swap_offsets(s, tpi, TP, ntiles, tile, tid >> 2, 32, co0, o8);
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < RPT; k++) {
+                const int r = (tid >> 2) + 32 * k;
+                if (o8[k] >= 0)
+                    *reinterpret_cast<uint4 *>(static_cast<int8_t *>(out) + o8[k] + 16 * rq) =
+                        *reinterpret_cast<const uint4 *>(bt + (buf * TP + r) * 64 + ((rq ^ ((r >> 1) & 3)) << 4));
+            }
+        } else {
+            // Accumulator i: channel ch (+ 8 for i % 4 >= 2), pixel 8 (i / 4)
+            // + 2 (lane % 4) + i % 2; staged + bias as [pixel][channel].
+#pragma unroll
+            for (int i = 0; i < NACC; i++)
+                cs[(8 * (i >> 2) + 2 * (lane & 3) + (i & 1)) * SWAP_LDC + ch + 8 * ((i >> 1) & 1)] =
+                    acc[i] + ((i >> 1) & 1 ? b8 : b0);
+            // Thread: channels c..c+7 of pixels tid / 8 + 16 k; every residual
+            // load issued before the barrier, not one per store (earlier, the
+            // loads would not fit in registers beside the accumulators).
+            int o[PER];
+            uint4 rv[PER];
+            swap_offsets(s, tpi, TP, ntiles, tile, tid >> 3, T / 8, co0 + c, o);
 #pragma unroll
             for (int k = 0; k < PER; k++) {
-                const bool v = g.y < s.h && g.x < s.w;
-                o[k] = v ? ((img * s.h + g.y) * s.w + g.x) * s.k + co0 + c : -1;
-                rv[k] = res_t{};
-                if (v && res_)
-                    rv[k] = *reinterpret_cast<const res_t *>(static_cast<const unsigned char *>(res_) +
-                                                            (size_t)o[k] * (S8 ? 1 : 2));
-                grid_pos_step(g, T / 8, PW);
+                rv[k] = uint4{};
+                if (o[k] >= 0 && res_)
+                    rv[k] = *reinterpret_cast<const uint4 *>(static_cast<const __half *>(res_) + o[k]);
             }
-        }
-        s8_chan8 f{};
-        if constexpr (S8)
-            f = s8_chan8_load(bias, q, co0 + c);
-        __syncthreads();
+            __syncthreads();
 #pragma unroll
-        for (int k = 0; k < PER; k++) {
-            if (o[k] < 0)
-                continue;
-            const int r = (tid >> 3) + k * (T / 8);
-            if constexpr (S8)
-                store8_s8(reinterpret_cast<const int *>(cs) + r * SWAP_LDC + c, f, q, rv[k], res_ != NULL, relu, out,
-                          o[k]);
-            else
-                store8_f16(cs + r * SWAP_LDC + c, res_ ? reinterpret_cast<const __half *>(&rv[k]) : NULL, relu,
-                           static_cast<__half *>(out) + o[k]);
+            for (int k = 0; k < PER; k++) {
+                const uint4 r = rv[k];
+                if (o[k] >= 0)
+                    store8_f16(cs + ((tid >> 3) + k * (T / 8)) * SWAP_LDC + c,
+                               res_ ? reinterpret_cast<const __half *>(&r) : NULL, relu,
+                               static_cast<__half *>(out) + o[k]);
+            }
         }
         buf ^= 1;
     }
@@ -1624,7 +1701,7 @@ struct f32_entry {
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
-      SWAP_SMEM(TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                             \
+      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                             \
      conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
@@ -1867,8 +1944,8 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
     float *partial = p->splits > 1 ? workspace : NULL;
     dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
     if (t->halo) {  // persistent CTAs over the padded-grid tiles
-        if (kind == CONV_FP32 || p->splits != 1 || !conv_halo_fits(s, t->halo))
-            return cudaErrorInvalidValue;
+        if (kind == CONV_FP32 || p->splits != 1 || !conv_halo_fits(s, t->halo) || (q && q->out_f32))
+            return cudaErrorInvalidValue;  // INT8: the epilogue writes int8 only
         const long nh = s->k / 64;  // 64-channel slices; every slice the same number of CTAs
         long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm) * nh;
         long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);

@@ -43,7 +43,7 @@ struct conv_tile_info {
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
     int sm90a;          // wgmma: runs only on compute capability 9.0
-    int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only
+    int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only (INT8: int8 output)
                         // (conv_tile_fits), no split-K
     int usable;         // filled by conv_init: the current device runs it
 };
