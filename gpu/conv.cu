@@ -737,6 +737,7 @@ struct wgmma_rs;
 #endif
 WGMMA_RS(128, 64, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "64", "65", "66", "67", "68", "69")
 WGMMA_RS(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66", "67", "68", "69")
+WGMMA_RS(256, 128, int, R_, "k32.s32.s8.s8", "", "128", "129", "130", "131", "132", "133")
 
 template <int BM, int BN, int STAGES>
 struct wg_tile {
@@ -1014,10 +1015,10 @@ __device__ __forceinline__ void swap_offsets(const conv_shape &s, int tpi, int T
 }
 
 // Registers (ptxas, CUDA 13.0): ROWB 128 (FP16, or INT8 with 128
-// channels) 237 and 236 of 255 at two CTAs per SM (144 hold A, 64 the
-// accumulators), INT8 with 64 channels 164 of 168 at three; a spill here
-// would put A or the accumulators in local memory, so check `-Xptxas -v`
-// after edits. INT8's byte tiles: chunk c of pixel p's 64 bytes at
+// channels) 238 and 244 of 255 at two CTAs per SM (144 hold A, 64 the
+// accumulators); INT8 with 64 channels 168 of 168 at three (TP 128), 246
+// of 255 at two (TP 256: 128 accumulators); a spill here would put A or
+// the accumulators in local memory, so check `-Xptxas -v` after edits. INT8's byte tiles: chunk c of pixel p's 64 bytes at
 // c ^ ((p >> 1) & 3), so that neither the epilogue's 2-byte stores (four
 // pixels two apart, a 16-byte chunk each) nor the 16-byte reads (two
 // pixels in turn) share a bank.
@@ -1094,18 +1095,23 @@ __global__ void __launch_bounds__(128, MINB)
         }
     };
 
-    // The first patch (and residual) loads while the weights do. INT8's
+    // A tile's patch into patch buffer b and (INT8) its residual slice into
+    // byte tile b: one cp.async group, empty past the last tile. INT8's
     // offsets of a tile's byte-tile rows are made again for its epilogue:
     // kept in registers, they made the 64-channel kernel spill.
-    if (cta < ntiles) {
-        load_patch(cta, 0);
-        if (S8 && res_) {
-            int o8[RPT];
-            swap_offsets(s, tpi, TP, ntiles, cta, tid >> 2, 32, co0, o8);
-            load_res(o8, 0);
+    auto prefetch = [&](int tile, int b) {
+        if (tile < ntiles) {
+            load_patch(tile, b);
+            if (S8 && res_) {
+                int o8[RPT];
+                swap_offsets(s, tpi, TP, ntiles, tile, tid >> 2, 32, co0, o8);
+                load_res(o8, b);
+            }
         }
-    }
-    cp_async_commit();
+        cp_async_commit();
+    };
+    // The first patch loads while the weights do.
+    prefetch(cta, 0);
 
     // A fragments: rows ch and ch + 8 of the KRSC weights (one row is an
     // output channel's 9 * ROWB bytes; INT8: channels 16 wq + 2 (lane / 4)
@@ -1131,51 +1137,31 @@ __global__ void __launch_bounds__(128, MINB)
         bb2 = __ldg(reinterpret_cast<const float2 *>(bias + c2));
     }
 
-    int buf = 0;
-    for (int tile = cta; tile < ntiles; tile += nctas) {
-        // This tile's patch, the one group in flight; the barrier also
-        // orders the previous tile's epilogue reads of the staging tile
-        // before this tile's writes.
-        cp_async_wait<0>();
-        fence_proxy_async_smem();
-        __syncthreads();
-
-        acc_t acc[NACC];
+    // The MMAs of the tile in patch buffer b into acc, one wgmma group.
+    auto issue_mma = [&](acc_t(&acc)[NACC], int b) {
 #pragma unroll
         for (int i = 0; i < NACC; i++)
             acc[i] = 0;
         wgmma_pin(acc);
         wgmma_fence();
-        const uint32_t pbase = (uint32_t)__cvta_generic_to_shared(patches + buf * PROWS * ROWB);
+        const uint32_t pbase = (uint32_t)__cvta_generic_to_shared(patches + b * PROWS * ROWB);
 #pragma unroll
         for (int t = 0; t < 9; t++) {
             // B starts at any patch row, mid swizzle pattern: the swizzle
             // follows the absolute address bits, as the rows were stored,
             // so the descriptor's base offset stays 0 (measured on an H100:
             // base offset (a >> 7) & 7 gave rel L2 1.06).
-            const uint32_t b = pbase + ((t / 3) * PW + t % 3) * ROWB;
-            const uint64_t db = ROWB == 64 ? wgmma_desc64(b) : wgmma_desc(b);
+            const uint32_t pb = pbase + ((t / 3) * PW + t % 3) * ROWB;
+            const uint64_t db = ROWB == 64 ? wgmma_desc64(pb) : wgmma_desc(pb);
 #pragma unroll
             for (int kk = 0; kk < ROWB / 32; kk++)
                 wgmma_rs<TP, acc_t>::mma(acc, a[t * (ROWB / 32) + kk], db + 2 * kk);
         }
         wgmma_commit();
+    };
 
-        // Under the MMAs: the next tile's patch (and residual) into the other
-        // buffers, last read by the previous tile's MMAs (waited for before
-        // the barrier above) and epilogue.
-        if (tile + nctas < ntiles) {
-            load_patch(tile + nctas, buf ^ 1);
-            if (S8 && res_) {
-                int o8[RPT];
-                swap_offsets(s, tpi, TP, ntiles, tile + nctas, tid >> 2, 32, co0, o8);
-                load_res(o8, buf ^ 1);
-            }
-        }
-        cp_async_commit();
-        wgmma_wait<0>();
-        wgmma_pin(acc);
-
+    // The epilogue of a tile whose sums are in acc, from (INT8) byte tile b.
+    auto epilogue = [&](acc_t(&acc)[NACC], int tile, int buf) {
         if constexpr (S8) {
             // Accumulator i: channel c2 + (i / 2) % 2, pixel p = 8 (i / 4) +
             // 2 (lane % 4) + i % 2, whose chunk wq sits at wq ^ (lane % 4).
@@ -1235,6 +1221,25 @@ __global__ void __launch_bounds__(128, MINB)
                                static_cast<__half *>(out) + o[k]);
             }
         }
+    };
+
+    int buf = 0;
+    for (int tile = cta; tile < ntiles; tile += nctas) {
+        // This tile's patch, the one group in flight; the barrier also
+        // orders the previous tile's epilogue reads of the staging tile
+        // before this tile's writes.
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
+        __syncthreads();
+        acc_t acc[NACC];
+        issue_mma(acc, buf);
+        // Under the MMAs: the next tile's patch (and residual) into the
+        // other buffers, last read by the previous tile's MMAs (waited for
+        // before the barrier above) and epilogue.
+        prefetch(tile + nctas, buf ^ 1);
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+        epilogue(acc, tile, buf);
         buf ^= 1;
     }
     cp_async_wait<0>();
@@ -1701,7 +1706,7 @@ struct f32_entry {
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
-      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                             \
+      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
      conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
@@ -1750,6 +1755,7 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
     SWAP_TILE(true, 64, 128, 3),
+    SWAP_TILE(true, 64, 256, 2),
     SWAP_TILE(true, 128, 128, 2),
 };
 static f32_entry kTilesF32[] = {
