@@ -9,7 +9,8 @@
 // INT8 computes model/int8.h exactly, as the CPU INT8 engine does: int8
 // activations and weights, the calibration table's scales (quantised once
 // by calib_conv_params / calib_input_lut, shared with the CPU engine), the
-// last conv's output, the average pool and the FC in FP32.
+// last conv's output and the average pool's sums in FP32 and FP64, and the
+// FC on FP16 features and weights, as at FP16 (cuBLAS, FP32 sums).
 //
 // Buffers. Per slot: a stream, a pinned uint8 NHWC input (engine.input[s],
 // max_batch x 224 x 224 x 3), its device copy, a device buffer for images
@@ -41,7 +42,8 @@
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
 // creation the engine times every candidate on random input and keeps the
-// fastest (RESNETD_GPU_AUTOTUNE=0: the cost model's pick instead). In FP32
+// fastest (RESNETD_GPU_AUTOTUNE=0: the cost model's pick instead; =log:
+// every candidate's time on stderr). In FP32
 // the candidates are SIMT and 3xTF32 tiles, both within ~1e-6 of FP32.
 #include <pthread.h>
 #include <stdio.h>
@@ -88,7 +90,7 @@ typedef struct cuda_engine {
     size_t device_bytes, pinned_bytes;
     void *w[NCONV];   // KRSC, stem padded
     float *b[NCONV];
-    void *fc_w;       // [classes][512]
+    void *fc_w;       // [classes][512], FP16 but for FP32 (model/int8.h: INT8's FC too)
     float *fc_b;
     conv_shape shape_per_image[NCONV];  // n = 1
     void *buf[MAX_BUFFERS];
@@ -99,7 +101,7 @@ typedef struct cuda_engine {
     float in_inv;         // INT8: 1 / the input's scale
     int nbuf;
     int tensor_buf[NTENSORS];
-    void *feat;       // [max_batch][512]
+    void *feat;       // [max_batch][512], as fc_w
     conv_plan plan[MAX_BUCKETS][NCONV];  // per bucket and conv: tile and split-K
     float *workspace; // split-K partial sums, shared like the activations
     void *blas_ws;
@@ -256,7 +258,8 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         if (upload_bytes(ce, lut, sizeof lut, (void **)&ce->qlut, err, errlen) != 0)
             return -1;
     }
-    if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->fp16, &ce->fc_w, err, errlen) != 0 ||
+    if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->kind != CONV_FP32, &ce->fc_w, err,
+               errlen) != 0 ||
         upload(ce, w->fc_b, (size_t)w->classes, 0, (void **)&ce->fc_b, err, errlen) != 0)
         return -1;
     return 0;
@@ -450,14 +453,15 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     }
     {
         const resnet18_conv_desc *last = &resnet18_convs[NCONV - 1];
-        CUDA_TRY(avgpool_launch(ce->fp16, tensor_ptr(ce, NCONV - 1), ce->feat, n, last->out_h * last->out_h,
+        CUDA_TRY(avgpool_launch(ce->kind, tensor_ptr(ce, NCONV - 1), ce->feat, n, last->out_h * last->out_h,
                                 RESNET18_FEATURES, st));
         MARK();
     }
     CUBLAS_TRY(cublasSetStream(ce->blas, st));
     {
-        cudaDataType_t t = ce->fp16 ? CUDA_R_16F : CUDA_R_32F;
-        cublasComputeType_t ct = ce->fp16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+        const int f16 = ce->kind != CONV_FP32;
+        cudaDataType_t t = f16 ? CUDA_R_16F : CUDA_R_32F;
+        cublasComputeType_t ct = f16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
         // Column-major: logits^T (classes x n) = W (512 x classes)^T * feat^T (512 x n).
         const int classes = ce->pub.classes;
         CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, classes, n, RESNET18_FEATURES, &one,
@@ -498,7 +502,7 @@ static size_t plans_workspace(cuda_engine *ce)
 // warm-up launch, then the best of 3) and keeps the fastest. The input is
 // random and one full forward pass runs first, so each layer is timed on
 // realistic activations and with the clocks up. Creation time only.
-static int autotune(cuda_engine *ce, char *err, size_t errlen)
+static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
 {
     cuda_slot *sl = &ce->slot[0];
     cudaStream_t st = sl->stream;
@@ -535,6 +539,9 @@ static int autotune(cuda_engine *ce, char *err, size_t errlen)
                     CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
                     t = ms < t ? ms : t;
                 }
+                if (log)
+                    fprintf(stderr, "autotune: batch %d %s: %s split %d: %.4f ms\n", ce->buckets[b],
+                            resnet18_convs[i].name, conv_tile_get(ce->kind, c[j].tile)->name, c[j].splits, t);
                 if (t < best) {
                     best = t;
                     ce->plan[b][i] = c[j];
@@ -564,7 +571,7 @@ static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
     const char *env = getenv("RESNETD_GPU_AUTOTUNE");
     if (env && strcmp(env, "0") == 0)
         return 0;
-    return autotune(ce, err, errlen);
+    return autotune(ce, env && strcmp(env, "log") == 0, err, errlen);
 }
 
 // One graph per (slot, bucket); the bucket runs padded inputs beyond n.
@@ -863,7 +870,8 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         goto fail;
     for (int b = 0; b < ce->nbuf; b++)
         CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_bytes[b]));
-    CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * (ce->fp16 ? sizeof(__half) : sizeof(float))));
+    CUDA_TRY(dev_alloc(ce, &ce->feat,
+                       nb * RESNET18_FEATURES * (ce->kind != CONV_FP32 ? sizeof(__half) : sizeof(float))));
     CUDA_TRY(dev_alloc(ce, &ce->blas_ws, BLAS_WORKSPACE));
     CUBLAS_TRY(cublasCreate(&ce->blas));
     CUBLAS_TRY(cublasSetWorkspace(ce->blas, ce->blas_ws, BLAS_WORKSPACE));

@@ -43,8 +43,8 @@ struct conv_tile_info {
     int smem;           // dynamic shared memory bytes
     int ctas_per_sm;    // filled by conv_init from the occupancy calculator
     int sm90a;          // wgmma: runs only on compute capability 9.0
-    int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only (INT8: int8 output)
-                        // (conv_tile_fits), no split-K
+    int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only
+                        // (conv_tile_fits), no split-K; INT8: int8 outputs only
     int usable;         // filled by conv_init: the current device runs it
 };
 int conv_tile_count(int kind);
@@ -152,8 +152,9 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
 // 3x3 stride-2 pad-1 max pool, NHWC; c % 8 == 0.
 cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh,
                            int ow, cudaStream_t st);
-// Global average pool [n][hw][c] -> [n][c], same precision; c % 2 == 0.
-cudaError_t avgpool_launch(int fp16, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
+// Global average pool [n][hw][c] -> [n][c]; c % 2 == 0. FP16 and FP32: the
+// same precision out; INT8: FP32 in, FP16 out (model/int8.h).
+cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
 // Per image: logits += bias (in place), then softmax and the k best classes
 // (k <= 8 and k <= classes), best first: idx[n][k], prob[n][k].
 cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,

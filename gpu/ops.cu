@@ -309,32 +309,36 @@ __device__ __forceinline__ void store2(float *p, float a, float b)
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
 }
 
-template <typename T>
+// Sums in S: float, or double for INT8 (model/int8.h: float64 sums, the
+// mean rounded to float, then to FP16 by store2).
+template <typename TI, typename TO, typename S>
 __global__ void __launch_bounds__(256)
-    avgpool_kernel(const T *__restrict__ in, T *__restrict__ out, int n, int hw, int c)
+    avgpool_kernel(const TI *__restrict__ in, TO *__restrict__ out, int n, int hw, int c)
 {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     int c2 = c / 2;
     if (i >= (long)n * c2)
         return;
     int img = (int)(i / c2), ch = (int)(i % c2) * 2;
-    const T *p = in + (long)img * hw * c + ch;
-    float sx = 0.f, sy = 0.f;
+    const TI *p = in + (long)img * hw * c + ch;
+    S sx = 0, sy = 0;
     for (int j = 0; j < hw; j++) {
         float2 v = load2(p + (long)j * c);
         sx += v.x;
         sy += v.y;
     }
-    store2(out + (long)img * c + ch, sx / (float)hw, sy / (float)hw);
+    store2(out + (long)img * c + ch, (float)(sx / hw), (float)(sy / hw));
 }
 
-cudaError_t avgpool_launch(int fp16, const void *in, void *out, int n, int hw, int c, cudaStream_t st)
+cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, int c, cudaStream_t st)
 {
     unsigned blocks = (unsigned)(((long)n * (c / 2) + 255) / 256);
-    if (fp16)
-        avgpool_kernel<__half><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, hw, c);
+    if (kind == CONV_FP16)
+        avgpool_kernel<__half, __half, float><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, hw, c);
+    else if (kind == CONV_INT8)
+        avgpool_kernel<float, __half, double><<<blocks, 256, 0, st>>>((const float *)in, (__half *)out, n, hw, c);
     else
-        avgpool_kernel<float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, hw, c);
+        avgpool_kernel<float, float, float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, hw, c);
     return cudaGetLastError();
 }
 

@@ -1,14 +1,15 @@
 /* The CPU engine at INT8: ResNet18 with int8 weights and activations,
  * int32 accumulation and a fused requantising epilogue, behind the engine
  * interface. The arithmetic is model/int8.h's, exactly: every conv (the
- * stem included) is integer, the FC stays FP32.
+ * stem included) is integer; the head is float, its FC on FP16-rounded
+ * features and weights.
  *
  * Why the stem is INT8 too: with an FP32 stem its output would depend on
  * the summation order of a float GEMM, so no two implementations (this
  * one, the CUDA engine's, the torch emulation in the tests) could
  * agree on the int8 tensors that follow. Integer all the way, they agree
- * bit for bit; only the average pool and the FC (FP32, as small as they
- * are) are float, and they come last.
+ * bit for bit; only the average pool and the FC (as small as they are)
+ * are float, and they come last.
  *
  * Layouts: activations NHWC int8 without borders ([n][h][h][c]); the last
  * conv's output is NHWC FP32. Weights [cout][Kp] int8, K = k*k*cin in KRSC
@@ -327,8 +328,8 @@ static void maxpool_unit(void *ctx, int u, int tid)
     }
 }
 
-/* Average pool of image `img` of the last conv's FP32 output, then the FC
- * (FP32, plain loops: small beside the convs). */
+/* Average pool of image `img` of the last conv's FP32 output, then the FC,
+ * as model/int8.h says (plain loops: small beside the convs). */
 static void head_unit(void *ctx, int img, int tid)
 {
     i8_engine *e = ctx;
@@ -336,15 +337,13 @@ static void head_unit(void *ctx, int img, int tid)
     const int hw = d->out_h * d->out_h, C = d->cout, classes = e->pub.classes;
     float *f = e->feat + (size_t)img * C;
     (void)tid;
-    for (int c = 0; c < C; c++)
-        f[c] = 0.0f;
-    for (int p = 0; p < hw; p++) {
-        const float *src = e->last + ((size_t)img * hw + p) * C;
-        for (int c = 0; c < C; c++)
-            f[c] += src[c];
+    for (int c = 0; c < C; c++) {
+        const float *src = e->last + (size_t)img * hw * C + c;
+        double s = 0.0;
+        for (int p = 0; p < hw; p++)
+            s += src[(size_t)p * C];
+        f[c] = int8_round_half((float)(s / hw));
     }
-    for (int c = 0; c < C; c++)
-        f[c] /= (float)hw;
     float *logits = e->pub.logits[e->slot] + (size_t)img * classes;
     for (int k = 0; k < classes; k++) {
         const float *w = e->fc_w + (size_t)k * C;
@@ -566,7 +565,8 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     e->fc_b = alloc_bytes((size_t)w->classes * sizeof(float));
     if (!e->last || !e->feat || !e->fc_w || !e->fc_b)
         goto oom;
-    memcpy(e->fc_w, w->fc_w, (size_t)w->classes * RESNET18_FEATURES * sizeof(float));
+    for (size_t i = 0; i < (size_t)w->classes * RESNET18_FEATURES; i++)
+        e->fc_w[i] = int8_round_half(w->fc_w[i]);
     memcpy(e->fc_b, w->fc_b, (size_t)w->classes * sizeof(float));
 
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {

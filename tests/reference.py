@@ -349,8 +349,12 @@ def forward_int8(sd, x, scales):
         if i == 0:
             q["pool"] = F.max_pool2d(q[0], 3, 2, 1)
             qs["pool"] = qs[0]
-    feat = last.double().mean(dim=(2, 3))
-    return (feat @ sd["fc.weight"].double().T + sd["fc.bias"].double()).float()
+    # int8.h's head: float64 sums, the mean rounded to float32 then FP16;
+    # FP16-rounded FC weights; the products and sums in float64 here.
+    hw = last.shape[2] * last.shape[3]
+    feat = (last.double().sum(dim=(2, 3)) / hw).float().half().double()
+    fc_w = sd["fc.weight"].float().half().double()
+    return (feat @ fc_w.T + sd["fc.bias"].double()).float()
 
 
 def forward_fp32_activations(sd, x):
