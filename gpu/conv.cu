@@ -1018,10 +1018,11 @@ __device__ __forceinline__ void swap_offsets(const conv_shape &s, int tpi, int T
 // channels) 238 and 244 of 255 at two CTAs per SM (144 hold A, 64 the
 // accumulators); INT8 with 64 channels 168 of 168 at three (TP 128), 246
 // of 255 at two (TP 256: 128 accumulators); a spill here would put A or
-// the accumulators in local memory, so check `-Xptxas -v` after edits. INT8's byte tiles: chunk c of pixel p's 64 bytes at
-// c ^ ((p >> 1) & 3), so that neither the epilogue's 2-byte stores (four
-// pixels two apart, a 16-byte chunk each) nor the 16-byte reads (two
-// pixels in turn) share a bank.
+// the accumulators in local memory, so check `-Xptxas -v` after edits.
+// INT8's byte tiles: chunk c of pixel p's 64 bytes at c ^ ((p >> 1) & 3),
+// so that neither the epilogue's 2-byte stores (four pixels two apart, a
+// 16-byte chunk each) nor the 16-byte reads (two pixels in turn) share a
+// bank.
 template <bool S8, int TP, int MINB, int ROWB>
 __global__ void __launch_bounds__(128, MINB)
     conv3x3_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
