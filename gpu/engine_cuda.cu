@@ -85,12 +85,13 @@ typedef struct cuda_engine {
     engine pub;
     int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
     int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
+    int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
     void *w[NCONV];   // KRSC, stem padded
     float *b[NCONV];
-    void *fc_w;       // [classes][512], FP16 but for FP32 (model/int8.h: INT8's FC too)
+    void *fc_w;       // [classes][512], FP16 if fc16
     float *fc_b;
     conv_shape shape_per_image[NCONV];  // n = 1
     void *buf[MAX_BUFFERS];
@@ -258,8 +259,7 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         if (upload_bytes(ce, lut, sizeof lut, (void **)&ce->qlut, err, errlen) != 0)
             return -1;
     }
-    if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->kind != CONV_FP32, &ce->fc_w, err,
-               errlen) != 0 ||
+    if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->fc16, &ce->fc_w, err, errlen) != 0 ||
         upload(ce, w->fc_b, (size_t)w->classes, 0, (void **)&ce->fc_b, err, errlen) != 0)
         return -1;
     return 0;
@@ -459,9 +459,8 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     }
     CUBLAS_TRY(cublasSetStream(ce->blas, st));
     {
-        const int f16 = ce->kind != CONV_FP32;
-        cudaDataType_t t = f16 ? CUDA_R_16F : CUDA_R_32F;
-        cublasComputeType_t ct = f16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+        cudaDataType_t t = ce->fc16 ? CUDA_R_16F : CUDA_R_32F;
+        cublasComputeType_t ct = ce->fc16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
         // Column-major: logits^T (classes x n) = W (512 x classes)^T * feat^T (512 x n).
         const int classes = ce->pub.classes;
         CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, classes, n, RESNET18_FEATURES, &one,
@@ -820,6 +819,7 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     ce->fp16 = ce->pub.precision == ENGINE_PRECISION_FP16;
     ce->kind = ce->pub.precision == ENGINE_PRECISION_INT8 ? CONV_INT8 : ce->fp16 ? CONV_FP16 : CONV_FP32;
     ce->esize = ce->kind == CONV_INT8 ? 1 : ce->fp16 ? 2 : 4;
+    ce->fc16 = ce->kind != CONV_FP32;
     if (ce->kind == CONV_INT8 && !cfg->calib) {
         snprintf(err, errlen, "cuda engine: precision int8 needs a calibration table");
         free(ce);
@@ -870,8 +870,7 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         goto fail;
     for (int b = 0; b < ce->nbuf; b++)
         CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_bytes[b]));
-    CUDA_TRY(dev_alloc(ce, &ce->feat,
-                       nb * RESNET18_FEATURES * (ce->kind != CONV_FP32 ? sizeof(__half) : sizeof(float))));
+    CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * (ce->fc16 ? sizeof(__half) : sizeof(float))));
     CUDA_TRY(dev_alloc(ce, &ce->blas_ws, BLAS_WORKSPACE));
     CUBLAS_TRY(cublasCreate(&ce->blas));
     CUBLAS_TRY(cublasSetWorkspace(ce->blas, ce->blas_ws, BLAS_WORKSPACE));
