@@ -22,7 +22,9 @@
 // would start at 8 mod 16, so the INT8 patch is kept twice, the second
 // copy shifted by 8 bytes, and odd x read from it. Each warp owns 16 stem
 // columns in every row, so the max pool runs on the accumulators: down
-// the rows in registers, across the columns by shuffles; the epilogue
+// the rows in registers, across the columns in registers too, as each
+// thread's two accumulator rows are made adjacent columns (one shuffle
+// brings the third); the epilogue
 // (FP16 or int8.h's requantisation) then runs on the pooled values only,
 // a quarter of the stem's, which the pool may take first because the
 // epilogue is non-decreasing (stem_pool_out).
@@ -60,6 +62,9 @@ struct stem_cfg {
     static constexpr int copy_bytes = STEM_PROWS * prow;
     static constexpr int wrow = 7 * 8 * px + 16;
     static constexpr int orow = STEM_K * (S8 ? 1 : 2);  // an output pixel
+    // A staged pooled pixel, +16 bytes: the 8 pixels one store of a warp
+    // writes fall in distinct 16-byte bank groups.
+    static constexpr int srow = orow + 16;
     // The shifted copy starts 64 bytes into a 128-byte line after the
     // first: an even and an odd pixel 8 bytes apart fall in other banks.
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
@@ -75,15 +80,15 @@ struct stem_cfg {
     static constexpr int lut_off = raw_off + 2 * raw_bytes;
     static constexpr int w_off = lut_off + (S8 ? 3 * 256 * 4 : 0);
     static constexpr int x_off = w_off + STEM_K * wrow;  // the warps' last columns, [7][64] sums
-    static constexpr int s_off = x_off + STEM_WARPS * STEM_K * 4;  // a pooled row, [56][64]
-    static constexpr int k_off = s_off + STEM_SW / 2 * orow;       // stem row 2's sums, [32][threads]
+    static constexpr int s_off = x_off + STEM_WARPS * STEM_K * 4;  // a pooled row, [56][srow]
+    static constexpr int k_off = s_off + STEM_SW / 2 * srow;       // stem row 2's sums, [32][threads]
     static constexpr int smem = k_off + 32 * STEM_WARPS * 32 * 4;
 };
 
 // The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
 // columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
-// mi. Accumulator acc[mi][ni][e]: column 16 w + lane / 4 (+ 8 for e >= 2),
-// channel 8 ni + 2 (lane % 4) + e % 2.
+// mi. Accumulator acc[mi][ni][e]: column 16 w + 2 (lane / 4) (+ 1 for
+// e >= 2), channel 8 ni + 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow, int warp, int lane,
                                          typename acc_type<S8>::type (&acc)[MT][8][4])
@@ -92,7 +97,10 @@ __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
     // This lane's ldmatrix row in each m16 tile: stem row sy, column x,
     // whose taps of filter row r start at patch row 2 sy + r, column 2x.
-    const int x = 16 * warp + (lane & 15);
+    // Row m of each m16 tile is stem column 2 m (m < 8) or 2 (m - 8) + 1,
+    // so that a thread's two accumulator rows are adjacent columns (the pool
+    // takes them together; see stem_pool_out).
+    const int m = lane & 15, x = 16 * warp + ((m & 7) << 1 | m >> 3);
     const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
     uint32_t arow[MT];
 #pragma unroll
@@ -150,12 +158,13 @@ __device__ __forceinline__ float acc_max(float a, float b)
 // + bias, ReLU, rounding to half; INT8: int8.h's requantisation with a
 // multiplier >= 0) is non-decreasing in the sum, so the max of the
 // epilogues is the epilogue of the max, bit for bit, and only a quarter of
-// the values go through it. Pooled column 8 w + j takes stem columns
-// 2 (8 w + j) - 1 .. + 1: in registers and shuffles, but for the first,
-// which is the previous warp's last column (through xch; none at warp 0).
-// Output through stage ([pw][64] in the output type), then 16-byte stores.
+// the values go through it. Pooled column 8 w + i (i = lane / 4) takes
+// stem columns 16 w + 2 i - 1 .. + 1: the thread's own two and one
+// shuffled from the lane before, or for i = 0 the previous warp's last
+// column (through xch; none at warp 0). Every lane finishes its own
+// pooled values. Output through stage ([pw][srow]), then 16-byte stores.
 template <bool S8>
-__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8][4], int pw,
+__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8][4],
                                               const float *__restrict__ bias, const conv_q8 &q,
                                               typename acc_type<S8>::type *xch, unsigned char *stage,
                                               unsigned char *out, int warp, int lane, int tid)
@@ -168,10 +177,10 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
     float bf[8][2], mf[8][2];
 #pragma unroll
     for (int ni = 0; ni < 8; ni++) {
-        const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
-        bf[ni][0] = b2.x;
-        bf[ni][1] = b2.y;
         if constexpr (S8) {
+            const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
+            bf[ni][0] = b2.x;
+            bf[ni][1] = b2.y;
             const float2 m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + 8 * ni + c0));
             mf[ni][0] = m2.x;
             mf[ni][1] = m2.y;
@@ -184,50 +193,43 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
             xch[warp * STEM_K + 8 * ni + c0 + 1] = v[ni][3];
         }
     __syncthreads();
-    const int up = (lane + 4) & 31, down = (lane - 4) & 31;
+    const int down = (lane - 4) & 31;
+    // Every lane reads the previous warp's column (a broadcast; warp 0 reads
+    // its own, unused): selects, where branches cost more than the loads.
+    const acc_t *const lx = xch + (warp > 0 ? warp - 1 : 0) * STEM_K + c0;
+    const int o = (8 * warp + i) * cfg::srow;
 #pragma unroll
     for (int ni = 0; ni < 8; ni++) {
-        acc_t p[2][2];  // [column i, i + 8][channel c0, c0 + 1]
+        acc_t p[2];
 #pragma unroll
         for (int b = 0; b < 2; b++) {
-            const acc_t lo = v[ni][b], hi = v[ni][2 + b];  // columns i, i + 8
-            const acc_t lo_up = __shfl_sync(0xffffffffu, lo, up), hi_up = __shfl_sync(0xffffffffu, hi, up);
-            const acc_t lo_dn = __shfl_sync(0xffffffffu, lo, down), hi_dn = __shfl_sync(0xffffffffu, hi, down);
-            // Column i (even): i - 1, i, i + 1; column i + 8: i + 7, i + 8, i + 9.
-            p[0][b] = acc_max(lo, lo_up);
-            if (i > 0)
-                p[0][b] = acc_max(p[0][b], lo_dn);
-            else if (warp > 0)
-                p[0][b] = acc_max(p[0][b], xch[(warp - 1) * STEM_K + 8 * ni + c0 + b]);
-            p[1][b] = acc_max(acc_max(hi, hi_up), i > 0 ? hi_dn : lo_dn);
+            const acc_t even = v[ni][b], odd = v[ni][2 + b];  // columns 2 i, 2 i + 1
+            const acc_t up = __shfl_sync(0xffffffffu, odd, down), l = lx[8 * ni + b];
+            const acc_t prev = i > 0 ? up : warp > 0 ? l : even;  // column 2 i - 1, or none
+            p[b] = acc_max(acc_max(even, odd), prev);
         }
-        // Even lanes hold the pooled values; they finish channels ni < 4
-        // and hand ni >= 4 to the odd lane after them, so that every lane
-        // runs the epilogue on as many values.
-        if (ni >= 4)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int b = 0; b < 2; b++)
-                    p[h][b] = __shfl_sync(0xffffffffu, p[h][b], down);
-        if ((ni < 4) == (i & 1))
-            continue;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int o = (8 * warp + (i >> 1) + 4 * h) * STEM_K + 8 * ni + c0;  // pooled column, channel
-            if constexpr (S8) {
-                const int v0 = int8_requant_dev(s8_value(p[h][0], mf[ni][0], bf[ni][0], 0, 0.f, false), q.out_inv, 1);
-                const int v1 = int8_requant_dev(s8_value(p[h][1], mf[ni][1], bf[ni][1], 0, 0.f, false), q.out_inv, 1);
-                *reinterpret_cast<uint16_t *>(stage + o) = (uint16_t)(v0 | v1 << 8);  // ReLU'd: 0..127
-            } else {
-                *reinterpret_cast<__half2 *>(stage + 2 * o) =
-                    __floats2half2_rn(fmaxf(p[h][0] + bf[ni][0], 0.f), fmaxf(p[h][1] + bf[ni][1], 0.f));
-            }
+        if constexpr (S8) {
+            const int v0 = int8_requant_dev(s8_value(p[0], mf[ni][0], bf[ni][0], 0, 0.f, false), q.out_inv, 1);
+            const int v1 = int8_requant_dev(s8_value(p[1], mf[ni][1], bf[ni][1], 0, 0.f, false), q.out_inv, 1);
+            *reinterpret_cast<uint16_t *>(stage + o + 8 * ni + c0) = (uint16_t)(v0 | v1 << 8);  // ReLU'd: 0..127
+        } else {
+            const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
+            bf[ni][0] = b2.x;
+            bf[ni][1] = b2.y;
+            *reinterpret_cast<__half2 *>(stage + o + 2 * (8 * ni + c0)) =
+                __floats2half2_rn(fmaxf(p[0] + bf[ni][0], 0.f), fmaxf(p[1] + bf[ni][1], 0.f));
         }
     }
     __syncthreads();
-    for (int id = tid; id < pw * cfg::orow / 16; id += STEM_WARPS * 32)
-        reinterpret_cast<uint4 *>(out)[id] = reinterpret_cast<const uint4 *>(stage)[id];
+    // 16-byte chunks: INT8's pooled row is one a thread, FP16's two.
+    constexpr int CH = cfg::orow / 16, T = STEM_WARPS * 32, PW = STEM_SW / 2;
+    static_assert(PW * CH % T == 0, "whole chunks a thread");
+#pragma unroll
+    for (int k = 0; k < PW * CH / T; k++) {
+        const int id = tid + k * T, px = id / CH;
+        reinterpret_cast<uint4 *>(out)[id] =
+            *reinterpret_cast<const uint4 *>(stage + px * cfg::srow + (id - px * CH) * 16);
+    }
 }
 
 template <bool S8>
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(128) unsigned char smem[];
     acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [STEM_WARPS][64]
-    unsigned char *const stage = smem + cfg::s_off;                    // [pw][64]
+    unsigned char *const stage = smem + cfg::s_off;                    // [pw][srow]
     uint32_t *const lut = reinterpret_cast<uint32_t *>(smem + cfg::lut_off);
     unsigned char *const raw = smem + cfg::raw_off;  // INT8: [2][STEM_PROWS][w * 3]
 
@@ -276,27 +278,27 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
         }
     };
     // INT8: the item's raw RGB rows inside the image into dst (none for
-    // an image read from `in`).
+    // an image read from `in`); returns whether it is read from `in`.
     auto load_raw = [&](int item, unsigned char *dst) {
         constexpr int CPR = RAW / 16;
         int py;
         const int img = item_img(item, &py), iy0 = 4 * py - 5;
         if (__ldg(src.which + img) >= 0)
-            return;
+            return true;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
         for (int c = tid; c < STEM_PROWS * CPR; c += T) {
             const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
             if ((unsigned)iy < (unsigned)h)
                 cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
         }
+        return false;
     };
     // INT8: the item's patch, both copies, 4 pixels a step, from its raw
-    // rows through the table, or from `in`.
-    auto fill_patch = [&](int item, const unsigned char *rows) {
+    // rows through the table, or from `in` (from_in: load_raw's answer).
+    auto fill_patch = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
         int py;
         const int img = item_img(item, &py), iy0 = 4 * py - 5;
-        const bool from_in = __ldg(src.which + img) >= 0;
         // Every step's loads, then the stores: the compiler cannot move a
         // shared-memory load above a store it may alias.
         uint4 v[U];
@@ -329,6 +331,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             *reinterpret_cast<uint2 *>(d + cfg::copy1 + 16) = make_uint2(v[k].z, v[k].w);
         }
     };
+    bool from_in = false;  // INT8: the next item's image is read from `in`
     if constexpr (S8) {
         for (int k = tid; k < 3 * 256; k += T)
             lut[k] = (uint32_t)(uint8_t)__ldg(src.lut + k) << 8 * (k >> 8);
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
                                        half * 8) = make_uint2(0, 0);
         }
         if ((int)blockIdx.x < items)
-            load_raw(blockIdx.x, raw);
+            from_in = load_raw(blockIdx.x, raw);
     } else if ((int)blockIdx.x < items) {
         load_patch(blockIdx.x);
     }
@@ -367,9 +370,9 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             // barrier also ends the last item's MMAs, which read the patch.
             cp_async_wait<0>();
             __syncthreads();
-            fill_patch(item, raw + buf * cfg::raw_bytes);
+            fill_patch(item, raw + buf * cfg::raw_bytes, from_in);
             if (item + (int)gridDim.x < items)
-                load_raw(item + gridDim.x, raw + (buf ^ 1) * cfg::raw_bytes);
+                from_in = load_raw(item + gridDim.x, raw + (buf ^ 1) * cfg::raw_bytes);
             cp_async_commit();
             buf ^= 1;
             __syncthreads();
@@ -400,7 +403,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
                     if (py > 0)
                         acc[1][ni][e] = acc_max(acc[1][ni][e], acc[0][ni][e]);
                 }
-            stem_pool_out<S8>(acc[1], pw, bias, q, xch, stage, out, warp, lane, tid);
+            stem_pool_out<S8>(acc[1], bias, q, xch, stage, out, warp, lane, tid);
         }
         if (py + 1 < ph) {
             acc_t acc[2][8][4];
@@ -413,7 +416,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
                         acc_max(acc_max(acc[0][ni][e], acc[1][ni][e]), keep[(4 * ni + e) * STEM_WARPS * 32]);
             // The barriers in stem_pool_out order the reads of xch and
             // stage above before these writes.
-            stem_pool_out<S8>(acc[0], pw, bias, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
+            stem_pool_out<S8>(acc[0], bias, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
         }
     }
     cp_async_wait<0>();
