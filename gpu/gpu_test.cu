@@ -367,19 +367,20 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_avgpool(int fp16, float *in, int n, int hw, int c, float *out, char *err, size_t errlen)
+extern "C" int gpu_test_avgpool(int kind, float *in, int n, int hw, int c, float *out, char *err, size_t errlen)
 {
     void *din = NULL, *dout = NULL;
     int rc = -1;
+    const int in16 = kind == CONV_FP16, out16 = kind != CONV_FP32;  // INT8: FP32 in, FP16 out
     if (c % 2 != 0) {
         snprintf(err, errlen, "avgpool channels %d not even", c);
         return -1;
     }
-    CUDA_TRY(to_device(fp16, in, (size_t)n * hw * c, &din));
-    CUDA_TRY(poisoned(fp16, (size_t)n * c, &dout));
-    CUDA_TRY(avgpool_launch(fp16, din, dout, n, hw, c, 0));
+    CUDA_TRY(to_device(in16, in, (size_t)n * hw * c, &din));
+    CUDA_TRY(poisoned(out16, (size_t)n * c, &dout));
+    CUDA_TRY(avgpool_launch(kind, din, dout, n, hw, c, 0));
     CUDA_TRY(cudaDeviceSynchronize());
-    CUDA_TRY(to_host(fp16, dout, (size_t)n * c, out));
+    CUDA_TRY(to_host(out16, dout, (size_t)n * c, out));
     rc = 0;
 fail:
     cudaFree(din);

@@ -72,8 +72,9 @@ int gpu_test_normalize(int fp16, const uint8_t *in, long npix, float *out, char 
 int gpu_test_maxpool(int fp16, float *in, int n, int h, int w, int c, int oh, int ow, float *out, char *err,
                      size_t errlen);
 
-/* Mean over hw of in[n][hw][c] into out[n][c]. */
-int gpu_test_avgpool(int fp16, float *in, int n, int hw, int c, float *out, char *err, size_t errlen);
+/* Mean over hw of in[n][hw][c] into out[n][c]; kind 0 FP32, 1 FP16, 2 INT8's
+ * (FP32 in, the mean summed in float64 and rounded to FP16 out). */
+int gpu_test_avgpool(int kind, float *in, int n, int hw, int c, float *out, char *err, size_t errlen);
 
 /* logits_out = logits + bias per row; softmax; k best: idx[n][k], prob[n][k]. */
 int gpu_test_softmax_topk(const float *logits, const float *bias, int n, int classes, int k, float *logits_out,

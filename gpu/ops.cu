@@ -3,6 +3,7 @@
 // All are memory-bound; each thread moves 16-byte vectors where the layout
 // allows. Layouts as in gpu/kernels.cuh.
 #include <float.h>
+#include <limits.h>
 #include "gpu/kernels.cuh"
 
 /* ---- normalise: uint8 RGB -> (x/255 - mean) / std, 4 channels -------- */
@@ -74,11 +75,15 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
 }
 
 // The FP32 input images, CHW, into the normalised tensor's [hw][4] layout
-// (store_pixel4 for FP16 and FP32; INT8: quantised with inv). Grid:
-// PLACE_BLOCKS blocks per image (blockIdx.y), which return at once for an
-// image that did not come as FP32 (nearly always): one thread a pixel of
-// every image read the map: 0.035 ms at batch 256 on an H100, op by op.
-#define PLACE_BLOCKS 16
+// (store_pixel4 for FP16 and FP32; INT8: quantised with inv). Work: an
+// image's hw in PLACE_PARTS parts, skipped at once for an image that did
+// not come as FP32 (nearly always). One thread a pixel of every image read
+// the map: 0.035 ms at batch 256 on an H100, op by op; a block a part,
+// 4096 blocks that return at once, ~0.013. So a grid of PLACE_GRID blocks
+// steps through the parts, each block first reading the map for all of
+// its parts at once (one load a thread, not one round trip a part).
+#define PLACE_PARTS 16
+#define PLACE_GRID 256
 template <typename T>
 __device__ static inline void place_pixel(T *out, long p, const float *x, long hw, float inv)
 {
@@ -101,21 +106,29 @@ __device__ static inline void place_pixel(int8_t *out, long p, const float *x, l
 template <typename T>
 __global__ void __launch_bounds__(256)
     place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv, T *__restrict__ out,
-                     int hw)
+                     int n, int hw)
 {
-    const int src = which[blockIdx.y];
-    if (src < 0)
+    int mine = 0;
+    for (int part = blockIdx.x + threadIdx.x * gridDim.x; part < n * PLACE_PARTS; part += blockDim.x * gridDim.x)
+        mine |= which[part / PLACE_PARTS] >= 0;
+    if (!__syncthreads_or(mine))
         return;
-    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += gridDim.x * blockDim.x)
-        place_pixel(out, (long)blockIdx.y * hw + p, in + (long)src * 3 * hw + p, hw, inv);
+    for (int part = blockIdx.x; part < n * PLACE_PARTS; part += gridDim.x) {
+        const int img = part / PLACE_PARTS, src = which[img];
+        if (src < 0)
+            continue;
+        for (int p = (part % PLACE_PARTS) * blockDim.x + threadIdx.x; p < hw; p += PLACE_PARTS * blockDim.x)
+            place_pixel(out, (long)img * hw + p, in + (long)src * 3 * hw + p, hw, inv);
+    }
 }
 
 template <typename T>
 static cudaError_t place_launch(const float *in, const int *which, float inv, T *out, int n, int hw, cudaStream_t st)
 {
-    if (n > 65535)  // the grid's y
-        return cudaErrorInvalidValue;
-    place_f32_kernel<T><<<dim3(PLACE_BLOCKS, n), 256, 0, st>>>(in, which, inv, out, hw);
+    if (n <= 0 || n > INT_MAX / PLACE_PARTS)
+        return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+    const int parts = n * PLACE_PARTS;
+    place_f32_kernel<T><<<parts < PLACE_GRID ? parts : PLACE_GRID, 256, 0, st>>>(in, which, inv, out, n, hw);
     return cudaGetLastError();
 }
 
@@ -286,8 +299,8 @@ cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w
 
 /* ---- global average pool --------------------------------------------- */
 
-// One thread per (image, channel pair); consecutive threads read
-// consecutive channels, so each of the hw steps is one coalesced row.
+// Consecutive threads read consecutive channel pairs: each pixel's row is
+// one coalesced load.
 template <typename T>
 __device__ __forceinline__ float2 load2(const T *p);
 template <>
@@ -310,35 +323,52 @@ __device__ __forceinline__ void store2(float *p, float a, float b)
 }
 
 // Sums in S: float, or double for INT8 (model/int8.h: float64 sums, the
-// mean rounded to float, then to FP16 by store2).
+// mean rounded to float, then to FP16 by store2). A block takes one image's
+// AVG_PAIRS channel pairs; its AVG_PARTS warps sum every AVG_PARTS-th pixel
+// and the first adds their partial sums in order, so the result does not
+// depend on scheduling. A thread a pair over all 49 pixels left 64k
+// threads each waiting on a chain of 49 loads and adds.
+#define AVG_PAIRS 32
+#define AVG_PARTS 8
 template <typename TI, typename TO, typename S>
-__global__ void __launch_bounds__(256)
-    avgpool_kernel(const TI *__restrict__ in, TO *__restrict__ out, int n, int hw, int c)
+__global__ void __launch_bounds__(AVG_PAIRS * AVG_PARTS)
+    avgpool_kernel(const TI *__restrict__ in, TO *__restrict__ out, int hw, int c)
 {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    int c2 = c / 2;
-    if (i >= (long)n * c2)
-        return;
-    int img = (int)(i / c2), ch = (int)(i % c2) * 2;
-    const TI *p = in + (long)img * hw * c + ch;
+    __shared__ S part[AVG_PARTS][AVG_PAIRS][2];
+    const int img = blockIdx.y, t = threadIdx.x % AVG_PAIRS, k = threadIdx.x / AVG_PAIRS;
+    const int ch = 2 * (blockIdx.x * AVG_PAIRS + t);
     S sx = 0, sy = 0;
-    for (int j = 0; j < hw; j++) {
-        float2 v = load2(p + (long)j * c);
-        sx += v.x;
-        sy += v.y;
+    if (ch < c) {
+        const TI *p = in + (long)img * hw * c + ch;
+        for (int j = k; j < hw; j += AVG_PARTS) {
+            const float2 v = load2(p + (long)j * c);
+            sx += v.x;
+            sy += v.y;
+        }
     }
-    store2(out + (long)img * c + ch, (float)(sx / hw), (float)(sy / hw));
+    part[k][t][0] = sx;
+    part[k][t][1] = sy;
+    __syncthreads();
+    if (k == 0 && ch < c) {
+        for (int i = 1; i < AVG_PARTS; i++) {
+            sx += part[i][t][0];
+            sy += part[i][t][1];
+        }
+        store2(out + (long)img * c + ch, (float)(sx / hw), (float)(sy / hw));
+    }
 }
 
 cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, int c, cudaStream_t st)
 {
-    unsigned blocks = (unsigned)(((long)n * (c / 2) + 255) / 256);
+    if (n > 65535 || c % 2 != 0)  // the grid's y; channel pairs
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)((c / 2 + AVG_PAIRS - 1) / AVG_PAIRS), (unsigned)n), block(AVG_PAIRS * AVG_PARTS);
     if (kind == CONV_FP16)
-        avgpool_kernel<__half, __half, float><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, hw, c);
+        avgpool_kernel<__half, __half, float><<<grid, block, 0, st>>>((const __half *)in, (__half *)out, hw, c);
     else if (kind == CONV_INT8)
-        avgpool_kernel<float, __half, double><<<blocks, 256, 0, st>>>((const float *)in, (__half *)out, n, hw, c);
+        avgpool_kernel<float, __half, double><<<grid, block, 0, st>>>((const float *)in, (__half *)out, hw, c);
     else
-        avgpool_kernel<float, float, float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, hw, c);
+        avgpool_kernel<float, float, float><<<grid, block, 0, st>>>((const float *)in, (float *)out, hw, c);
     return cudaGetLastError();
 }
 
