@@ -66,7 +66,8 @@ struct stem_cfg {
     // writes fall in distinct 16-byte bank groups.
     static constexpr int srow = orow + 16;
     // The shifted copy starts 64 bytes into a 128-byte line after the
-    // first: an even and an odd pixel 8 bytes apart fall in other banks.
+    // first (any 16-byte multiple would do now: no ldmatrix group reads
+    // both copies, stem_mma).
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
     static constexpr int patch_bytes = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
     // INT8: persistent CTAs; two buffers of raw RGB rows, the next item's
@@ -85,10 +86,18 @@ struct stem_cfg {
     static constexpr int smem = k_off + 32 * STEM_WARPS * 32 * 4;
 };
 
+// Whether a thread's first accumulator row (e < 2) is the odd one of its
+// two stem columns (i = lane / 4; see stem_mma).
+template <bool S8>
+__device__ __forceinline__ int stem_flip(int i)
+{
+    return S8 ? 0 : i >> 2;
+}
+
 // The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
 // columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
-// mi. Accumulator acc[mi][ni][e]: column 16 w + 2 (lane / 4) (+ 1 for
-// e >= 2), channel 8 ni + 2 (lane % 4) + e % 2.
+// mi. Accumulator acc[mi][ni][e]: column 16 w + 2 (lane / 4) + (e >= 2) ^
+// stem_flip, channel 8 ni + 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow, int warp, int lane,
                                          typename acc_type<S8>::type (&acc)[MT][8][4])
@@ -97,10 +106,13 @@ __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
     // This lane's ldmatrix row in each m16 tile: stem row sy, column x,
     // whose taps of filter row r start at patch row 2 sy + r, column 2x.
-    // Row m of each m16 tile is stem column 2 m (m < 8) or 2 (m - 8) + 1,
-    // so that a thread's two accumulator rows are adjacent columns (the pool
-    // takes them together; see stem_pool_out).
-    const int m = lane & 15, x = 16 * warp + ((m & 7) << 1 | m >> 3);
+    // Rows i and i + 8 of each m16 tile (a thread's two accumulator rows)
+    // are stem columns 2 i and 2 i + 1, so that the pool takes them together
+    // (stem_pool_out). INT8: row i is the even one, so each ldmatrix 8-row
+    // group reads 128 bytes of one copy. FP16 (8-byte pixels): for i >= 4
+    // row i is the odd one (stem_flip), so that a group's 8 rows fall in 8
+    // distinct 16-byte bank groups; all even, they were 2-way conflicts.
+    const int m = lane & 15, i = m & 7, x = 16 * warp + 2 * i + ((m >> 3) ^ stem_flip<S8>(i));
     const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
     uint32_t arow[MT];
 #pragma unroll
@@ -160,9 +172,9 @@ __device__ __forceinline__ float acc_max(float a, float b)
 // epilogues is the epilogue of the max, bit for bit, and only a quarter of
 // the values go through it. Pooled column 8 w + i (i = lane / 4) takes
 // stem columns 16 w + 2 i - 1 .. + 1: the thread's own two and one
-// shuffled from the lane before, or for i = 0 the previous warp's last
-// column (through xch; none at warp 0). Every lane finishes its own
-// pooled values. Output through stage ([pw][srow]), then 16-byte stores.
+// shuffled from lane - 4, or for i = 0 the previous warp's last column
+// (through xch; none at warp 0). Every lane finishes its own pooled
+// values. Output through stage ([pw][srow]), then 16-byte stores.
 template <bool S8>
 __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8][4],
                                               const float *__restrict__ bias, const conv_q8 &q,
@@ -177,20 +189,25 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
     float bf[8][2], mf[8][2];
 #pragma unroll
     for (int ni = 0; ni < 8; ni++) {
+        const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
+        bf[ni][0] = b2.x;
+        bf[ni][1] = b2.y;
         if constexpr (S8) {
-            const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
-            bf[ni][0] = b2.x;
-            bf[ni][1] = b2.y;
             const float2 m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + 8 * ni + c0));
             mf[ni][0] = m2.x;
             mf[ni][1] = m2.y;
         }
     }
+    // Columns 2 i and 2 i + 1 of channel 8 ni + c0 + b (selects: an index
+    // into v known only at run time would put v in local memory).
+    const bool flip = stem_flip<S8>(i);
+    auto even = [&](int ni, int b) { return flip ? v[ni][2 + b] : v[ni][b]; };
+    auto odd = [&](int ni, int b) { return flip ? v[ni][b] : v[ni][2 + b]; };
     if (i == 7)  // column 15: the next warp's column -1
 #pragma unroll
         for (int ni = 0; ni < 8; ni++) {
-            xch[warp * STEM_K + 8 * ni + c0] = v[ni][2];
-            xch[warp * STEM_K + 8 * ni + c0 + 1] = v[ni][3];
+            xch[warp * STEM_K + 8 * ni + c0] = odd(ni, 0);
+            xch[warp * STEM_K + 8 * ni + c0 + 1] = odd(ni, 1);
         }
     __syncthreads();
     const int down = (lane - 4) & 31;
@@ -203,19 +220,17 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
         acc_t p[2];
 #pragma unroll
         for (int b = 0; b < 2; b++) {
-            const acc_t even = v[ni][b], odd = v[ni][2 + b];  // columns 2 i, 2 i + 1
-            const acc_t up = __shfl_sync(0xffffffffu, odd, down), l = lx[8 * ni + b];
-            const acc_t prev = i > 0 ? up : warp > 0 ? l : even;  // column 2 i - 1, or none
-            p[b] = acc_max(acc_max(even, odd), prev);
+            const acc_t e = even(ni, b), o1 = odd(ni, b);
+            // Column 2 i - 1: lane - 4's odd column (the same channels at i - 1).
+            const acc_t up = __shfl_sync(0xffffffffu, o1, down), l = lx[8 * ni + b];
+            const acc_t prev = i > 0 ? up : warp > 0 ? l : e;  // column 2 i - 1, or none
+            p[b] = acc_max(acc_max(e, o1), prev);
         }
         if constexpr (S8) {
             const int v0 = int8_requant_dev(s8_value(p[0], mf[ni][0], bf[ni][0], 0, 0.f, false), q.out_inv, 1);
             const int v1 = int8_requant_dev(s8_value(p[1], mf[ni][1], bf[ni][1], 0, 0.f, false), q.out_inv, 1);
             *reinterpret_cast<uint16_t *>(stage + o + 8 * ni + c0) = (uint16_t)(v0 | v1 << 8);  // ReLU'd: 0..127
         } else {
-            const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
-            bf[ni][0] = b2.x;
-            bf[ni][1] = b2.y;
             *reinterpret_cast<__half2 *>(stage + o + 2 * (8 * ni + c0)) =
                 __floats2half2_rn(fmaxf(p[0] + bf[ni][0], 0.f), fmaxf(p[1] + bf[ni][1], 0.f));
         }
