@@ -30,16 +30,19 @@
  *   out = v                       for the last conv, whose FP32 output feeds
  *                                 the average pool and the FC.
  * The head: each feature is the mean of its 7x7 values summed in float64
- * (order-free in practice: the sum is exact unless the values span more
- * than 2^29), rounded to float32 and then to FP16 (int8_round_half); the
- * FC multiplies these by FP16-rounded weights with float32 (or wider)
- * sums, and adds the FP32 bias. FP16 operands let the GPU run the FC on
- * its tensor cores, as in FP16, at a third of the FP32 FC's time.
+ * (order-free in practice: every partial sum of 49 floats is exact unless
+ * the largest value exceeds the smallest nonzero one by more than 2^23;
+ * the CPU adds in order, the CUDA engine in 8 partial sums), rounded to
+ * float32 and then to FP16 (int8_round_half); the FC multiplies these by
+ * FP16-rounded weights with float32 (or wider) sums, and adds the FP32
+ * bias. FP16 operands let the GPU run the FC on its tensor cores, as in
+ * FP16, at a third of the FP32 FC's time.
  * The 3x3/2 max pool runs on the stem's int8 output (the same as pooling in
  * float and then quantising, since q is monotone), so the pool's output has
  * the stem output's scale. The image is quantised after normalisation with
  * the "input" scale. The only arithmetic whose order differs between
- * implementations is therefore the FC's sums. */
+ * implementations is therefore the FC's sums, and the pool's, which give
+ * the same result unless a feature's values span more than 2^23. */
 #ifndef RESNETD_INT8_H
 #define RESNETD_INT8_H
 
