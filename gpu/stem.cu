@@ -96,8 +96,8 @@ __device__ __forceinline__ int stem_flip(int i)
 
 // The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
 // columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
-// mi. Accumulator acc[mi][ni][e]: column 16 w + 2 (lane / 4) + (e >= 2) ^
-// stem_flip, channel 8 ni + 2 (lane % 4) + e % 2.
+// mi. Accumulator acc[mi][ni][e]: column 16 w + 2 (lane / 4) + ((e >= 2)
+// xor stem_flip), channel 8 ni + 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow, int warp, int lane,
                                          typename acc_type<S8>::type (&acc)[MT][8][4])

@@ -409,8 +409,8 @@ START_TEST(stem_and_max_pool_fused_match_reference)
                         }
                         stem[(((size_t)b * sh + y) * sw + x) * K + k] = v;
                     }
-        /* INT8: in8's normalised images are overwritten with poison, but for
-         * those given as FP32 tensors (which): the rest are read from rgb only. */
+        /* INT8: the images not given as FP32 tensors (which) are poisoned in
+         * in8's copy, so that the stem must read them from rgb. */
         int8_t *given = NULL;
         if (kind == 2) {
             given = malloc(nin);
