@@ -6,7 +6,10 @@
 // K = kh*kw*cin in (r, s, c) order, the order of a KRSC weight row, so both
 // operands are K-contiguous: A[m][k] gathered from the input, B[n][k] the
 // weights. Tiles move in 16-byte chunks (8 halves or 4 floats) that never
-// straddle a filter tap, which is what conv_shape_check enforces.
+// straddle a filter tap, which is what conv_shape_check enforces. An FP16
+// conv with a shortcut (conv_shape.c2) has c2 more K columns after the
+// taps, gathered from the second input at the output pixel x stride2: to
+// the loaders, a tap row past the filter's.
 //
 // Two kernels from one template family share the geometry and the loaders:
 //   conv2d_igemm_f16_kernel: FP16 tensor cores (mma.sync m16n8k16, FP32
@@ -44,6 +47,8 @@ conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, in
     s.stride = stride; s.pad_h = pad_h; s.pad_w = pad_w;
     s.oh = (h + 2 * pad_h - kh) / stride + 1;
     s.ow = (w + 2 * pad_w - kw) / stride + 1;
+    s.c2 = 0; s.h2 = 0; s.w2 = 0; s.stride2 = 1;
+    s.in2 = NULL;
     return s;
 }
 
@@ -70,6 +75,14 @@ int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
     if ((double)s->n * s->oh * s->ow * s->k >= 2147483647.0 || (double)s->n * s->h * s->w * s->c >= 2147483647.0) {
         snprintf(err, errlen, "conv tensor too large");
         return -1;
+    }
+    if (s->c2 != 0) {  // the shortcut's loader: whole chunks within its own columns, stride-1 rows
+        if (kind != CONV_FP16 || s->c2 < 0 || s->c2 % 8 != 0 || s->c2 > s->c || s->stride != 1 ||
+            s->h2 < 1 || s->w2 < 1 || s->stride2 < 1 || (long)(s->oh - 1) * s->stride2 >= s->h2 ||
+            (long)(s->ow - 1) * s->stride2 >= s->w2 || (double)s->n * s->h2 * s->w2 * s->c2 >= 2147483647.0) {
+            snprintf(err, errlen, "conv shortcut of %d channels not supported for this shape", s->c2);
+            return -1;
+        }
     }
     return 0;
 }
@@ -175,7 +188,7 @@ __device__ __forceinline__ void igemm_rows_make(const conv_shape &s, const T *in
                                                 int row0, int step, igemm_row<T> (&arow)[A_PER],
                                                 const T *(&brow)[B_PER], bool (&bvalid)[B_PER])
 {
-    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
 #pragma unroll
     for (int i = 0; i < A_PER; i++)
         arow[i] = igemm_row_make(s, in, m0 + row0 + i * step, M);
@@ -212,6 +225,17 @@ template <bool S8>
 __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
                                              const igemm_col &col, bool kvalid, const __half *in)
 {
+    if (!S8 && col.r == s.kh) {  // the shortcut's columns: tap row kh is past the filter
+        // Stride 1 (conv_shape_check): the output pixel is the receptive
+        // field's corner + the padding; rows past M have it far below 0.
+        const int oy = row.iy + s.pad_h, ox = row.ix + s.pad_w;
+        const int img = (int)(row.base - in) / (s.h * s.w * s.c);
+        const bool v = kvalid && oy >= 0;
+        const __half *src = static_cast<const __half *>(s.in2) +
+                            ((img * s.h2 + oy * s.stride2) * s.w2 + ox * s.stride2) * s.c2 + col.c;
+        cp_async16(dst, v ? src : in, v);
+        return;
+    }
     bool v;
     const __half *src = igemm_a_addr(s, row, col, kvalid, &v);
     if (S8 && s.c == 2) {
@@ -400,7 +424,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     __half *As = reinterpret_cast<__half *>(smem_raw);  // [STAGES][BM][LDS]
     __half *Bs = As + STAGES * BM * LDS;                // [STAGES][BN][LDS]
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -772,7 +796,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;  // warpgroup; warp within it
@@ -1273,7 +1297,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
     __shared__ __align__(16) float As[2][BK][BM + 4];
     __shared__ __align__(16) float Bs[2][BK][BN + 4];
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, kc = tid % KCH, row0 = tid / KCH;
     const int tx = tid % (BN / 8), ty = tid / (BN / 8);
@@ -1447,7 +1471,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     float *As = reinterpret_cast<float *>(smem_raw);  // [STAGES][BM][LDS]
     float *Bs = As + STAGES * BM * LDS;               // [STAGES][BN][LDS]
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -1798,6 +1822,8 @@ int conv_persistent_cap(void)
 int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);
+    if (s->c2 > 0)  // the shortcut: FP16's general tiles
+        return t && kind == CONV_FP16 && !t->halo;
     return t && (!t->halo || conv_halo_fits(s, t->halo));
 }
 
@@ -1877,7 +1903,7 @@ static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_
     long M = (long)s->n * s->oh * s->ow;
     long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
     long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
-    int kt = (s->kh * s->kw * s->c + t->bk - 1) / t->bk;
+    int kt = (conv_k(*s) + t->bk - 1) / t->bk;
     conv_plan p = {tile, 1, kt};
     if (!t->halo && ctas * 2 <= slots) {
         long want = slots / ctas;
@@ -1936,14 +1962,15 @@ size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p)
     return p->splits > 1 ? (size_t)p->splits * s->n * s->oh * s->ow * s->k * sizeof(float) : 0;
 }
 
-cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
-                        const float *bias, const void *res, int relu, void *out, float *workspace,
+cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *in2,
+                        const void *w, const float *bias, const void *res, int relu, void *out, float *workspace,
                         const conv_q8 *q, cudaStream_t st)
 {
     // Not t->usable: that is the planner's filter, and conv_init on another
     // device (cuda:all with mixed GPUs) may change it after this plan was made.
     const conv_tile_info *t = conv_tile_get(kind, p->tile);
-    if (!t || p->splits < 1 || (p->splits > 1 && !workspace) || ((kind == CONV_INT8) != (q != NULL)))
+    if (!t || p->splits < 1 || (p->splits > 1 && !workspace) || ((kind == CONV_INT8) != (q != NULL)) ||
+        (s->c2 > 0 && (!in2 || !conv_tile_fits(kind, p->tile, s))))
         return cudaErrorInvalidValue;
     if (kind == CONV_INT8 && (((uintptr_t)bias | (uintptr_t)q->mult) & 15) != 0)
         return cudaErrorMisalignedAddress;  // the epilogue reads them as float4
@@ -1966,7 +1993,9 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         kTilesS8[p->tile].fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res,
                                                                 out, relu, partial, p->kt_per_split, *q);
     } else if (kind == CONV_FP16) {
-        kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const __half *)in, (const __half *)w, bias, res,
+        conv_shape h = *s;
+        h.in2 = in2;
+        kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res,
                                                                  out, relu, partial, p->kt_per_split, none);
     } else {
         kTilesF32[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const float *)in, (const float *)w, bias,

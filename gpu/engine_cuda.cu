@@ -39,6 +39,12 @@
 // kernels. check_plan makes sure that no kernel writes where it reads: the
 // fused stem once did, right only while neighbouring CTAs ran in order.
 //
+// The downsamples. At FP16 each block's 1x1/2 downsample runs inside the
+// conv2 that adds it, as a shortcut (conv_shape.c2): its weights follow
+// conv2's taps in each weight row, the two folded biases are summed, and
+// its output never exists (RESNETD_GPU_DOWNSAMPLE=separate: a conv of its
+// own, as FP32 and INT8 run it; INT8 requantises it before the add).
+//
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
 // creation the engine times every candidate on random input and keeps the
@@ -85,6 +91,7 @@ typedef struct cuda_engine {
     engine pub;
     int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
     int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
+    int fused_ds;     // FP16: each downsample runs inside the conv that adds it (conv_shape.c2)
     int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
@@ -152,6 +159,25 @@ static void *stem_weights(const void *w, size_t esize)
                 memcpy(p + (((size_t)o * d->k + r) * STEM_KW + s + 1) * STEM_C * esize,
                        src + (((size_t)o * d->k + r) * d->k + s) * 3 * esize, 3 * esize);
     return p;
+}
+
+// A downsample: it reads the same input as the conv before it (its block's conv1).
+static int is_downsample(int i)
+{
+    return i >= 2 && resnet18_convs[i].src == resnet18_convs[i - 1].src;
+}
+
+// The downsample that runs inside conv i as its shortcut, or -1.
+static int shortcut_of(const cuda_engine *ce, int i)
+{
+    const int r = resnet18_convs[i].residual;
+    return ce->fused_ds && r >= 1 && is_downsample(r) ? r : -1;
+}
+
+// Conv i has a kernel of its own: not the fused stem, not a fused downsample.
+static int conv_runs(const cuda_engine *ce, int i)
+{
+    return i == 0 ? !ce->fused_stem : !(ce->fused_ds && is_downsample(i));
 }
 
 // Copies n floats to a new device array in the engine's precision.
@@ -227,6 +253,34 @@ done:
     return rc;
 }
 
+// Conv i with downsample ds as its shortcut: each weight row is conv i's
+// taps then the downsample's input channels (conv_shape.c2), and the bias
+// is the sum of both folded biases.
+static int upload_with_shortcut(cuda_engine *ce, const resnet18_weights *w, int i, int ds, char *err, size_t errlen)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    const size_t k1 = (size_t)d->k * d->k * d->cin, k2 = (size_t)resnet18_convs[ds].cin, row = k1 + k2;
+    float *cat = (float *)malloc((size_t)d->cout * row * sizeof(float));
+    float *bias = (float *)malloc((size_t)d->cout * sizeof(float));
+    int rc = -1;
+    if (!cat || !bias) {
+        snprintf(err, errlen, "out of host memory joining the downsample's weights");
+        goto done;
+    }
+    for (int o = 0; o < d->cout; o++) {
+        memcpy(cat + o * row, w->conv[i].w + o * k1, k1 * sizeof(float));
+        memcpy(cat + o * row + k1, w->conv[ds].w + o * k2, k2 * sizeof(float));
+        bias[o] = w->conv[i].b[o] + w->conv[ds].b[o];
+    }
+    if (upload(ce, cat, (size_t)d->cout * row, ce->fp16, &ce->w[i], err, errlen) == 0 &&
+        upload(ce, bias, d->cout, 0, (void **)&ce->b[i], err, errlen) == 0)
+        rc = 0;
+done:
+    free(cat);
+    free(bias);
+    return rc;
+}
+
 static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, char *err, size_t errlen)
 {
     for (int i = 0; i < NCONV; i++) {
@@ -235,6 +289,12 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         if (ce->kind == CONV_INT8) {
             if (upload_conv_s8(ce, w, t, i, err, errlen) != 0)
                 return -1;
+        } else if (i > 0 && !conv_runs(ce, i)) {
+            continue;  // a fused downsample: its weights and bias are in the conv that adds it
+        } else if (shortcut_of(ce, i) >= 0) {
+            if (upload_with_shortcut(ce, w, i, shortcut_of(ce, i), err, errlen) != 0)
+                return -1;
+            continue;
         } else {
             float *stem = NULL;
             if (i == 0) {
@@ -274,11 +334,11 @@ static conv_shape conv_shape_for(const cuda_engine *ce, int i, int n)
     return s;
 }
 
-// Bytes of tensor t per image (none for the stem's output when the max
-// pool is fused into the stem: it never reaches global memory).
+// Bytes of tensor t per image (none for the output of a conv fused into
+// another kernel, the stem or a downsample: it never reaches global memory).
 static size_t tensor_bytes(const cuda_engine *ce, int t)
 {
-    if (t == 0 && ce->fused_stem)
+    if (t < NCONV && !conv_runs(ce, t))
         return 0;
     if (t == T_IMG)
         return (size_t)RESNET18_IMG * RESNET18_IMG * STEM_C * ce->esize;
@@ -312,8 +372,11 @@ static void plan_buffers(cuda_engine *ce)
     last_read[0] = 2;
     for (int i = 1; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int ds = shortcut_of(ce, i);
         last_read[source_tensor(d->src)] = write_step[i];
-        if (d->residual != R18_NONE)
+        if (ds >= 0)  // it reads the downsample's input instead of its output
+            last_read[source_tensor(resnet18_convs[ds].src)] = write_step[i];
+        else if (d->residual != R18_NONE)
             last_read[source_tensor(d->residual)] = write_step[i];
     }
     last_read[NCONV - 1] = 2 + NCONV;  // avgpool
@@ -354,8 +417,12 @@ static int check_plan(const cuda_engine *ce, char *err, size_t errlen)
     int bad = ce->fused_stem ? b[T_POOL] == b[T_IMG] : b[0] == b[T_IMG] || b[T_POOL] == b[0];
     for (int i = 1; i < NCONV && !bad; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int ds = shortcut_of(ce, i);
+        if (!conv_runs(ce, i))
+            continue;
         bad = b[i] == b[source_tensor(d->src)] ||
-              (d->residual != R18_NONE && b[i] == b[source_tensor(d->residual)]);
+              (ds >= 0 && b[i] == b[source_tensor(resnet18_convs[ds].src)]) ||
+              (ds < 0 && d->residual != R18_NONE && b[i] == b[source_tensor(d->residual)]);
     }
     if (bad)
         snprintf(err, errlen, "cuda engine: the buffer plan puts an op's output where its input is");
@@ -393,8 +460,10 @@ static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p
 {
     const resnet18_conv_desc *d = &resnet18_convs[i];
     conv_shape sh = conv_shape_for(ce, i, n);
-    const void *res = d->residual == R18_NONE ? NULL : tensor_ptr(ce, source_tensor(d->residual));
-    return conv_launch(ce->kind, p, &sh, tensor_ptr(ce, source_tensor(d->src)), ce->w[i], ce->b[i], res, d->relu,
+    const int ds = shortcut_of(ce, i);
+    const void *res = d->residual == R18_NONE || ds >= 0 ? NULL : tensor_ptr(ce, source_tensor(d->residual));
+    const void *in2 = ds >= 0 ? tensor_ptr(ce, source_tensor(resnet18_convs[ds].src)) : NULL;
+    return conv_launch(ce->kind, p, &sh, tensor_ptr(ce, source_tensor(d->src)), in2, ce->w[i], ce->b[i], res, d->relu,
                        tensor_ptr(ce, i), ce->workspace, ce->kind == CONV_INT8 ? &ce->q8[i] : NULL, st);
 }
 
@@ -438,7 +507,8 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
             MARK();
             continue;
         }
-        CUDA_TRY(launch_conv(ce, i, n, &plan[i], st));
+        if (conv_runs(ce, i))  // else a downsample inside the next conv (its op stays, empty)
+            CUDA_TRY(launch_conv(ce, i, n, &plan[i], st));
         MARK();
         if (i == 0) {
             const resnet18_conv_desc *l1 = &resnet18_convs[1];
@@ -485,7 +555,9 @@ static size_t plans_workspace(cuda_engine *ce)
 {
     size_t most = 0;
     for (int b = 0; b < ce->nbuckets; b++)
-        for (int i = ce->fused_stem ? 1 : 0; i < NCONV; i++) {
+        for (int i = 0; i < NCONV; i++) {
+            if (!conv_runs(ce, i))
+                continue;
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
             int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
@@ -521,7 +593,9 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
         if (forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
             goto fail_quiet;
     for (int b = 0; b < ce->nbuckets; b++)
-        for (int i = ce->fused_stem ? 1 : 0; i < NCONV; i++) {
+        for (int i = 0; i < NCONV; i++) {
+            if (!conv_runs(ce, i))
+                continue;
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
             int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
@@ -837,8 +911,19 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     CUDA_TRY(cudaDeviceGetAttribute(&ce->num_sms, cudaDevAttrMultiProcessorCount, cfg->device_index));
     CUDA_TRY(conv_init());
 
+    {
+        // RESNETD_GPU_DOWNSAMPLE=separate: FP16's downsamples as convs of
+        // their own (to compare; the tests run both).
+        const char *how = getenv("RESNETD_GPU_DOWNSAMPLE");
+        if (how && strcmp(how, "fused") != 0 && strcmp(how, "separate") != 0) {
+            snprintf(err, errlen, "RESNETD_GPU_DOWNSAMPLE must be fused or separate (got '%s')", how);
+            goto fail;
+        }
+        ce->fused_ds = ce->kind == CONV_FP16 && !(how && strcmp(how, "separate") == 0);
+    }
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int ds = shortcut_of(ce, i);
         if (i == 0) {  // padded stem; ow fixed because the extra left tap would add a column
             ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, STEM_C, d->cout, d->k, STEM_KW, d->stride,
                                                      d->pad, d->pad + 1);
@@ -846,6 +931,12 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         } else {
             ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, d->cin, d->cout, d->k, d->k, d->stride,
                                                      d->pad, d->pad);
+        }
+        if (ds >= 0) {
+            conv_shape *sh = &ce->shape_per_image[i];
+            sh->c2 = resnet18_convs[ds].cin;
+            sh->h2 = sh->w2 = resnet18_convs[ds].in_h;
+            sh->stride2 = resnet18_convs[ds].stride;
         }
         if (conv_shape_check(&ce->shape_per_image[i], ce->kind, err, errlen) != 0)
             goto fail;
@@ -962,6 +1053,8 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         } else if (op == 1 && ce->fused_stem) {
             out[op].tile = ce->kind == CONV_INT8 ? "direct stem + max pool + normalise" : "direct stem + max pool";
             out[op].splits = 1;
+        } else if (op >= 3 && op < NCONV + 2 && !conv_runs(ce, op - 2)) {
+            out[op].tile = "fused into the next conv (its shortcut)";
         } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
             const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];
             out[op].tile = conv_tile_get(ce->kind, p->tile)->name;

@@ -77,7 +77,7 @@ extern "C" int gpu_test_conv_tile_usable(int kind, int tile)
 static conv_plan test_plan(const conv_tile_info *info, int tile, int splits, const conv_shape *s)
 {
     conv_plan plan = {tile, 1, 0};
-    plan.kt_per_split = (s->kh * s->kw * s->c + info->bk - 1) / info->bk;
+    plan.kt_per_split = (conv_k(*s) + info->bk - 1) / info->bk;
     if (splits > 1 && !info->halo) {
         int kt = plan.kt_per_split;
         plan.kt_per_split = (kt + splits - 1) / splits;
@@ -86,8 +86,10 @@ static conv_plan test_plan(const conv_tile_info *info, int tile, int splits, con
     return plan;
 }
 
-// The shape of a test conv, checked; -1 with err when the kernels refuse it.
-static int test_shape(int kind, gpu_test_conv_shape *t, conv_shape *s, char *err, size_t errlen)
+// The shape of a test conv (with sc: its shortcut), checked; -1 with err
+// when the kernels refuse it.
+static int test_shape(int kind, gpu_test_conv_shape *t, const gpu_test_shortcut *sc, conv_shape *s, char *err,
+                      size_t errlen)
 {
     *s = conv_shape_make(t->n, t->h, t->w, t->c, t->k, t->kh, t->kw, t->stride, t->pad_h, t->pad_w);
     if (t->oh > 0)
@@ -96,20 +98,27 @@ static int test_shape(int kind, gpu_test_conv_shape *t, conv_shape *s, char *err
         s->ow = t->ow;
     t->oh = s->oh;
     t->ow = s->ow;
+    if (sc) {
+        s->c2 = sc->c;
+        s->h2 = sc->h;
+        s->w2 = sc->w;
+        s->stride2 = sc->stride;
+    }
     return conv_shape_check(s, kind, err, errlen);
 }
 
-extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
-                             float *res, int relu, float *out, char *err, size_t errlen)
+// gpu_test_conv, and with sc gpu_test_conv_shortcut.
+static int test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, gpu_test_shortcut *sc, float *in,
+                     float *w, const float *bias, float *res, int relu, float *out, char *err, size_t errlen)
 {
-    void *din = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
-    float *dbias = NULL, *dws = NULL;
+    void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
+    float *dbias = NULL, *dws = NULL, *cat = NULL;
     conv_plan plan;
     const conv_tile_info *info = conv_tile_get(fp16, tile);
     int rc = -1;
-    size_t nin, nw, nout;
+    size_t nin, nw, nout, k1;
     conv_shape s;
-    if (test_shape(fp16, t, &s, err, errlen) != 0)
+    if (test_shape(fp16, t, sc, &s, err, errlen) != 0)
         return -1;
     if (!info || splits < 1) {
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
@@ -119,11 +128,29 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
         return 1;
     plan = test_plan(info, tile, splits, &s);
     nin = (size_t)s.n * s.h * s.w * s.c;
-    nw = (size_t)s.k * s.kh * s.kw * s.c;
+    k1 = (size_t)s.kh * s.kw * s.c;
+    nw = (size_t)s.k * conv_k(s);
     nout = (size_t)s.n * s.oh * s.ow * s.k;
     CUDA_TRY(conv_init());
     CUDA_TRY(to_device(fp16, in, nin, &din));
-    CUDA_TRY(to_device(fp16, w, nw, &dw));
+    if (sc) {  // weight rows: the taps, then the shortcut's channels
+        CUDA_TRY(to_device(fp16, sc->in, (size_t)s.n * s.h2 * s.w2 * s.c2, &din2));
+        if (!(cat = (float *)malloc(nw * sizeof(float)))) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        for (int o = 0; o < s.k; o++) {
+            memcpy(cat + o * conv_k(s), w + o * k1, k1 * sizeof(float));
+            memcpy(cat + o * conv_k(s) + k1, sc->wgt + (size_t)o * s.c2, s.c2 * sizeof(float));
+        }
+        CUDA_TRY(to_device(fp16, cat, nw, &dw));
+        for (int o = 0; o < s.k; o++) {  // the values the device holds, for the caller's reference
+            memcpy(w + o * k1, cat + o * conv_k(s), k1 * sizeof(float));
+            memcpy(sc->wgt + (size_t)o * s.c2, cat + o * conv_k(s) + k1, s.c2 * sizeof(float));
+        }
+    } else {
+        CUDA_TRY(to_device(fp16, w, nw, &dw));
+    }
     CUDA_TRY(cudaMalloc((void **)&dbias, s.k * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, s.k * sizeof(float), cudaMemcpyHostToDevice));
     if (res)
@@ -133,20 +160,39 @@ extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
     // Two CTAs a 64-channel slice: every CTA through several tiles and both buffers.
     conv_set_persistent_cap(info->halo ? 2 * (s.k / 64) : 0);
-    CUDA_TRY(conv_launch(fp16, &plan, &s, din, dw, dbias, dres, relu, dout, dws, NULL, 0));
+    CUDA_TRY(conv_launch(fp16, &plan, &s, din, din2, dw, dbias, dres, relu, dout, dws, NULL, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(to_host(fp16, dout, nout, out));
     rc = 0;
 fail:
     conv_set_persistent_cap(0);
+    free(cat);
     cudaFree(din);
+    cudaFree(din2);
     cudaFree(dw);
     cudaFree(dbias);
     cudaFree(dres);
     cudaFree(dout);
     cudaFree(dws);
     return rc;
+}
+
+extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
+                             float *res, int relu, float *out, char *err, size_t errlen)
+{
+    return test_conv(fp16, tile, splits, t, NULL, in, w, bias, res, relu, out, err, errlen);
+}
+
+extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *t, gpu_test_shortcut *sc,
+                                      float *in, float *w, const float *bias, int relu, float *out, char *err,
+                                      size_t errlen)
+{
+    if (kind == CONV_INT8) {  // the INT8 wrapper takes int8 data; the check refuses INT8 shortcuts anyway
+        snprintf(err, errlen, "conv shortcut of %d channels not supported for this shape", sc->c);
+        return -1;
+    }
+    return test_conv(kind, tile, splits, t, sc, in, w, bias, NULL, relu, out, err, errlen);
 }
 
 extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
@@ -158,7 +204,7 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
     const conv_tile_info *info = conv_tile_get(CONV_INT8, tile);
     int rc = -1;
     conv_shape s;
-    if (test_shape(CONV_INT8, t, &s, err, errlen) != 0)
+    if (test_shape(CONV_INT8, t, NULL, &s, err, errlen) != 0)
         return -1;
     if (!info || splits < 1) {
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
@@ -188,7 +234,7 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
     conv_set_persistent_cap(info->halo ? 2 * (s.k / 64) : 0);
-    CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, dw, dbias, dres, relu, dout, dws, &q, 0));
+    CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, NULL, dw, dbias, dres, relu, dout, dws, &q, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(out, dout, obytes, cudaMemcpyDeviceToHost));

@@ -40,6 +40,20 @@ int gpu_test_conv_tile_usable(int kind, int tile);
 int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
                   int relu, float *out, char *err, size_t errlen);
 
+/* A conv's shortcut: a 1x1 conv of the given stride, no padding, on a
+ * second input n x h x w x c (in), weights [k][c] (wgt); FP16 rounds both in
+ * place to the values the device holds, as gpu_test_conv does. */
+typedef struct gpu_test_shortcut {
+    int c, h, w, stride;
+    float *in, *wgt;
+} gpu_test_shortcut;
+
+/* out = relu?(conv(in, w) + shortcut + bias) in one conv (conv_shape.c2):
+ * FP16's general tiles only; other kinds and shapes the kernels refuse
+ * return -1 with err. Otherwise returns as gpu_test_conv. */
+int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *s, gpu_test_shortcut *sc, float *in,
+                           float *w, const float *bias, int relu, float *out, char *err, size_t errlen);
+
 /* INT8 (model/int8.h): in, w (KRSC) and res int8 with c % 16 == 0 (or the
  * stem's c = 4 layout); the sums' epilogue with mult, bias, res_scale,
  * relu, then quantised with out_inv into int8 out, or out_f32: FP32 out.

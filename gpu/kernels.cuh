@@ -23,12 +23,26 @@
 // The conv kernels' element types: FP32, FP16, INT8 (int32 sums).
 enum { CONV_FP32 = 0, CONV_FP16 = 1, CONV_INT8 = 2 };
 
+// A shortcut (FP16, the general tiles, stride 1): a second input in2 of
+// n x h2 x w2 x c2 (c2 <= c, c2 % 8 == 0) whose 1x1 conv of stride stride2
+// (no padding) joins the sum as c2 more K columns after the taps; its
+// weights follow the taps in each weight row. So a residual block's
+// downsample runs inside the conv it feeds: out = relu?(conv(in) +
+// conv1x1(in2) + bias). c2 = 0: none. conv_launch sets in2.
 struct conv_shape {
     int n, h, w, c;
     int k, kh, kw;
     int stride, pad_h, pad_w;
     int oh, ow;
+    int c2, h2, w2, stride2;
+    const void *in2;
 };
+
+// The GEMM's K: the taps' columns, then the shortcut's.
+__host__ __device__ __forceinline__ int conv_k(const conv_shape &s)
+{
+    return s.kh * s.kw * s.c + s.c2;
+}
 
 conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h,
                            int pad_w);
@@ -103,9 +117,10 @@ struct conv_q8 {
 };
 // out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
 // NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds;
-// INT8's bias and q->mult 16-byte aligned (cudaMalloc's are).
-cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *w,
-                        const float *bias, const void *res, int relu, void *out, float *workspace,
+// INT8's bias and q->mult 16-byte aligned (cudaMalloc's are). in2: the
+// shortcut's input when s->c2 > 0, else unused.
+cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *in2,
+                        const void *w, const float *bias, const void *res, int relu, void *out, float *workspace,
                         const conv_q8 *q, cudaStream_t st);
 
 // ResNet's stem, the 7x7/2 pad-3 conv with bias and ReLU, and the 3x3/2

@@ -8,7 +8,9 @@
  * reference.py's 10-class fine-tune and a 3-class head (its first 3 rows:
  * fewer classes than the GPU's top-k), batches of 1, 3 and 17. INT8 against
  * the CPU INT8 engine: the last conv's output equal bit for bit. FP16 and
- * INT8 run with the fused stem and (small batches) RESNETD_GPU_STEM=unfused.
+ * INT8 run with the fused stem and (small batches) RESNETD_GPU_STEM=unfused;
+ * FP16 with its downsamples inside the convs that add them and (small
+ * batches) RESNETD_GPU_DOWNSAMPLE=separate.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
@@ -210,6 +212,9 @@ START_TEST(fp16_matches_cpu_engine_within_5e3_same_top1)
     setenv("RESNETD_GPU_STEM", "unfused", 1);
     run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
     unsetenv("RESNETD_GPU_STEM");
+    setenv("RESNETD_GPU_DOWNSAMPLE", "separate", 1);
+    run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
+    unsetenv("RESNETD_GPU_DOWNSAMPLE");
 }
 END_TEST
 

@@ -1,7 +1,10 @@
 /* Unit tests of every gpu/ kernel against a CPU reference in double, on
  * random data and on shapes chosen so that tiles end raggedly in M, N and
  * K. Every conv tile configuration runs every shape, in FP32 and FP16,
- * with and without split-K; INT8 tiles must match model/int8.h bit for bit. Exits 77 (skip) when no CUDA device is usable. */
+ * with and without split-K; FP16's general tiles also with a shortcut (a
+ * downsample's 1x1 conv inside the conv that adds it); INT8 tiles must
+ * match model/int8.h bit for bit. Exits 77 (skip) when no CUDA device is
+ * usable. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +178,104 @@ END_TEST
 START_TEST(conv_fp16_matches_reference_on_ragged_shapes_every_tile)
 {
     check_all_conv(1);
+}
+END_TEST
+
+/* ---- FP16 conv with a shortcut: a downsample inside the conv that adds it -- */
+
+/* A conv, then its shortcut's channels, size and stride: ResNet's pattern
+ * (h2 = 2h, c2 = c/2) with ragged M, N and K; c2 under one k tile; c2 = c;
+ * layer3.0's channels. */
+static const struct {
+    gpu_test_conv_shape s;
+    int c2, h2, w2, stride2;
+} shortcut_shapes[] = {
+    {{2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0}, 32, 14, 14, 2},
+    {{3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0}, 8, 10, 12, 2},
+    {{2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0}, 32, 11, 11, 2},
+    {{1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 0, 0}, 128, 28, 28, 2},
+};
+#define NSHORTCUT ((int)(sizeof shortcut_shapes / sizeof shortcut_shapes[0]))
+
+/* 1 when the tile ran the shape and matched, 0 when it does not run shortcuts. */
+static int check_shortcut(int tile, int splits, int shape, int relu)
+{
+    gpu_test_conv_shape s = shortcut_shapes[shape].s;
+    const int c2 = shortcut_shapes[shape].c2, h2 = shortcut_shapes[shape].h2, w2 = shortcut_shapes[shape].w2;
+    const int st2 = shortcut_shapes[shape].stride2;
+    char err[256];
+    int oh = (s.h + 2 * s.pad_h - s.kh) / s.stride + 1, ow = (s.w + 2 * s.pad_w - s.kw) / s.stride + 1;
+    size_t nout = (size_t)s.n * oh * ow * s.k;
+    float *in = rand_array((size_t)s.n * s.h * s.w * s.c, 1.0f), *w = rand_array((size_t)s.k * s.kh * s.kw * s.c, 0.5f);
+    float *bias = rand_array(s.k, 0.5f), *out = malloc(nout * sizeof *out);
+    gpu_test_shortcut sc = {c2, h2, w2, st2, rand_array((size_t)s.n * h2 * w2 * c2, 1.0f), rand_array((size_t)s.k * c2, 0.5f)};
+    double *ref = malloc(nout * sizeof *ref);
+    ck_assert(out && ref);
+    int rc = gpu_test_conv_shortcut(1, tile, splits, &s, &sc, in, w, bias, relu, out, err, sizeof err);
+    ck_assert_msg(rc >= 0, "%s", err);
+    if (rc == 0) {
+        conv_ref(&s, in, w, bias, NULL, 0, ref);
+        for (int n = 0; n < s.n; n++)
+            for (int y = 0; y < oh; y++)
+                for (int x = 0; x < ow; x++)
+                    for (int k = 0; k < s.k; k++) {
+                        const float *a = sc.in + (((size_t)n * h2 + y * st2) * w2 + x * st2) * c2;
+                        double *o = ref + (((size_t)n * oh + y) * ow + x) * s.k + k;
+                        for (int c = 0; c < c2; c++)
+                            *o += (double)a[c] * sc.wgt[(size_t)k * c2 + c];
+                        if (relu && *o < 0)
+                            *o = 0;
+                    }
+        double rel = rel_l2_d(out, ref, nout);
+        ck_assert_msg(rel <= 2e-3, "%s split %d shortcut shape %d relu %d: rel L2 %.3g > 2e-3",
+                      gpu_test_conv_tile_name(1, tile), splits, shape, relu, rel);
+    }
+    free(in);
+    free(w);
+    free(bias);
+    free(out);
+    free(sc.in);
+    free(sc.wgt);
+    free(ref);
+    return rc == 0;
+}
+
+START_TEST(conv_fp16_with_a_shortcut_matches_reference_every_general_tile)
+{
+    int checked = 0;
+    for (int t = 0; t < gpu_test_conv_tiles(1); t++) {
+        if (gpu_test_conv_tile_usable(1, t) != 1)
+            continue;
+        int ran = 0;
+        for (int sh = 0; sh < NSHORTCUT; sh++) {
+            if (quick && sh == NSHORTCUT - 1)
+                continue;
+            ran += check_shortcut(t, 1, sh, sh % 2);
+            ran += check_shortcut(t, 3, sh, 1);  /* split-K: a split may start inside the shortcut's columns */
+        }
+        if (ran) {
+            printf("conv fp16 tile %s: %d shortcut runs within tolerance\n", gpu_test_conv_tile_name(1, t), ran);
+            checked++;
+        }
+    }
+    ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
+START_TEST(conv_shortcut_refused_outside_fp16_and_its_shapes)
+{
+    char err[256] = "";
+    float in[2 * 6 * 6 * 32] = {0}, w[64 * 9 * 32] = {0}, bias[64] = {0}, in2[2 * 11 * 11 * 32] = {0}, w2[64 * 32] = {0};
+    float out[2 * 6 * 6 * 64];
+    gpu_test_conv_shape s = {2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0};
+    gpu_test_shortcut sc = {32, 11, 11, 2, in2, w2};
+    ck_assert_int_eq(gpu_test_conv_shortcut(0, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);  /* FP32 */
+    ck_assert(strstr(err, "shortcut") != NULL);
+    sc.h = 10;  /* output row 5 at stride 2 is past row 9 */
+    ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
+    sc.h = 11;
+    sc.c = 40;  /* more channels than the conv's own */
+    ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
 }
 END_TEST
 
@@ -687,6 +788,8 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, conv_fp32_matches_reference_on_ragged_shapes_every_tile);
     tcase_add_test(tc, conv_fp16_matches_reference_on_ragged_shapes_every_tile);
+    tcase_add_test(tc, conv_fp16_with_a_shortcut_matches_reference_every_general_tile);
+    tcase_add_test(tc, conv_shortcut_refused_outside_fp16_and_its_shapes);
     tcase_add_test(tc, conv_int8_matches_model_int8_bit_for_bit_every_tile);
     tcase_add_test(tc, normalize_and_maxpool_int8_match_model_int8);
     tcase_add_test(tc, stem_and_max_pool_fused_match_reference);
