@@ -213,6 +213,27 @@ __device__ __forceinline__ int igemm_ktiles(int K, int bk, const float *partial,
     return min(kt - *kt0, kt_per_split);
 }
 
+// Asks L2 to fetch (and keep) the 128-byte line at p.
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+}
+
+// The residual rows of a BM x BN output tile (ES-byte elements, rows N
+// apart) into L2 as the tile starts: the epilogue reads them after the
+// main loop, where each read waited on DRAM (an FP16 conv with a residual
+// took 0.02-0.03 ms longer than the same conv without, at batch 256).
+template <int BM, int BN, int T, int ES>
+__device__ __forceinline__ void prefetch_res(const void *res, int m0, int n0, int M, int N, int tid)
+{
+    constexpr int LINES = (BN * ES + 127) / 128;  // a tile row's lines
+    for (int id = tid; id < BM * LINES; id += T) {
+        const int r = id / LINES, col = n0 + (id % LINES) * (128 / ES);
+        if (m0 + r < M && col < N)
+            prefetch_l2(static_cast<const char *>(res) + ((size_t)(m0 + r) * N + col) * ES);
+    }
+}
+
 /* ===================================================================== */
 /* FP16 tensor-core kernel                                               */
 /* ===================================================================== */
@@ -434,6 +455,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const __half *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    if (res && !partial)  // L2 prefetch of the residual
+        prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
     // epilogue to splitk_epilogue_kernel.
     int kt0;
@@ -806,6 +829,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     const __half *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    if (res && !partial)  // L2 prefetch of the residual
+        prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     int kt0;
     const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
@@ -1131,6 +1156,14 @@ __global__ void __launch_bounds__(128, MINB)
                 int o8[RPT];
                 swap_offsets(s, tpi, TP, ntiles, tile, tid >> 2, 32, co0, o8);
                 load_res(o8, b);
+            }
+            if (!S8 && res_ && (tid & 7) == 0) {  // L2 prefetch of the residual: a pixel's 64 channels a line
+                int o[PER];
+                swap_offsets(s, tpi, TP, ntiles, tile, tid >> 3, T / 8, co0, o);
+#pragma unroll
+                for (int k = 0; k < PER; k++)
+                    if (o[k] >= 0)
+                        prefetch_l2(static_cast<const __half *>(res_) + o[k]);
             }
         }
         cp_async_commit();
