@@ -33,9 +33,9 @@
 //
 // The stem. At FP16 and INT8 the stem conv and the max pool after it are
 // one kernel (gpu/stem.cu), and the stem's output never reaches global
-// memory (its tensor gets no bytes); at INT8 it also normalises the
-// decoded images (only images that came as FP32 tensors go through the
-// normalised tensor). FP32 (and RESNETD_GPU_STEM=unfused) runs them as two
+// memory (its tensor gets no bytes); it also normalises the decoded
+// images (only images that came as FP32 tensors go through the normalised
+// tensor), at FP16 through a table of normalize_launch's own halves. FP32 (and RESNETD_GPU_STEM=unfused) runs them as two
 // kernels. check_plan makes sure that no kernel writes where it reads: the
 // fused stem once did, right only while neighbouring CTAs ran in order.
 //
@@ -106,6 +106,7 @@ typedef struct cuda_engine {
     float *mult[NCONV];   // INT8: [cout] s_in * s_w[c] (device)
     conv_q8 q8[NCONV];    // INT8: each conv's epilogue
     int8_t *qlut;         // INT8: [3][256] the quantised normalisation (device)
+    __half *hlut;         // FP16 with the fused stem: [3][256] the normalisation (device)
     float in_inv;         // INT8: 1 / the input's scale
     int nbuf;
     int tensor_buf[NTENSORS];
@@ -281,6 +282,31 @@ done:
     return rc;
 }
 
+// FP16's normalisation as a [3][256] table for the fused stem: the halves
+// normalize_launch writes for each byte, so the same values by construction.
+static int upload_half_lut(cuda_engine *ce, char *err, size_t errlen)
+{
+    uint8_t rgb[256 * 3];
+    __half px[256 * 4], lut[3 * 256];
+    void *din = NULL, *dout = NULL;
+    int rc = -1;
+    for (int b = 0; b < 256; b++)
+        rgb[3 * b] = rgb[3 * b + 1] = rgb[3 * b + 2] = (uint8_t)b;
+    CUDA_TRY(cudaMalloc(&din, sizeof rgb));
+    CUDA_TRY(cudaMalloc(&dout, sizeof px));
+    CUDA_TRY(cudaMemcpy(din, rgb, sizeof rgb, cudaMemcpyHostToDevice));
+    CUDA_TRY(normalize_launch(1, (const uint8_t *)din, dout, 256, 0));
+    CUDA_TRY(cudaMemcpy(px, dout, sizeof px, cudaMemcpyDeviceToHost));
+    for (int c = 0; c < 3; c++)
+        for (int b = 0; b < 256; b++)
+            lut[c * 256 + b] = px[b * 4 + c];
+    rc = upload_bytes(ce, lut, sizeof lut, (void **)&ce->hlut, err, errlen);
+fail:
+    cudaFree(din);
+    cudaFree(dout);
+    return rc;
+}
+
 static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, char *err, size_t errlen)
 {
     for (int i = 0; i < NCONV; i++) {
@@ -318,6 +344,8 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         calib_input_lut(t, lut, &ce->in_inv);
         if (upload_bytes(ce, lut, sizeof lut, (void **)&ce->qlut, err, errlen) != 0)
             return -1;
+    } else if (ce->fused_stem && upload_half_lut(ce, err, errlen) != 0) {
+        return -1;
     }
     if (upload(ce, w->fc_w, (size_t)w->classes * RESNET18_FEATURES, ce->fc16, &ce->fc_w, err, errlen) != 0 ||
         upload(ce, w->fc_b, (size_t)w->classes, 0, (void **)&ce->fc_b, err, errlen) != 0)
@@ -354,8 +382,8 @@ static int source_tensor(int src)
     return src == R18_IMAGE ? T_IMG : src == R18_POOL ? T_POOL : src;
 }
 
-// Execution order: normalise (writes IMG; the FP32 images only, at INT8
-// with the fused stem), conv 0, maxpool (writes POOL),
+// Execution order: normalise (writes IMG; the FP32 images only with the
+// fused stem), conv 0, maxpool (writes POOL),
 // convs 1..19, avgpool. step_of_* give each tensor's write step and last read.
 static void plan_buffers(cuda_engine *ce)
 {
@@ -491,7 +519,8 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
             CUDA_TRY(normalize_s8_launch(sl->d_in, ce->qlut, img, npix, st));
         CUDA_TRY(place_f32_s8_launch(sl->d_f32, sl->d_which, ce->in_inv, img, n, RESNET18_IMG * RESNET18_IMG, st));
     } else {
-        CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), npix, st));
+        if (!ce->fused_stem)
+            CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), npix, st));
         CUDA_TRY(place_f32_launch(ce->fp16, sl->d_f32, sl->d_which, tensor_ptr(ce, T_IMG), n,
                                   RESNET18_IMG * RESNET18_IMG, st));
     }
@@ -499,10 +528,10 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0 && ce->fused_stem) {  // the stem and its max pool (a second mark: the pool's op, empty)
-            const stem_rgb rgb = {sl->d_in, ce->qlut, sl->d_which};
             const int s8 = ce->kind == CONV_INT8;
-            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), s8 ? &rgb : NULL,
-                                      ce->w[0], ce->b[0], s8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
+            const stem_rgb rgb = {sl->d_in, s8 ? (const void *)ce->qlut : (const void *)ce->hlut, sl->d_which};
+            CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), &rgb, ce->w[0], ce->b[0],
+                                      s8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
             MARK();
             MARK();
             continue;
@@ -816,6 +845,7 @@ static void cuda_destroy(void *ctx)
         cudaFree(ce->mult[i]);
     }
     cudaFree(ce->qlut);
+    cudaFree(ce->hlut);
     for (int b = 0; b < ce->nbuf; b++)
         cudaFree(ce->buf[b]);
     cudaFree(ce->fc_w);
@@ -1046,12 +1076,12 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].ms = ms;
         out[op].tile = NULL;
         out[op].splits = 0;
-        if (op == 0 && ce->fused_stem && ce->kind == CONV_INT8) {
+        if (op == 0 && ce->fused_stem) {
             out[op].tile = "FP32 images only: the stem normalises";
         } else if (op == 2 && ce->fused_stem) {
             out[op].tile = "fused into conv1";
         } else if (op == 1 && ce->fused_stem) {
-            out[op].tile = ce->kind == CONV_INT8 ? "direct stem + max pool + normalise" : "direct stem + max pool";
+            out[op].tile = "direct stem + max pool + normalise";
             out[op].splits = 1;
         } else if (op >= 3 && op < NCONV + 2 && !conv_runs(ce, op - 2)) {
             out[op].tile = "fused into the next conv (its shortcut)";

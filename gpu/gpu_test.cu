@@ -252,7 +252,7 @@ fail:
 }
 
 extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, const uint8_t *rgb,
-                                  const int8_t *lut, const int *which, void *w, const float *bias, const float *mult,
+                                  const void *lut, const int *which, void *w, const float *bias, const float *mult,
                                   float out_inv, void *out, char *err, size_t errlen)
 {
     const int W = 224, K = 64, s8 = kind == CONV_INT8;
@@ -266,8 +266,9 @@ extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, co
     conv_q8 q = {NULL, 0.f, out_inv, 0};
     stem_rgb src = {NULL, NULL, NULL};
     uint8_t *drgb = NULL;
-    int8_t *dlut = NULL;
+    void *dlut = NULL;
     int *dwhich = NULL;
+    __half hlut[3 * 256];
     int rc = -1;
     if (!stem_pool_fits(h, W, 4, K) || (kind != CONV_FP16 && !s8) || !before || !after) {
         snprintf(err, errlen, before && after ? "stem shape or kind not supported" : "out of memory");
@@ -284,27 +285,31 @@ extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, co
         CUDA_TRY(cudaMalloc((void **)&dmult, K * sizeof(float)));
         CUDA_TRY(cudaMemcpy(dmult, mult, K * sizeof(float), cudaMemcpyHostToDevice));
         q.mult = dmult;
-        CUDA_TRY(cudaMalloc((void **)&drgb, (size_t)n * h * W * 3));
-        CUDA_TRY(cudaMemcpy(drgb, rgb, (size_t)n * h * W * 3, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMalloc((void **)&dlut, 3 * 256));
+        CUDA_TRY(cudaMalloc(&dlut, 3 * 256));
         CUDA_TRY(cudaMemcpy(dlut, lut, 3 * 256, cudaMemcpyHostToDevice));
-        CUDA_TRY(cudaMalloc((void **)&dwhich, n * sizeof(int)));
-        CUDA_TRY(cudaMemcpy(dwhich, which, n * sizeof(int), cudaMemcpyHostToDevice));
-        src.rgb = drgb;
-        src.lut = dlut;
-        src.which = dwhich;
         CUDA_TRY(cudaMalloc(&dout, nout + guard));
         CUDA_TRY(cudaMemset(dout, 0x55, nout + guard));
     } else {
         CUDA_TRY(to_device(1, (float *)in, nin, &din));
         CUDA_TRY(to_device(1, (float *)w, nw, &dw));
+        for (int i = 0; i < 3 * 256; i++)
+            hlut[i] = __float2half_rn(((const float *)lut)[i]);
+        CUDA_TRY(cudaMalloc(&dlut, sizeof hlut));
+        CUDA_TRY(cudaMemcpy(dlut, hlut, sizeof hlut, cudaMemcpyHostToDevice));
         CUDA_TRY(poisoned(1, nout + guard, &dout));
     }
+    CUDA_TRY(cudaMalloc((void **)&drgb, (size_t)n * h * W * 3));
+    CUDA_TRY(cudaMemcpy(drgb, rgb, (size_t)n * h * W * 3, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc((void **)&dwhich, n * sizeof(int)));
+    CUDA_TRY(cudaMemcpy(dwhich, which, n * sizeof(int), cudaMemcpyHostToDevice));
+    src.rgb = drgb;
+    src.lut = dlut;
+    src.which = dwhich;
     CUDA_TRY(cudaMemcpy(before, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
     conv_set_persistent_cap(ctas);
-    CUDA_TRY(stem_pool_launch(kind, n, h, W, din, s8 ? &src : NULL, dw, dbias, s8 ? &q : NULL, dout, 0));
+    CUDA_TRY(stem_pool_launch(kind, n, h, W, din, &src, dw, dbias, s8 ? &q : NULL, dout, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(after, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));

@@ -127,15 +127,16 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // pad-1 max pool after it, in one kernel (gpu/stem.cu), FP16 or INT8
 // (q: the conv's INT8 epilogue, NULL for FP16; q->mult >= 0, as the
 // calibration's scales make it, for the pool runs before it; bias and
-// q->mult 8-byte aligned): in [n][h][w][4] (the stem's padded layout,
-// 16-byte aligned), w [k][7][8][4] (stem_weights'), out [n][h/4][w/4][k].
-// INT8 also normalises: rgb (NULL for FP16) gives the images as decoded.
+// q->mult 8-byte aligned), normalising the images as decoded (rgb) except
+// those given as normalised tensors, read from in [n][h][w][4] (the stem's
+// padded layout, 16-byte aligned); w [k][7][8][4] (stem_weights'), out
+// [n][h/4][w/4][k].
 // stem_pool_fits: the shapes it runs (k = 64, w = 224, h a multiple of 4).
 // stem_pool_init: once per device, before a launch (num_sms: the
 // device's, which sizes the persistent INT8 grid).
 struct stem_rgb {
     const uint8_t *rgb;  // [n][h][w][3], 16-byte aligned
-    const int8_t *lut;   // [3][256]: channel c's byte b is lut[c][b] (normalize_s8_launch's)
+    const void *lut;     // [3][256]: channel c's byte b is lut[c][b]: int8 (normalize_s8_launch's) or FP16
     const int *which;    // [n]: image i is read from in instead when which[i] >= 0
 };
 int stem_pool_fits(int h, int w, int c, int k);

@@ -9,7 +9,7 @@
 // 0.14-0.19 more.
 //
 // Here a CTA makes two rows of the pooled output of one image at a time
-// (an item; INT8's CTAs are persistent and take several): the 5 stem rows
+// (an item; the CTAs are persistent and take several): the 5 stem rows
 // they pool (5 x 112 pixels; the first is shared with the item above and
 // computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed, where
 // one pooled row per item took 3, 1.5x) from an input patch of 15 rows in
@@ -29,17 +29,20 @@
 // a quarter of the stem's, which the pool may take first because the
 // epilogue is non-decreasing (stem_pool_out).
 //
-// INT8 also does the input's normalisation: the decoded RGB rows (3 bytes
-// a pixel) of the next item load under this item's MMAs, and the CTA
-// writes the patch's two copies from them through the quantised
-// normalisation's table. A separate kernel wrote the 4-byte pixels to
-// memory (51 MB at batch 256) for the stem to read back, 0.08 ms on an
-// H100. Images that came as FP32 tensors are quantised into `in` by
-// place_f32_s8 and read from there (stem_rgb.which).
+// The stem also does the input's normalisation: the CTA writes its patch
+// from the decoded RGB rows (3 bytes a pixel) through the normalisation's
+// table (INT8: quantised; FP16: the halves normalize_launch writes). A
+// separate kernel wrote the 4- or 8-byte pixels to memory (51 or 103 MB
+// at batch 256) for the stem to read back, 0.08 ms on an H100. The CTAs
+// are persistent and load the next item's rows under this item's MMAs:
+// INT8 into a second buffer; FP16's patch is twice the size, so a second
+// buffer would not fit at two CTAs an SM, and its one buffer refills once
+// the patch is filled. Images that came as FP32 tensors are normalised
+// into `in` by place_f32(_s8) and read from there (stem_rgb.which).
 //
 // Geometry (checked by stem_pool_fits): 7x7 stride 2 pad 3, then 3x3
-// stride 2 pad 1; input [n][h][w][4] (RGB and a zero, FP16 or int8; INT8
-// takes the decoded [n][h][w][3] bytes instead, but for FP32 images),
+// stride 2 pad 1; input the decoded [n][h][w][3] bytes, and for FP32
+// images [n][h][w][4] (RGB and a zero, FP16 or int8),
 // weights [64][7][8][4] (a zero tap first: taps 0..7 of row r read input
 // columns 2x - 4 .. 2x + 3), output [n][ph][pw][64].
 #include <stdio.h>
@@ -70,16 +73,16 @@ struct stem_cfg {
     // both copies, stem_mma).
     static constexpr int copy1 = (copy_bytes + 127) / 128 * 128 + 64;
     static constexpr int patch_bytes = S8 ? copy1 + copy_bytes + 16 : copy_bytes;
-    // INT8: persistent CTAs; two buffers of raw RGB rows, the next item's
-    // loading under this one's MMAs, and the normalisation's table
-    // ([3][256] words, channel c's byte at bits 8c). FP16 loads its patch
-    // straight from the normalised input: twice the size, it would not fit
-    // twice at two CTAs an SM.
+    // Raw RGB rows: INT8 (persistent CTAs) two buffers, the next item's
+    // loading under this one's MMAs; FP16 one. The normalisation's table:
+    // [3][256] words, each value where it goes in a pixel's first word
+    // (INT8: channel c's byte at bits 8c; FP16: R and G's halves in the
+    // first word, B's in the second).
     static constexpr int raw_row = STEM_MAX_W * 3;
-    static constexpr int raw_bytes = S8 ? (STEM_PROWS * raw_row + 127) / 128 * 128 : 0;
+    static constexpr int raw_bytes = (STEM_PROWS * raw_row + 127) / 128 * 128;
     static constexpr int raw_off = (patch_bytes + 127) / 128 * 128;
-    static constexpr int lut_off = raw_off + 2 * raw_bytes;
-    static constexpr int w_off = lut_off + (S8 ? 3 * 256 * 4 : 0);
+    static constexpr int lut_off = raw_off + (S8 ? 2 : 1) * raw_bytes;
+    static constexpr int w_off = lut_off + 3 * 256 * 4;
     static constexpr int x_off = w_off + STEM_K * wrow;  // the warps' last columns, [7][64] sums
     static constexpr int s_off = x_off + STEM_WARPS * STEM_K * 4;  // a pooled row, [56][srow]
     static constexpr int k_off = s_off + STEM_SW / 2 * srow;       // stem row 2's sums, [32][threads]
@@ -263,7 +266,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [STEM_WARPS][64]
     unsigned char *const stage = smem + cfg::s_off;                    // [pw][srow]
     uint32_t *const lut = reinterpret_cast<uint32_t *>(smem + cfg::lut_off);
-    unsigned char *const raw = smem + cfg::raw_off;  // INT8: [2][STEM_PROWS][w * 3]
+    unsigned char *const raw = smem + cfg::raw_off;  // [2 (INT8) or 1][STEM_PROWS][w * 3]
 
     // An item (pooled rows py, py + 1 of image img) reads input rows
     // 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside the image.
@@ -274,26 +277,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
         *py = 2 * (item - img * pairs);
         return img;
     };
-    // FP16: the patch, in 16-byte chunks of whole pixels, into smem.
-    auto load_patch = [&](int item) {
-        constexpr int CPR = (W + 8) * PX / 16;  // chunks a row
-        int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5;
-        const unsigned char *src_img = in + (size_t)img * h * W * PX;
-        int r = tid / CPR, j = tid % CPR;
-        for (; r < STEM_PROWS; r += T / CPR) {
-            const int iy = iy0 + r, ix = j * 16 / PX - 4;
-            const bool v = (unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)W;
-            cp_async16(smem + r * cfg::prow + j * 16, v ? src_img + ((size_t)iy * W + ix) * PX : in, v);
-            j += T % CPR;
-            if (j >= CPR) {
-                j -= CPR;
-                r++;
-            }
-        }
-    };
-    // INT8: the item's raw RGB rows inside the image into dst (none for
-    // an image read from `in`); returns whether it is read from `in`.
+    // The item's raw RGB rows inside the image into dst (none for an image
+    // read from `in`); returns whether it is read from `in`.
     auto load_raw = [&](int item, unsigned char *dst) {
         constexpr int CPR = RAW / 16;
         int py;
@@ -310,7 +295,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     };
     // INT8: the item's patch, both copies, 4 pixels a step, from its raw
     // rows through the table, or from `in` (from_in: load_raw's answer).
-    auto fill_patch = [&](int item, const unsigned char *rows, bool from_in) {
+    auto fill_patch_s8 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
         int py;
         const int img = item_img(item, &py), iy0 = 4 * py - 5;
@@ -346,10 +331,49 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             *reinterpret_cast<uint2 *>(d + cfg::copy1 + 16) = make_uint2(v[k].z, v[k].w);
         }
     };
-    bool from_in = false;  // INT8: the next item's image is read from `in`
+    // FP16: the same, one copy, 4 pixels (32 bytes) a step, the loads and
+    // stores of two steps at a time (all four spilled).
+    auto fill_patch_f16 = [&](int item, const unsigned char *rows, bool from_in) {
+        constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T, UB = 2;
+        int py;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5;
+#pragma unroll 1
+        for (int k0 = 0; k0 < U; k0 += UB) {
+            uint4 v[UB][2];
+#pragma unroll
+            for (int j = 0; j < UB; j++) {
+                const int u = tid + (k0 + j) * T, r = u / G, g = u - r * G, iy = iy0 + r;
+                v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
+                if (k0 + j >= U || u >= STEM_PROWS * G || (unsigned)iy >= (unsigned)h)
+                    continue;
+                if (from_in) {
+                    const uint4 *p = reinterpret_cast<const uint4 *>(in + (((size_t)img * h + iy) * W + 4 * g) * PX);
+                    v[j][0] = __ldg(p);
+                    v[j][1] = __ldg(p + 1);
+                } else {
+                    const uint32_t *p = reinterpret_cast<const uint32_t *>(rows + r * RAW + 12 * g);
+                    const uint32_t a = p[0], b = p[1], c = p[2];
+                    v[j][0] = make_uint4(lut[a & 255] | lut[256 + (a >> 8 & 255)], lut[512 + (a >> 16 & 255)],
+                                         lut[a >> 24] | lut[256 + (b & 255)], lut[512 + (b >> 8 & 255)]);
+                    v[j][1] = make_uint4(lut[b >> 16 & 255] | lut[256 + (b >> 24)], lut[512 + (c & 255)],
+                                         lut[c >> 8 & 255] | lut[256 + (c >> 16 & 255)], lut[512 + (c >> 24)]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < UB; j++) {
+                const int u = tid + (k0 + j) * T, r = u / G, g = u - r * G;
+                if (k0 + j >= U || u >= STEM_PROWS * G)
+                    break;
+                uint4 *d = reinterpret_cast<uint4 *>(smem + r * cfg::prow + (4 * g + 4) * PX);
+                d[0] = v[j][0];
+                d[1] = v[j][1];
+            }
+        }
+    };
+    bool from_in = false;  // the next item's image is read from `in`
     if constexpr (S8) {
         for (int k = tid; k < 3 * 256; k += T)
-            lut[k] = (uint32_t)(uint8_t)__ldg(src.lut + k) << 8 * (k >> 8);
+            lut[k] = (uint32_t)(uint8_t)__ldg(static_cast<const int8_t *>(src.lut) + k) << 8 * (k >> 8);
         // The pad columns (-4 .. -1, w .. w + 3) of both copies, once: the
         // items write only the image's columns. 8-byte stores: the second
         // copy is 8 mod 16.
@@ -358,11 +382,16 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             *reinterpret_cast<uint2 *>(smem + copy * (cfg::copy1 + 8) + r * cfg::prow + side * (W + 4) * PX +
                                        half * 8) = make_uint2(0, 0);
         }
-        if ((int)blockIdx.x < items)
-            from_in = load_raw(blockIdx.x, raw);
-    } else if ((int)blockIdx.x < items) {
-        load_patch(blockIdx.x);
+    } else {
+        for (int k = tid; k < 3 * 256; k += T)
+            lut[k] = (uint32_t)__ldg(static_cast<const unsigned short *>(src.lut) + k) << (k >> 8 == 1 ? 16 : 0);
+        for (int k = tid; k < STEM_PROWS * 4; k += T) {  // the pad columns: 32 bytes a side
+            const int r = k >> 2, side = k >> 1 & 1, half = k & 1;
+            *reinterpret_cast<uint4 *>(smem + r * cfg::prow + side * (W + 4) * PX + half * 16) = make_uint4(0, 0, 0, 0);
+        }
     }
+    if ((int)blockIdx.x < items)
+        from_in = load_raw(blockIdx.x, raw);
     for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
         cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
@@ -385,22 +414,22 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             // barrier also ends the last item's MMAs, which read the patch.
             cp_async_wait<0>();
             __syncthreads();
-            fill_patch(item, raw + buf * cfg::raw_bytes, from_in);
+            fill_patch_s8(item, raw + buf * cfg::raw_bytes, from_in);
             if (item + (int)gridDim.x < items)
                 from_in = load_raw(item + gridDim.x, raw + (buf ^ 1) * cfg::raw_bytes);
             cp_async_commit();
             buf ^= 1;
             __syncthreads();
         } else {
-            // One CTA an item as launched; an item after the first (a
-            // test's capped grid) loads once every warp is done with the last.
-            if (item != (int)blockIdx.x) {
-                __syncthreads();
-                load_patch(item);
-                cp_async_commit();
-            }
+            // One raw buffer: the next item's rows load once this item's
+            // patch is filled (the second barrier), under its MMAs.
             cp_async_wait<0>();
             __syncthreads();
+            fill_patch_f16(item, raw, from_in);
+            __syncthreads();
+            if (item + (int)gridDim.x < items)
+                from_in = load_raw(item + gridDim.x, raw);
+            cp_async_commit();
         }
 
         // Pooled row py: stem rows 0-2 of the item (row 0 is above the
@@ -437,9 +466,10 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     cp_async_wait<0>();
 }
 
-// Persistent INT8 grids: as many CTAs as fit on the device stem_pool_init
-// last ran on (another count only changes how many items each CTA takes).
-static int g_stem_ctas = 1;
+// Persistent grids (FP16, INT8): as many CTAs as fit on the device
+// stem_pool_init last ran on (another count only changes how many items
+// each CTA takes).
+static int g_stem_ctas[2] = {1, 1};
 
 int stem_pool_fits(int h, int w, int c, int k)
 {
@@ -448,17 +478,20 @@ int stem_pool_fits(int h, int w, int c, int k)
 
 cudaError_t stem_pool_init(int num_sms)
 {
-    int per_sm = 1;
+    int per_sm[2] = {1, 1};
     cudaError_t e = cudaFuncSetAttribute(stem_pool_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          stem_cfg<false>::smem);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(stem_pool_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  stem_cfg<true>::smem);
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stem_pool_kernel<true>, STEM_WARPS * 32,
-                                                          stem_cfg<true>::smem);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[0], stem_pool_kernel<false>, STEM_WARPS * 32,
+                                                          stem_cfg<false>::smem);
     if (e == cudaSuccess)
-        g_stem_ctas = num_sms * (per_sm > 0 ? per_sm : 1);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[1], stem_pool_kernel<true>, STEM_WARPS * 32,
+                                                          stem_cfg<true>::smem);
+    for (int k = 0; k < 2 && e == cudaSuccess; k++)
+        g_stem_ctas[k] = num_sms * (per_sm[k] > 0 ? per_sm[k] : 1);
     return e;
 }
 
@@ -466,23 +499,22 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
                              const float *bias, const conv_q8 *q, void *out, cudaStream_t st)
 {
     const int s8 = kind == CONV_INT8;
-    if (!stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || s8 != (rgb != NULL) || kind == CONV_FP32 ||
-        (rgb && (!rgb->rgb || !rgb->lut || !rgb->which)))
+    if (!stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || !rgb || kind == CONV_FP32 || !rgb->rgb ||
+        !rgb->lut || !rgb->which)
         return cudaErrorInvalidValue;
     if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0 ||
-        (((uintptr_t)in | (uintptr_t)(rgb ? rgb->rgb : NULL)) & 15) != 0)
+        (((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
         return cudaErrorMisalignedAddress;  // bias and mult read as float2, the images in 16-byte chunks
     const conv_q8 none = {NULL, 0.f, 0.f, 0};
-    const stem_rgb no_rgb = {NULL, NULL, NULL};
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
-    // INT8: a persistent grid; FP16: a CTA an item, unless a test caps it.
+    // A persistent grid, unless a test caps it.
     const int cap = conv_persistent_cap();
-    const int most = s8 ? (cap > 0 ? cap : g_stem_ctas) : (cap > 0 ? cap : items);
+    const int most = cap > 0 ? cap : g_stem_ctas[s8];
     const int ctas = items < most ? items : most;
     if (s8)
         stem_pool_kernel<true><<<ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, in, *rgb, wgt, bias, *q, out);
     else
         stem_pool_kernel<false>
-            <<<ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, in, no_rgb, wgt, bias, none, out);
+            <<<ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, in, *rgb, wgt, bias, none, out);
     return cudaGetLastError();
 }

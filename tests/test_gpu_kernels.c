@@ -456,8 +456,8 @@ static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int 
 
 /* The conv, bias and ReLU (FP16: as FP16 values; INT8: int8.h's epilogue
  * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel.
- * INT8 normalises images 0 and 2 from RGB bytes through a table and reads
- * image 1 as given (an FP32 input the engine quantised). */
+ * Both normalise images 0 and 2 from RGB bytes through a table and read
+ * image 1 as given (an FP32 input the engine normalised or quantised). */
 START_TEST(stem_and_max_pool_fused_match_reference)
 {
     enum { N = 3, H = 12, W = 224, K = 64 };
@@ -474,21 +474,31 @@ START_TEST(stem_and_max_pool_fused_match_reference)
         ck_assert(outf && in8 && w8 && out8);
         uint8_t *rgb = malloc((size_t)N * H * W * 3);
         int8_t lut[3][256];
+        float lutf[3][256];
         ck_assert_ptr_nonnull(rgb);
         for (size_t i = 0; i < (size_t)N * H * W * 3; i++)
             rgb[i] = (uint8_t)rng_u32();
+        /* FP16: values FP16 holds exactly (multiples of 1/64 below 2), so
+         * that the reference and the kernel see the same inputs. */
         for (int c = 0; c < 3; c++)
-            for (int b = 0; b < 256; b++)
+            for (int b = 0; b < 256; b++) {
                 lut[c][b] = rand_s8();
-        for (size_t i = 0; i < nin; i++)
+                lutf[c][b] = roundf(rng_float(2.0f) * 64.0f) / 64.0f;
+            }
+        for (size_t i = 0; i < nin; i++) {
             in8[i] = rand_s8();
+            inf[i] = roundf(inf[i] * 64.0f) / 64.0f;
+        }
         /* The images the kernel normalises, as the reference sees them. */
         for (int b = 0; b < N; b++) {
             if (which[b] >= 0)
                 continue;
             for (size_t p = 0; p < (size_t)H * W; p++)
-                for (int c = 0; c < 4; c++)
-                    in8[((size_t)b * H * W + p) * 4 + c] = c < 3 ? lut[c][rgb[((size_t)b * H * W + p) * 3 + c]] : 0;
+                for (int c = 0; c < 4; c++) {
+                    const uint8_t byte = rgb[((size_t)b * H * W + p) * 3 + (c < 3 ? c : 0)];
+                    in8[((size_t)b * H * W + p) * 4 + c] = c < 3 ? lut[c][byte] : 0;
+                    inf[((size_t)b * H * W + p) * 4 + c] = c < 3 ? lutf[c][byte] : 0.0f;
+                }
         }
         for (size_t i = 0; i < nw; i++)
             w8[i] = rand_s8();
@@ -510,25 +520,29 @@ START_TEST(stem_and_max_pool_fused_match_reference)
                         }
                         stem[(((size_t)b * sh + y) * sw + x) * K + k] = v;
                     }
-        /* INT8: the images not given as FP32 tensors (which) are poisoned in
-         * in8's copy, so that the stem must read them from rgb. */
-        int8_t *given = NULL;
-        if (kind == 2) {
-            given = malloc(nin);
-            ck_assert_ptr_nonnull(given);
-            memcpy(given, in8, nin);
-            for (int b = 0; b < N; b++)
-                if (which[b] < 0)
+        /* The images not given as FP32 tensors (which) are poisoned in the
+         * copy of the input the kernel gets, so that it must read them from
+         * rgb (FP16: 0x7f7f halves, 65k). */
+        const size_t ebytes = kind == 2 ? 1 : sizeof(float);
+        unsigned char *given = malloc(nin * ebytes);
+        ck_assert_ptr_nonnull(given);
+        memcpy(given, kind == 2 ? (void *)in8 : (void *)inf, nin * ebytes);
+        for (int b = 0; b < N; b++)
+            if (which[b] < 0) {
+                if (kind == 2)
                     memset(given + (size_t)b * H * W * 4, 0x7f, (size_t)H * W * 4);
-        }
-        /* One CTA through the 6 items (INT8: each raw-row buffer refilled
+                else
+                    for (size_t i = 0; i < (size_t)H * W * 4; i++)
+                        ((float *)given)[(size_t)b * H * W * 4 + i] = 65024.0f;
+            }
+        /* One CTA through the 6 items (its raw-row buffers each refilled
          * after use, and not filled for image 1's items), then 4 CTAs, two
          * of which start on image 1. */
         for (int ctas = 1; ctas <= 4; ctas += 3) {
             int rc = kind == 2 ? gpu_test_stem_pool(2, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias, mult,
                                                     out_inv, out8, err, sizeof err)
-                               : gpu_test_stem_pool(1, ctas, N, H, inf, NULL, NULL, NULL, wf, bias, NULL, 0.f, outf,
-                                                    err, sizeof err);
+                               : gpu_test_stem_pool(1, ctas, N, H, given, rgb, &lutf[0][0], which, wf, bias, NULL,
+                                                    0.f, outf, err, sizeof err);
             ck_assert_msg(rc == 0, "%s", err);
             double num = 0, den = 0;
             size_t differ = 0;
