@@ -213,7 +213,8 @@ __device__ __forceinline__ int igemm_ktiles(int K, int bk, const float *partial,
     return min(kt - *kt0, kt_per_split);
 }
 
-// Asks L2 to fetch (and keep) the 128-byte line at p.
+// Asks L2 to fetch the 128-byte line at p, kept ahead of other lines
+// (evict_last is a priority, not a pin).
 __device__ __forceinline__ void prefetch_l2(const void *p)
 {
     asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
@@ -248,13 +249,17 @@ __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, con
 {
     if (!S8 && col.r == s.kh) {  // the shortcut's columns: tap row kh is past the filter
         // Stride 1 (conv_shape_check): the output pixel is the receptive
-        // field's corner + the padding; rows past M have it far below 0.
+        // field's corner + the padding; rows past M have it far below 0,
+        // and without a shortcut (c2 = 0) these are columns past K.
         const int oy = row.iy + s.pad_h, ox = row.ix + s.pad_w;
-        const int img = (int)(row.base - in) / (s.h * s.w * s.c);
-        const bool v = kvalid && oy >= 0;
-        const __half *src = static_cast<const __half *>(s.in2) +
-                            ((img * s.h2 + oy * s.stride2) * s.w2 + ox * s.stride2) * s.c2 + col.c;
-        cp_async16(dst, v ? src : in, v);
+        const bool v = kvalid && oy >= 0 && s.c2 > 0;
+        const __half *src = in;
+        if (v) {
+            const int img = (int)(row.base - in) / (s.h * s.w * s.c);
+            src = static_cast<const __half *>(s.in2) +
+                  ((img * s.h2 + oy * s.stride2) * s.w2 + ox * s.stride2) * s.c2 + col.c;
+        }
+        cp_async16(dst, src, v);
         return;
     }
     bool v;
@@ -1064,7 +1069,7 @@ __device__ __forceinline__ void swap_offsets(const conv_shape &s, int tpi, int T
 }
 
 // Registers (ptxas, CUDA 13.0): ROWB 128 (FP16, or INT8 with 128
-// channels) 238 and 244 of 255 at two CTAs per SM (144 hold A, 64 the
+// channels) 248 and 244 of 255 at two CTAs per SM (144 hold A, 64 the
 // accumulators); INT8 with 64 channels 168 of 168 at three (TP 128), 246
 // of 255 at two (TP 256: 128 accumulators); a spill here would put A or
 // the accumulators in local memory, so check `-Xptxas -v` after edits.

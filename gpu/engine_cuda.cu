@@ -35,8 +35,8 @@
 // one kernel (gpu/stem.cu), and the stem's output never reaches global
 // memory (its tensor gets no bytes); it also normalises the decoded
 // images (only images that came as FP32 tensors go through the normalised
-// tensor), at FP16 through a table of normalize_launch's own halves. FP32 (and RESNETD_GPU_STEM=unfused) runs them as two
-// kernels. check_plan makes sure that no kernel writes where it reads: the
+// tensor), at FP16 through a table of normalize_launch's own halves. FP32
+// (and RESNETD_GPU_STEM=unfused) runs them as two kernels. check_plan makes sure that no kernel writes where it reads: the
 // fused stem once did, right only while neighbouring CTAs ran in order.
 //
 // The downsamples. At FP16 each block's 1x1/2 downsample runs inside the
@@ -311,14 +311,15 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
 {
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
+        const int ds = shortcut_of(ce, i);
         size_t n = (size_t)d->cout * d->k * d->k * d->cin;
         if (ce->kind == CONV_INT8) {
             if (upload_conv_s8(ce, w, t, i, err, errlen) != 0)
                 return -1;
         } else if (i > 0 && !conv_runs(ce, i)) {
             continue;  // a fused downsample: its weights and bias are in the conv that adds it
-        } else if (shortcut_of(ce, i) >= 0) {
-            if (upload_with_shortcut(ce, w, i, shortcut_of(ce, i), err, errlen) != 0)
+        } else if (ds >= 0) {
+            if (upload_with_shortcut(ce, w, i, ds, err, errlen) != 0)
                 return -1;
             continue;
         } else {
@@ -667,6 +668,8 @@ static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
 {
     for (int b = 0; b < ce->nbuckets; b++)
         for (int i = 0; i < NCONV; i++) {
+            if (!conv_runs(ce, i))
+                continue;
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             ce->plan[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms);
         }
@@ -963,7 +966,12 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
                                                      d->pad, d->pad);
         }
         if (ds >= 0) {
+            const resnet18_conv_desc *dd = &resnet18_convs[ds];
             conv_shape *sh = &ce->shape_per_image[i];
+            if (dd->k != 1 || dd->pad != 0 || dd->cout != d->cout || dd->out_h != d->out_h) {
+                snprintf(err, errlen, "cuda engine: %s is not a 1x1 unpadded conv to %s's shape", dd->name, d->name);
+                goto fail;
+            }
             sh->c2 = resnet18_convs[ds].cin;
             sh->h2 = sh->w2 = resnet18_convs[ds].in_h;
             sh->stride2 = resnet18_convs[ds].stride;

@@ -188,8 +188,10 @@ extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_c
                                       float *in, float *w, const float *bias, int relu, float *out, char *err,
                                       size_t errlen)
 {
-    if (kind == CONV_INT8) {  // the INT8 wrapper takes int8 data; the check refuses INT8 shortcuts anyway
-        snprintf(err, errlen, "conv shortcut of %d channels not supported for this shape", sc->c);
+    if (kind == CONV_INT8) {  // int8 data goes through gpu_test_conv_s8: here only the shape check
+        conv_shape s;
+        if (test_shape(CONV_INT8, t, sc, &s, err, errlen) == 0)
+            snprintf(err, errlen, "the INT8 shape check did not refuse it");
         return -1;
     }
     return test_conv(kind, tile, splits, t, sc, in, w, bias, NULL, relu, out, err, errlen);

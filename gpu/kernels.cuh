@@ -133,7 +133,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // [n][h/4][w/4][k].
 // stem_pool_fits: the shapes it runs (k = 64, w = 224, h a multiple of 4).
 // stem_pool_init: once per device, before a launch (num_sms: the
-// device's, which sizes the persistent INT8 grid).
+// device's, which sizes the persistent grids).
 struct stem_rgb {
     const uint8_t *rgb;  // [n][h][w][3], 16-byte aligned
     const void *lut;     // [3][256]: channel c's byte b is lut[c][b]: int8 (normalize_s8_launch's) or FP16
@@ -161,7 +161,8 @@ cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w
 // Images that came as normalised FP32 tensors: for each of the n images
 // with which[i] >= 0, out's image i becomes in[which[i]] ([3][hw] CHW FP32)
 // in out's [hw][4] layout (FP16 or FP32, fourth channel zero), replacing
-// what normalize_launch wrote. Images with which[i] < 0 are left alone.
+// what normalize_launch wrote; with the fused stem, the only writer of
+// out. Images with which[i] < 0 are left alone.
 // n <= 65535.
 cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw,
                              cudaStream_t st);

@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
         }
     };
     // FP16: the same, one copy, 4 pixels (32 bytes) a step, the loads and
-    // stores of two steps at a time (all four spilled).
+    // stores of two steps at a time (all four at once spilled).
     auto fill_patch_f16 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T, UB = 2;
         int py;

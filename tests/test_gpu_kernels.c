@@ -251,7 +251,10 @@ START_TEST(conv_fp16_with_a_shortcut_matches_reference_every_general_tile)
             if (quick && sh == NSHORTCUT - 1)
                 continue;
             ran += check_shortcut(t, 1, sh, sh % 2);
-            ran += check_shortcut(t, 3, sh, 1);  /* split-K: a split may start inside the shortcut's columns */
+            ran += check_shortcut(t, 3, sh, 1);
+            /* A k tile a split: splits start at the shortcut's first column
+             * and (BK 32, shape 3) inside its columns. */
+            ran += check_shortcut(t, 64, sh, 1);
         }
         if (ran) {
             printf("conv fp16 tile %s: %d shortcut runs within tolerance\n", gpu_test_conv_tile_name(1, t), ran);
@@ -269,13 +272,20 @@ START_TEST(conv_shortcut_refused_outside_fp16_and_its_shapes)
     float out[2 * 6 * 6 * 64];
     gpu_test_conv_shape s = {2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0};
     gpu_test_shortcut sc = {32, 11, 11, 2, in2, w2};
-    ck_assert_int_eq(gpu_test_conv_shortcut(0, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);  /* FP32 */
-    ck_assert(strstr(err, "shortcut") != NULL);
+    for (int kind = 0; kind <= 2; kind += 2) {  /* FP32, INT8 */
+        err[0] = 0;
+        ck_assert_int_eq(gpu_test_conv_shortcut(kind, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
+    }
     sc.h = 10;  /* output row 5 at stride 2 is past row 9 */
+    err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
     sc.h = 11;
     sc.c = 40;  /* more channels than the conv's own */
+    err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
 }
 END_TEST
 
@@ -522,7 +532,7 @@ START_TEST(stem_and_max_pool_fused_match_reference)
                     }
         /* The images not given as FP32 tensors (which) are poisoned in the
          * copy of the input the kernel gets, so that it must read them from
-         * rgb (FP16: 0x7f7f halves, 65k). */
+         * rgb (FP16: 65024, the half 0x7bf0). */
         const size_t ebytes = kind == 2 ? 1 : sizeof(float);
         unsigned char *given = malloc(nin * ebytes);
         ck_assert_ptr_nonnull(given);
