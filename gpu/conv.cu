@@ -183,12 +183,12 @@ __device__ __forceinline__ const T *igemm_a_addr(const conv_shape &s, const igem
 // A loading thread's rows: A rows m0 + row0 + i * step (their image and
 // receptive field) and B rows n0 + row0 + i * step (weight rows; valid
 // below N).
-template <typename T, int A_PER, int B_PER>
+template <typename T, int A_PER, int B_PER, bool SC = false>
 __device__ __forceinline__ void igemm_rows_make(const conv_shape &s, const T *in, const T *wgt, int m0, int n0,
                                                 int row0, int step, igemm_row<T> (&arow)[A_PER],
                                                 const T *(&brow)[B_PER], bool (&bvalid)[B_PER])
 {
-    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
+    const int M = s.n * s.oh * s.ow, N = s.k, K = SC ? conv_k(s) : s.kh * s.kw * s.c;
 #pragma unroll
     for (int i = 0; i < A_PER; i++)
         arow[i] = igemm_row_make(s, in, m0 + row0 + i * step, M);
@@ -243,11 +243,11 @@ __device__ __forceinline__ void prefetch_res(const void *res, int m0, int n0, in
 // pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
 // an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
 // image as a pair (x even, w even).
-template <bool S8>
+template <bool S8, bool SC>
 __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
                                              const igemm_col &col, bool kvalid, const __half *in)
 {
-    if (!S8 && col.r == s.kh) {  // the shortcut's columns: tap row kh is past the filter
+    if (SC && col.r == s.kh) {  // the shortcut's columns: tap row kh is past the filter
         // Stride 1 (conv_shape_check): the output pixel is the receptive
         // field's corner + the padding; rows past M have it far below 0,
         // and without a shortcut (c2 = 0) these are columns past K.
@@ -430,8 +430,10 @@ struct f16_tile {
 
 // S8: int8 data described as halves (see the top of the file), s8 MMA,
 // int32 sums, model/int8.h's epilogue with q; res and out are then int8
-// (out FP32 when q.out_f32). Otherwise FP16 and q unused.
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool S8>
+// (out FP32 when q.out_f32). Otherwise FP16 and q unused. SC: FP16 with a
+// shortcut (conv_shape.c2), instantiated apart so that the other convs'
+// loaders stay as they were (the shortcut's branch slowed them).
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool S8, bool SC = false>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
     conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in,
                             const __half *__restrict__ wgt, const float *__restrict__ bias,
@@ -450,7 +452,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     __half *As = reinterpret_cast<__half *>(smem_raw);  // [STAGES][BM][LDS]
     __half *Bs = As + STAGES * BM * LDS;                // [STAGES][BN][LDS]
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
+    const int M = s.n * s.oh * s.ow, N = s.k, K = SC ? conv_k(s) : s.kh * s.kw * s.c;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     igemm_row<__half> arow[A_PER];
     const __half *brow[B_PER];
     bool bvalid[B_PER];
-    igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
@@ -475,7 +477,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
 #pragma unroll
         for (int i = 0; i < A_PER; i++)
-            load_a_chunk<S8>(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
+            load_a_chunk<S8, SC>(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
             bool v = kvalid && bvalid[i];
@@ -801,11 +803,11 @@ struct wg_tile {
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
 };
 
-// S8 as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
+// S8 and SC as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
 // Tiles up to 128 x 128 ask for two CTAs per SM (128 registers a thread)
 // where their shared memory allows it, so that one CTA's epilogue overlaps
 // the other's main loop.
-template <int BM, int BN, int STAGES, bool S8>
+template <int BM, int BN, int STAGES, bool S8, bool SC = false>
 __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
                               const __half *__restrict__ wgt, const float *__restrict__ bias,
@@ -824,7 +826,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
+    const int M = s.n * s.oh * s.ow, N = s.k, K = SC ? conv_k(s) : s.kh * s.kw * s.c;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;  // warpgroup; warp within it
@@ -833,7 +835,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     igemm_row<__half> arow[A_PER];
     const __half *brow[B_PER];
     bool bvalid[B_PER];
-    igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     int kt0;
@@ -848,7 +850,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 #pragma unroll
         for (int i = 0; i < A_PER; i++) {
             int r = row0 + i * ROW_STEP;
-            load_a_chunk<S8>(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
+            load_a_chunk<S8, SC>(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
         }
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
@@ -1335,7 +1337,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
     __shared__ __align__(16) float As[2][BK][BM + 4];
     __shared__ __align__(16) float Bs[2][BK][BN + 4];
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, kc = tid % KCH, row0 = tid / KCH;
     const int tx = tid % (BN / 8), ty = tid / (BN / 8);
@@ -1509,7 +1511,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     float *As = reinterpret_cast<float *>(smem_raw);  // [STAGES][BM][LDS]
     float *Bs = As + STAGES * BM * LDS;               // [STAGES][BN][LDS]
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = conv_k(s);
+    const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -1741,6 +1743,7 @@ typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, co
 struct f16_entry {
     conv_tile_info info;
     f16_kernel_fn fn;
+    f16_kernel_fn fn_sc;  // FP16's general tiles: the instantiation with a shortcut, else NULL
 };
 struct f32_entry {
     conv_tile_info info;
@@ -1752,25 +1755,26 @@ struct f32_entry {
 #define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>, NULL}
 #define WG_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
       0, 1, 0, 0},                                                                                           \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, false>}
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, false>, conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true>}
 #define WG_S8_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
       0, 1, 0, 0},                                                                                              \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, true>}
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, true>, NULL}
 // The patch kernel for C input channels at TP pixels a tile (the planner's
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
       SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
-     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>}
+     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -1861,7 +1865,7 @@ int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);
     if (s->c2 > 0)  // the shortcut: FP16's general tiles
-        return t && kind == CONV_FP16 && !t->halo;
+        return t && kind == CONV_FP16 && kTilesF16[tile].fn_sc;
     return t && (!t->halo || conv_halo_fits(s, t->halo));
 }
 
@@ -1913,6 +1917,8 @@ cudaError_t conv_init(void)
             if (!t->usable)
                 continue;
             e = cudaFuncSetAttribute(tab[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
+            if (e == cudaSuccess && tab[i].fn_sc)
+                e = cudaFuncSetAttribute(tab[i].fn_sc, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, tab[i].fn, t->threads, t->smem);
             if (e != cudaSuccess)
@@ -2033,8 +2039,9 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
     } else if (kind == CONV_FP16) {
         conv_shape h = *s;
         h.in2 = in2;
-        kTilesF16[p->tile].fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res,
-                                                                 out, relu, partial, p->kt_per_split, none);
+        const f16_kernel_fn fn = s->c2 > 0 ? kTilesF16[p->tile].fn_sc : kTilesF16[p->tile].fn;
+        fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res, out, relu, partial,
+                                              p->kt_per_split, none);
     } else {
         kTilesF32[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const float *)in, (const float *)w, bias,
                                                            (const float *)res, (float *)out, relu, partial,
