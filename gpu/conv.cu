@@ -249,8 +249,8 @@ __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, con
 {
     if (SC && col.r == s.kh) {  // the shortcut's columns: tap row kh is past the filter
         // Stride 1 (conv_shape_check): the output pixel is the receptive
-        // field's corner + the padding; rows past M have it far below 0,
-        // and without a shortcut (c2 = 0) these are columns past K.
+        // field's corner + the padding; rows past M have it far below 0.
+        // (conv_launch runs SC kernels only with c2 > 0; c2 = 0 loads zeros.)
         const int oy = row.iy + s.pad_h, ox = row.ix + s.pad_w;
         const bool v = kvalid && oy >= 0 && s.c2 > 0;
         const __half *src = in;

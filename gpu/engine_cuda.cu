@@ -36,8 +36,9 @@
 // memory (its tensor gets no bytes); it also normalises the decoded
 // images (only images that came as FP32 tensors go through the normalised
 // tensor), at FP16 through a table of normalize_launch's own halves. FP32
-// (and RESNETD_GPU_STEM=unfused) runs them as two kernels. check_plan makes sure that no kernel writes where it reads: the
-// fused stem once did, right only while neighbouring CTAs ran in order.
+// (and RESNETD_GPU_STEM=unfused) runs them as two kernels. check_plan
+// makes sure that no kernel writes where it reads: the fused stem once
+// did, right only while neighbouring CTAs ran in order.
 //
 // The downsamples. At FP16 each block's 1x1/2 downsample runs inside the
 // conv2 that adds it, as a shortcut (conv_shape.c2): its weights follow
