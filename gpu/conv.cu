@@ -6,10 +6,12 @@
 // K = kh*kw*cin in (r, s, c) order, the order of a KRSC weight row, so both
 // operands are K-contiguous: A[m][k] gathered from the input, B[n][k] the
 // weights. Tiles move in 16-byte chunks (8 halves or 4 floats) that never
-// straddle a filter tap, which is what conv_shape_check enforces. An FP16
-// conv with a shortcut (conv_shape.c2) has c2 more K columns after the
-// taps, gathered from the second input at the output pixel x stride2: to
-// the loaders, a tap row past the filter's.
+// straddle a filter tap, which is what conv_shape_check enforces. A conv
+// with a shortcut (conv_shape.c2) has c2 more K columns after the taps,
+// gathered from the second input at the output pixel x stride2: to the
+// loaders, a tap row past the filter's. FP16 sums them with the taps';
+// INT8 runs them first and requantises their sums on their own
+// (model/int8.h), into a residual tile in shared memory.
 //
 // Two kernels from one template family share the geometry and the loaders:
 //   conv2d_igemm_f16_kernel: FP16 tensor cores (mma.sync m16n8k16, FP32
@@ -77,7 +79,7 @@ int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
         return -1;
     }
     if (s->c2 != 0) {  // the shortcut's loader: whole chunks within its own columns, stride-1 rows
-        if (kind != CONV_FP16 || s->c2 < 0 || s->c2 % 8 != 0 || s->c2 > s->c || s->stride != 1 ||
+        if (kind == CONV_FP32 || s->c2 < 0 || s->c2 % chunk != 0 || s->c2 > s->c || s->stride != 1 ||
             s->h2 < 1 || s->w2 < 1 || s->stride2 < 1 || (long)(s->oh - 1) * s->stride2 >= s->h2 ||
             (long)(s->ow - 1) * s->stride2 >= s->w2 || (double)s->n * s->h2 * s->w2 * s->c2 >= 2147483647.0) {
             snprintf(err, errlen, "conv shortcut of %d channels not supported for this shape", s->c2);
@@ -332,11 +334,32 @@ __device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, co
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
 }
 
+// INT8's shortcut: its sums a0, a1 of output channels col, col + 1
+// finished as the downsample's own epilogue would (model/int8.h: no
+// residual, no ReLU, its output's scale) into 2 bytes of the residual
+// tile. Columns past N (N % 8 == 0, col even: both or neither) store 0.
+__device__ __forceinline__ void sc_requant2(int a0, int a1, const conv_q8 &q, int col, int N, int8_t *rt)
+{
+    uint32_t v = 0;
+    if (col < N) {
+        const float2 m = __ldg(reinterpret_cast<const float2 *>(q.sc_mult + col));
+        const float2 b = __ldg(reinterpret_cast<const float2 *>(q.sc_bias + col));
+        v = (uint32_t)(int8_requant_dev(s8_value(a0, m.x, b.x, 0, 0.f, false), q.sc_inv, 0) & 0xff) |
+            (uint32_t)(int8_requant_dev(s8_value(a1, m.y, b.y, 0, 0.f, false), q.sc_inv, 0) & 0xff) << 8;
+    }
+    *reinterpret_cast<uint16_t *>(rt) = (uint16_t)v;
+}
+
 // A thread's 8-channel group stays the same across its rows when T is a
 // multiple of BN / 8: its factors are then loaded once. The residual
 // loads of R rows at a time are issued before their stores (which, for
-// the compiler, may alias them).
-template <int BM, int BN, int T>
+// the compiler, may alias them). RT: res is the shortcut's residual tile
+// in shared memory (rows of RT_LD bytes), not the output-shaped tensor.
+template <int BN>
+struct s8_rt {
+    static constexpr int ld = BN + 8;  // +8 bytes: the 2-byte stores of 8 rows hit 16 banks
+};
+template <int BM, int BN, int T, bool RT = false>
 __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
                                                  const float *bias, const conv_q8 &q, const int8_t *res, int relu,
                                                  void *out, int tid)
@@ -353,7 +376,9 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
         for (int k = 0; k < R; k++) {
             const int id = id0 + k * T, r = id / (BN / 8), col = n0 + (id % (BN / 8)) * 8;
             rv[k] = make_uint2(0, 0);
-            if (res && id < IDS && m0 + r < M && col < N)
+            if (RT && id < IDS)
+                rv[k] = *reinterpret_cast<const uint2 *>(res + r * s8_rt<BN>::ld + (id % (BN / 8)) * 8);
+            else if (!RT && res && id < IDS && m0 + r < M && col < N)
                 rv[k] = *reinterpret_cast<const uint2 *>(res + (size_t)(m0 + r) * N + col);
         }
 #pragma unroll
@@ -426,13 +451,18 @@ struct f16_tile {
     static constexpr int pipe_smem = STAGES * (BM + BN) * lds * 2;
     static constexpr int epi_smem = BM * (BN + 8) * 4;  // the FP32 epilogue tile, reusing the same memory
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
+    static constexpr int rt_off = smem;                    // INT8's shortcut: the residual tile after both
+    static constexpr int sc_smem_s8 = smem + BM * s8_rt<BN>::ld;
 };
 
 // S8: int8 data described as halves (see the top of the file), s8 MMA,
 // int32 sums, model/int8.h's epilogue with q; res and out are then int8
-// (out FP32 when q.out_f32). Otherwise FP16 and q unused. SC: FP16 with a
-// shortcut (conv_shape.c2), instantiated apart so that the other convs'
-// loaders stay as they were (the shortcut's branch slowed them).
+// (out FP32 when q.out_f32). Otherwise FP16 and q unused. SC: a shortcut
+// (conv_shape.c2), instantiated apart so that the other convs' loaders
+// stay as they were (the shortcut's branch slowed them). S8 and SC (no
+// split-K): the shortcut's k tiles run first; at the first tap tile the
+// sums are finished as the downsample's output (sc_requant2) into the
+// residual tile, and the accumulators start again from 0.
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool S8, bool SC = false>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
     conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in,
@@ -442,6 +472,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 {
     typedef typename acc_type<S8>::type acc_t;
     typedef f16_tile<BM, BN, BK, WM, WN, STAGES, MINB> cfg;
+    constexpr bool SCR = S8 && SC;
     constexpr int T = cfg::threads, LDS = cfg::lds, KCH = BK / 8;
     constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
     constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
@@ -452,7 +483,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     __half *As = reinterpret_cast<__half *>(smem_raw);  // [STAGES][BM][LDS]
     __half *Bs = As + STAGES * BM * LDS;                // [STAGES][BN][LDS]
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = SC ? conv_k(s) : s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, KM = s.kh * s.kw * s.c, K = SC ? conv_k(s) : KM;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -467,11 +498,20 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
     // epilogue to splitk_epilogue_kernel.
     int kt0;
-    const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
-    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
+    int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
+    // SCR: tiles [0, KTS) hold the shortcut's columns [KM, K), the rest the taps'.
+    const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;
+    if (SCR)
+        KT = KTS + (KM + BK - 1) / BK;
+    int kend = K, loaded = 0;
+    igemm_kiter kit = igemm_kiter_make(s, (SCR ? KM : kt0 * BK) + kc * 8);
     auto load_tile = [&](int stage) {  // the next k tile: 0, 1, 2, ... in order
+        if (SCR && loaded++ == KTS) {
+            kit = igemm_kiter_make(s, kc * 8);
+            kend = KM;
+        }
         const int k = kit.k;
-        const bool kvalid = k < K;
+        const bool kvalid = k < kend;
         const igemm_col col = kit.col;
         igemm_kiter_next(s, kit, BK);
         __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
@@ -508,6 +548,24 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         if (next < KT)
             load_tile(next % STAGES);
         cp_async_commit();
+        if constexpr (SCR) {
+            if (kt == KTS) {  // the shortcut's sums are complete: into the residual tile
+                int8_t *rt = reinterpret_cast<int8_t *>(smem_raw + cfg::rt_off);
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    const int c = wn * WTN + ni * 8 + (lane & 3) * 2;
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                            sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], q, n0 + c, N,
+                                        rt + r * s8_rt<BN>::ld + c);
+                            acc[mi][ni][2 * h] = acc[mi][ni][2 * h + 1] = 0;
+                        }
+                }
+            }
+        }
 
         const __half *as = As + (kt % STAGES) * BM * LDS, *bs = Bs + (kt % STAGES) * BN * LDS;
 #pragma unroll
@@ -577,7 +635,9 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 }
         }
         __syncthreads();
-        epilogue_rows_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, out, tid);
+        const int8_t *r8 = SCR ? reinterpret_cast<const int8_t *>(smem_raw + cfg::rt_off)
+                               : static_cast<const int8_t *>(res);
+        epilogue_rows_s8<BM, BN, T, SCR>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out, tid);
         return;
     }
     float *Cs = reinterpret_cast<float *>(smem_raw);
@@ -801,6 +861,8 @@ struct wg_tile {
     static constexpr int pipe_smem = STAGES * stage_bytes + 1024;  // +1024: aligning the base
     static constexpr int epi_smem = BM * (BN + 8) * 4 + 1024;
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
+    static constexpr int rt_off = smem - 1024;  // from the aligned base: INT8's shortcut's residual tile
+    static constexpr int sc_smem_s8 = smem + BM * s8_rt<BN>::ld;
 };
 
 // S8 and SC as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
@@ -817,6 +879,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 #ifdef RESNETD_WGMMA
     typedef typename acc_type<S8>::type acc_t;
     typedef wg_tile<BM, BN, STAGES> cfg;
+    constexpr bool SCR = S8 && SC;
     constexpr int T = cfg::threads, BK = cfg::bk, KCH = BK / 8, ROW_STEP = T / KCH;
     constexpr int A_PER = BM / ROW_STEP, B_PER = BN / ROW_STEP, NACC = BN / 2;
     static_assert(BM % 64 == 0 && BM % ROW_STEP == 0 && BN % ROW_STEP == 0 && STAGES >= 3, "tile shape");
@@ -826,7 +889,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
 
-    const int M = s.n * s.oh * s.ow, N = s.k, K = SC ? conv_k(s) : s.kh * s.kw * s.c;
+    const int M = s.n * s.oh * s.ow, N = s.k, KM = s.kh * s.kw * s.c, K = SC ? conv_k(s) : KM;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;  // warpgroup; warp within it
@@ -839,11 +902,19 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     int kt0;
-    const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
-    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8);
+    int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
+    const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;  // as in the mma.sync kernel
+    if (SCR)
+        KT = KTS + (KM + BK - 1) / BK;
+    int kend = K, loaded = 0;
+    igemm_kiter kit = igemm_kiter_make(s, (SCR ? KM : kt0 * BK) + kc * 8);
     auto load_tile = [&](int stage) {  // the next k tile, in order
+        if (SCR && loaded++ == KTS) {
+            kit = igemm_kiter_make(s, kc * 8);
+            kend = KM;
+        }
         const int k = kit.k;
-        const bool kvalid = k < K;
+        const bool kvalid = k < kend;
         const igemm_col col = kit.col;
         igemm_kiter_next(s, kit, BK);
         unsigned char *as = smem + stage * cfg::stage_bytes, *bs = as + BM * 128;
@@ -879,6 +950,22 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         cp_async_wait<STAGES - 2>();
         fence_proxy_async_smem();
         __syncthreads();  // tile kt is visible to every warp
+        if constexpr (SCR) {
+            if (kt == KTS) {  // the shortcut's sums are complete: into the residual tile
+                wgmma_wait<0>();
+                wgmma_pin(acc);
+                int8_t *rt = reinterpret_cast<int8_t *>(smem + cfg::rt_off);
+                const int rb = wg * 64 + wq * 16 + (lane >> 2), cb = 2 * (lane & 3);
+#pragma unroll
+                for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        sc_requant2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], q, n0 + 8 * j + cb, N,
+                                    rt + (rb + 8 * h) * s8_rt<BN>::ld + 8 * j + cb);
+                        acc[4 * j + 2 * h] = acc[4 * j + 2 * h + 1] = 0;
+                    }
+            }
+        }
         const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
         const uint64_t da = wgmma_desc(as + wg * 64 * 128), db = wgmma_desc(as + BM * 128);
         wgmma_fence();
@@ -933,7 +1020,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
                 *reinterpret_cast<int2 *>(Ci + (rbase + 8 * h) * LDC + 8 * j + cbase) =
                     make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         __syncthreads();
-        epilogue_rows_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, out, tid);
+        const int8_t *r8 = SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
+        epilogue_rows_s8<BM, BN, T, SCR>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out, tid);
         return;
     }
     float *Cs = reinterpret_cast<float *>(smem);
@@ -1743,7 +1831,8 @@ typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, co
 struct f16_entry {
     conv_tile_info info;
     f16_kernel_fn fn;
-    f16_kernel_fn fn_sc;  // FP16's general tiles: the instantiation with a shortcut, else NULL
+    f16_kernel_fn fn_sc;  // the general tiles: the instantiation with a shortcut, else NULL
+    int smem_sc;          // its dynamic shared memory (INT8's holds the residual tile too)
 };
 struct f32_entry {
     conv_tile_info info;
@@ -1756,25 +1845,29 @@ struct f32_entry {
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>, NULL}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
+     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8}
 #define WG_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
       0, 1, 0, 0},                                                                                           \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, false>, conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true>}
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, false>, conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true>,      \
+     wg_tile<BM, BN, ST>::smem}
 #define WG_S8_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
       0, 1, 0, 0},                                                                                              \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, true>, NULL}
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, true>, conv2d_igemm_wgmma_kernel<BM, BN, ST, true, true>,         \
+     wg_tile<BM, BN, ST>::sc_smem_s8}
 // The patch kernel for C input channels at TP pixels a tile (the planner's
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
       SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
-     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL}
+     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -1864,8 +1957,10 @@ int conv_persistent_cap(void)
 int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);
-    if (s->c2 > 0)  // the shortcut: FP16's general tiles
-        return t && kind == CONV_FP16 && kTilesF16[tile].fn_sc;
+    if (s->c2 > 0) {  // the shortcut: the general tiles
+        int n;
+        return t && kind != CONV_FP32 && half_table(kind, &n)[tile].fn_sc;
+    }
     return t && (!t->halo || conv_halo_fits(s, t->halo));
 }
 
@@ -1918,7 +2013,7 @@ cudaError_t conv_init(void)
                 continue;
             e = cudaFuncSetAttribute(tab[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
             if (e == cudaSuccess && tab[i].fn_sc)
-                e = cudaFuncSetAttribute(tab[i].fn_sc, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
+                e = cudaFuncSetAttribute(tab[i].fn_sc, cudaFuncAttributeMaxDynamicSharedMemorySize, tab[i].smem_sc);
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, tab[i].fn, t->threads, t->smem);
             if (e != cudaSuccess)
@@ -1949,7 +2044,7 @@ static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_
     long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
     int kt = (conv_k(*s) + t->bk - 1) / t->bk;
     conv_plan p = {tile, 1, kt};
-    if (!t->halo && ctas * 2 <= slots) {
+    if (!t->halo && !(kind == CONV_INT8 && s->c2 > 0) && ctas * 2 <= slots) {  // INT8's shortcut: no split
         long want = slots / ctas;
         int splits = (int)(want < 16 ? want : 16);
         if (splits > kt / 4)
@@ -1981,7 +2076,7 @@ conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms)
     double best_t = 1e300;
     for (int i = 0; i < conv_tile_count(kind); i++) {
         const conv_tile_info *t = conv_tile_get(kind, i);
-        if (!t->usable || t->halo)
+        if (!t->usable || t->halo || !conv_tile_fits(kind, i, s))
             continue;
         conv_plan p = plan_for_tile(kind, i, s, num_sms);
         int per_sm = t->ctas_per_sm > 0 ? t->ctas_per_sm : 1;
@@ -2014,10 +2109,12 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
     // device (cuda:all with mixed GPUs) may change it after this plan was made.
     const conv_tile_info *t = conv_tile_get(kind, p->tile);
     if (!t || p->splits < 1 || (p->splits > 1 && !workspace) || ((kind == CONV_INT8) != (q != NULL)) ||
-        (s->c2 > 0 && (!in2 || !conv_tile_fits(kind, p->tile, s))))
+        (s->c2 > 0 && (!in2 || !conv_tile_fits(kind, p->tile, s))) ||
+        (kind == CONV_INT8 && s->c2 > 0 && (p->splits != 1 || res || !q->sc_mult || !q->sc_bias)))
         return cudaErrorInvalidValue;
-    if (kind == CONV_INT8 && (((uintptr_t)bias | (uintptr_t)q->mult) & 15) != 0)
-        return cudaErrorMisalignedAddress;  // the epilogue reads them as float4
+    if (kind == CONV_INT8 && ((((uintptr_t)bias | (uintptr_t)q->mult) & 15) != 0 ||
+                              (((uintptr_t)q->sc_mult | (uintptr_t)q->sc_bias) & 7) != 0))
+        return cudaErrorMisalignedAddress;  // the epilogue reads them as float4, the shortcut's as float2
     long M = (long)s->n * s->oh * s->ow;
     float *partial = p->splits > 1 ? workspace : NULL;
     dim3 grid((unsigned)((M + t->bm - 1) / t->bm), (unsigned)((s->k + t->bn - 1) / t->bn), (unsigned)p->splits);
@@ -2030,12 +2127,15 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         long ctas = (tiles < most ? tiles : most) / nh * nh;
         grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }
-    const conv_q8 none = {NULL, 0.f, 0.f, 0};
+    const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
     if (kind == CONV_INT8) {
         conv_shape h = *s;  // int8 channels as pairs: the kernels' halves
         h.c /= 2;
-        kTilesS8[p->tile].fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res,
-                                                                out, relu, partial, p->kt_per_split, *q);
+        h.c2 /= 2;
+        h.in2 = in2;
+        const f16_entry &en = kTilesS8[p->tile];
+        (s->c2 > 0 ? en.fn_sc : en.fn)<<<grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st>>>(
+            h, (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split, *q);
     } else if (kind == CONV_FP16) {
         conv_shape h = *s;
         h.in2 = in2;

@@ -93,6 +93,8 @@ typedef struct cuda_engine {
     int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
     int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
     int fused_ds;     // FP16: each downsample runs inside the conv that adds it (conv_shape.c2)
+    int s8_ds;        // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 inside
+    unsigned char ds_in[MAX_BUCKETS][NCONV];  // INT8: at this bucket conv i runs its downsample inside
     int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
@@ -113,6 +115,8 @@ typedef struct cuda_engine {
     int tensor_buf[NTENSORS];
     void *feat;       // [max_batch][512], as fc_w
     conv_plan plan[MAX_BUCKETS][NCONV];  // per bucket and conv: tile and split-K
+    conv_plan plan_sc[MAX_BUCKETS][NCONV];  // INT8: conv i's plan with its downsample inside
+    void *w_sc[NCONV];  // INT8: conv i's weight rows joined with its downsample's (conv_shape.c2)
     float *workspace; // split-K partial sums, shared like the activations
     void *blas_ws;
     cublasHandle_t blas;
@@ -169,17 +173,43 @@ static int is_downsample(int i)
     return i >= 2 && resnet18_convs[i].src == resnet18_convs[i - 1].src;
 }
 
-// The downsample that runs inside conv i as its shortcut, or -1.
-static int shortcut_of(const cuda_engine *ce, int i)
+// The downsample whose output conv i adds, or -1.
+static int downsample_of(int i)
 {
     const int r = resnet18_convs[i].residual;
-    return ce->fused_ds && r >= 1 && is_downsample(r) ? r : -1;
+    return r >= 1 && is_downsample(r) ? r : -1;
 }
 
-// Conv i has a kernel of its own: not the fused stem, not a fused downsample.
+// FP16: the downsample that runs inside conv i as its shortcut, or -1.
+static int shortcut_of(const cuda_engine *ce, int i)
+{
+    return ce->fused_ds ? downsample_of(i) : -1;
+}
+
+// INT8: the downsample that may run inside conv i (at the buckets ds_in
+// says), or -1. Both ways are planned and their buffers kept.
+static int s8_shortcut_of(const cuda_engine *ce, int i)
+{
+    return ce->kind == CONV_INT8 && ce->s8_ds ? downsample_of(i) : -1;
+}
+
+// Conv i has a kernel of its own: not the fused stem, not an FP16 downsample.
 static int conv_runs(const cuda_engine *ce, int i)
 {
     return i == 0 ? !ce->fused_stem : !(ce->fused_ds && is_downsample(i));
+}
+
+// INT8: conv i runs with its downsample inside at bucket b.
+static int s8_inside_at(const cuda_engine *ce, int b, int i)
+{
+    return s8_shortcut_of(ce, i) >= 0 && ce->ds_in[b][i];
+}
+
+// Conv i runs at bucket b: conv_runs, and not an INT8 downsample inside the
+// conv after it (its user: the model runs each downsample just before).
+static int conv_runs_at(const cuda_engine *ce, int b, int i)
+{
+    return conv_runs(ce, i) && !(is_downsample(i) && i + 1 < NCONV && s8_inside_at(ce, b, i + 1));
 }
 
 // Copies n floats to a new device array in the engine's precision.
@@ -255,6 +285,37 @@ done:
     return rc;
 }
 
+// INT8: conv i's weight rows joined with its downsample ds's (each
+// quantised as upload_conv_s8 quantises it, per conv) into ce->w_sc[i].
+static int upload_s8_shortcut(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, int i, int ds,
+                              char *err, size_t errlen)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    const size_t k1 = (size_t)d->k * d->k * d->cin, k2 = (size_t)resnet18_convs[ds].cin, row = k1 + k2;
+    int8_t *q1 = (int8_t *)malloc((size_t)d->cout * k1), *q2 = (int8_t *)malloc((size_t)d->cout * k2);
+    int8_t *cat = (int8_t *)malloc((size_t)d->cout * row);
+    float *mult = (float *)malloc((size_t)d->cout * sizeof(float));
+    float rs, inv;
+    int rc = -1;
+    if (!q1 || !q2 || !cat || !mult) {
+        snprintf(err, errlen, "out of host memory joining the downsample's weights");
+        goto done;
+    }
+    calib_conv_params(w, t, i, q1, mult, &rs, &inv);
+    calib_conv_params(w, t, ds, q2, mult, &rs, &inv);
+    for (int o = 0; o < d->cout; o++) {
+        memcpy(cat + o * row, q1 + o * k1, k1);
+        memcpy(cat + o * row + k1, q2 + o * k2, k2);
+    }
+    rc = upload_bytes(ce, cat, (size_t)d->cout * row, &ce->w_sc[i], err, errlen);
+done:
+    free(q1);
+    free(q2);
+    free(cat);
+    free(mult);
+    return rc;
+}
+
 // Conv i with downsample ds as its shortcut: each weight row is conv i's
 // taps then the downsample's input channels (conv_shape.c2), and the bias
 // is the sum of both folded biases.
@@ -315,7 +376,9 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         const int ds = shortcut_of(ce, i);
         size_t n = (size_t)d->cout * d->k * d->k * d->cin;
         if (ce->kind == CONV_INT8) {
-            if (upload_conv_s8(ce, w, t, i, err, errlen) != 0)
+            if (upload_conv_s8(ce, w, t, i, err, errlen) != 0 ||
+                (s8_shortcut_of(ce, i) >= 0 &&
+                 upload_s8_shortcut(ce, w, t, i, s8_shortcut_of(ce, i), err, errlen) != 0))
                 return -1;
         } else if (i > 0 && !conv_runs(ce, i)) {
             continue;  // a fused downsample: its weights and bias are in the conv that adds it
@@ -364,6 +427,22 @@ static conv_shape conv_shape_for(const cuda_engine *ce, int i, int n)
     return s;
 }
 
+// Conv i's shape with its downsample's input as the shortcut (conv_shape.c2).
+static void add_shortcut(conv_shape *s, int ds)
+{
+    s->c2 = resnet18_convs[ds].cin;
+    s->h2 = s->w2 = resnet18_convs[ds].in_h;
+    s->stride2 = resnet18_convs[ds].stride;
+}
+
+// INT8: conv i's shape with its downsample inside.
+static conv_shape conv_shape_sc(const cuda_engine *ce, int i, int n)
+{
+    conv_shape s = conv_shape_for(ce, i, n);
+    add_shortcut(&s, s8_shortcut_of(ce, i));
+    return s;
+}
+
 // Bytes of tensor t per image (none for the output of a conv fused into
 // another kernel, the stem or a downsample: it never reaches global memory).
 static size_t tensor_bytes(const cuda_engine *ce, int t)
@@ -402,12 +481,14 @@ static void plan_buffers(cuda_engine *ce)
     last_read[0] = 2;
     for (int i = 1; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
-        const int ds = shortcut_of(ce, i);
+        const int ds = shortcut_of(ce, i), ds8 = s8_shortcut_of(ce, i);
         last_read[source_tensor(d->src)] = write_step[i];
         if (ds >= 0)  // it reads the downsample's input instead of its output
             last_read[source_tensor(resnet18_convs[ds].src)] = write_step[i];
         else if (d->residual != R18_NONE)
             last_read[source_tensor(d->residual)] = write_step[i];
+        if (ds8 >= 0)  // INT8: it reads one or the other, by bucket
+            last_read[source_tensor(resnet18_convs[ds8].src)] = write_step[i];
     }
     last_read[NCONV - 1] = 2 + NCONV;  // avgpool
 
@@ -447,11 +528,12 @@ static int check_plan(const cuda_engine *ce, char *err, size_t errlen)
     int bad = ce->fused_stem ? b[T_POOL] == b[T_IMG] : b[0] == b[T_IMG] || b[T_POOL] == b[0];
     for (int i = 1; i < NCONV && !bad; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
-        const int ds = shortcut_of(ce, i);
+        const int ds = shortcut_of(ce, i), ds8 = s8_shortcut_of(ce, i);
         if (!conv_runs(ce, i))
             continue;
         bad = b[i] == b[source_tensor(d->src)] ||
               (ds >= 0 && b[i] == b[source_tensor(resnet18_convs[ds].src)]) ||
+              (ds8 >= 0 && b[i] == b[source_tensor(resnet18_convs[ds8].src)]) ||
               (ds < 0 && d->residual != R18_NONE && b[i] == b[source_tensor(d->residual)]);
     }
     if (bad)
@@ -486,15 +568,22 @@ static void *tensor_ptr(cuda_engine *ce, int t)
     return ce->buf[ce->tensor_buf[t]];
 }
 
-static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p, cudaStream_t st)
+// s8_sc: INT8 with the downsample inside (plan p from plan_sc).
+static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p, int s8_sc, cudaStream_t st)
 {
     const resnet18_conv_desc *d = &resnet18_convs[i];
-    conv_shape sh = conv_shape_for(ce, i, n);
-    const int ds = shortcut_of(ce, i);
+    conv_shape sh = s8_sc ? conv_shape_sc(ce, i, n) : conv_shape_for(ce, i, n);
+    const int ds = s8_sc ? s8_shortcut_of(ce, i) : shortcut_of(ce, i);
     const void *res = d->residual == R18_NONE || ds >= 0 ? NULL : tensor_ptr(ce, source_tensor(d->residual));
     const void *in2 = ds >= 0 ? tensor_ptr(ce, source_tensor(resnet18_convs[ds].src)) : NULL;
-    return conv_launch(ce->kind, p, &sh, tensor_ptr(ce, source_tensor(d->src)), in2, ce->w[i], ce->b[i], res, d->relu,
-                       tensor_ptr(ce, i), ce->workspace, ce->kind == CONV_INT8 ? &ce->q8[i] : NULL, st);
+    conv_q8 q = ce->q8[i];
+    if (s8_sc) {  // the downsample's own epilogue, then conv i's with its output as the residual
+        q.sc_mult = ce->mult[ds];
+        q.sc_bias = ce->b[ds];
+        q.sc_inv = ce->q8[ds].out_inv;
+    }
+    return conv_launch(ce->kind, p, &sh, tensor_ptr(ce, source_tensor(d->src)), in2, s8_sc ? ce->w_sc[i] : ce->w[i],
+                       ce->b[i], res, d->relu, tensor_ptr(ce, i), ce->workspace, ce->kind == CONV_INT8 ? &q : NULL, st);
 }
 
 static int bucket_for(const cuda_engine *ce, int n);
@@ -513,7 +602,8 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
         op++;                                             \
     } while (0)
 
-    const conv_plan *plan = ce->plan[bucket_for(ce, n)];
+    const int bk = bucket_for(ce, n);
+    const conv_plan *plan = ce->plan[bk];
     const long npix = (long)n * RESNET18_IMG * RESNET18_IMG;
     if (ce->kind == CONV_INT8) {
         int8_t *img = (int8_t *)tensor_ptr(ce, T_IMG);
@@ -538,8 +628,10 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
             MARK();
             continue;
         }
-        if (conv_runs(ce, i))  // else a downsample inside the next conv (its op stays, empty)
-            CUDA_TRY(launch_conv(ce, i, n, &plan[i], st));
+        if (s8_inside_at(ce, bk, i))
+            CUDA_TRY(launch_conv(ce, i, n, &ce->plan_sc[bk][i], 1, st));
+        else if (conv_runs_at(ce, bk, i))  // else a downsample inside the next conv (its op stays, empty)
+            CUDA_TRY(launch_conv(ce, i, n, &plan[i], 0, st));
         MARK();
         if (i == 0) {
             const resnet18_conv_desc *l1 = &resnet18_convs[1];
@@ -623,35 +715,55 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
     for (int r = 0; r < 3; r++)
         if (forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
             goto fail_quiet;
-    for (int b = 0; b < ce->nbuckets; b++)
+    for (int b = 0; b < ce->nbuckets; b++) {
+        float best[NCONV];  // the fastest plan's time of each conv at this bucket
         for (int i = 0; i < NCONV; i++) {
+            best[i] = 0.f;
             if (!conv_runs(ce, i))
                 continue;
-            conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
-            conv_plan c[MAX_CANDIDATES];
-            int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
-            float best = 1e30f;
-            for (int j = 0; j < nc; j++) {
-                CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], st));
-                float t = 1e30f;
-                for (int r = 0; r < 3; r++) {
-                    float ms;
-                    CUDA_TRY(cudaEventRecord(e0, st));
-                    CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], st));
-                    CUDA_TRY(cudaEventRecord(e1, st));
-                    CUDA_TRY(cudaEventSynchronize(e1));
-                    CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
-                    t = ms < t ? ms : t;
+            // sc 1: INT8 with the downsample inside, against the two convs' best.
+            for (int sc = 0; sc <= (s8_shortcut_of(ce, i) >= 0); sc++) {
+                conv_shape sh = sc ? conv_shape_sc(ce, i, ce->buckets[b]) : conv_shape_for(ce, i, ce->buckets[b]);
+                conv_plan c[MAX_CANDIDATES];
+                int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
+                float t_best = 1e30f;
+                for (int j = 0; j < nc; j++) {
+                    CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], sc, st));
+                    float t = 1e30f;
+                    for (int r = 0; r < 3; r++) {
+                        float ms;
+                        CUDA_TRY(cudaEventRecord(e0, st));
+                        CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], sc, st));
+                        CUDA_TRY(cudaEventRecord(e1, st));
+                        CUDA_TRY(cudaEventSynchronize(e1));
+                        CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
+                        t = ms < t ? ms : t;
+                    }
+                    if (log)
+                        fprintf(stderr, "autotune: batch %d %s%s: %s split %d: %.4f ms\n", ce->buckets[b],
+                                resnet18_convs[i].name, sc ? " with its downsample" : "",
+                                conv_tile_get(ce->kind, c[j].tile)->name, c[j].splits, t);
+                    if (t < t_best) {
+                        t_best = t;
+                        if (sc)
+                            ce->plan_sc[b][i] = c[j];
+                        else
+                            ce->plan[b][i] = c[j];
+                    }
                 }
-                if (log)
-                    fprintf(stderr, "autotune: batch %d %s: %s split %d: %.4f ms\n", ce->buckets[b],
-                            resnet18_convs[i].name, conv_tile_get(ce->kind, c[j].tile)->name, c[j].splits, t);
-                if (t < best) {
-                    best = t;
-                    ce->plan[b][i] = c[j];
+                if (!sc) {
+                    best[i] = t_best;
+                } else {
+                    const float apart = best[i] + best[s8_shortcut_of(ce, i)];
+                    ce->ds_in[b][i] = ce->s8_ds == 2 || t_best < apart;
+                    if (log)
+                        fprintf(stderr, "autotune: batch %d %s: downsample %s (%.4f ms inside, %.4f apart)\n",
+                                ce->buckets[b], resnet18_convs[i].name, ce->ds_in[b][i] ? "inside" : "apart",
+                                t_best, apart);
                 }
             }
         }
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     return 0;
@@ -673,6 +785,11 @@ static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
                 continue;
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             ce->plan[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms);
+            if (s8_shortcut_of(ce, i) >= 0) {  // inside, unless the timing below finds it slower
+                sh = conv_shape_sc(ce, i, ce->buckets[b]);
+                ce->plan_sc[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms);
+                ce->ds_in[b][i] = 1;
+            }
         }
     const char *env = getenv("RESNETD_GPU_AUTOTUNE");
     if (env && strcmp(env, "0") == 0)
@@ -845,6 +962,7 @@ static void cuda_destroy(void *ctx)
     }
     for (int i = 0; i < NCONV; i++) {
         cudaFree(ce->w[i]);
+        cudaFree(ce->w_sc[i]);
         cudaFree(ce->b[i]);
         cudaFree(ce->mult[i]);
     }
@@ -946,18 +1064,23 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     CUDA_TRY(conv_init());
 
     {
-        // RESNETD_GPU_DOWNSAMPLE=separate: FP16's downsamples as convs of
-        // their own (to compare; the tests run both).
+        // The downsamples: FP16's inside the convs that add them; INT8's
+        // inside at the buckets where that was timed faster (or the cost
+        // model's plans); RESNETD_GPU_DOWNSAMPLE=separate: as convs of their
+        // own, =fused: INT8's inside at every bucket (to compare; the tests
+        // run each).
         const char *how = getenv("RESNETD_GPU_DOWNSAMPLE");
         if (how && strcmp(how, "fused") != 0 && strcmp(how, "separate") != 0) {
             snprintf(err, errlen, "RESNETD_GPU_DOWNSAMPLE must be fused or separate (got '%s')", how);
             goto fail;
         }
-        ce->fused_ds = ce->kind == CONV_FP16 && !(how && strcmp(how, "separate") == 0);
+        const int separate = how && strcmp(how, "separate") == 0;
+        ce->fused_ds = ce->kind == CONV_FP16 && !separate;
+        ce->s8_ds = ce->kind != CONV_INT8 || separate ? 0 : how ? 2 : 1;
     }
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
-        const int ds = shortcut_of(ce, i);
+        const int ds = ce->fused_ds ? shortcut_of(ce, i) : s8_shortcut_of(ce, i);
         if (i == 0) {  // padded stem; ow fixed because the extra left tap would add a column
             ce->shape_per_image[i] = conv_shape_make(1, d->in_h, d->in_h, STEM_C, d->cout, d->k, STEM_KW, d->stride,
                                                      d->pad, d->pad + 1);
@@ -973,12 +1096,16 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
                 snprintf(err, errlen, "cuda engine: %s is not a 1x1 unpadded conv to %s's shape", dd->name, d->name);
                 goto fail;
             }
-            sh->c2 = resnet18_convs[ds].cin;
-            sh->h2 = sh->w2 = resnet18_convs[ds].in_h;
-            sh->stride2 = resnet18_convs[ds].stride;
+            if (ce->fused_ds)
+                add_shortcut(sh, ds);
         }
         if (conv_shape_check(&ce->shape_per_image[i], ce->kind, err, errlen) != 0)
             goto fail;
+        if (s8_shortcut_of(ce, i) >= 0) {
+            const conv_shape sc = conv_shape_sc(ce, i, 1);
+            if (conv_shape_check(&sc, ce->kind, err, errlen) != 0)
+                goto fail;
+        }
     }
     {
         // RESNETD_GPU_STEM=unfused: the stem conv and the max pool as two
@@ -1092,10 +1219,11 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         } else if (op == 1 && ce->fused_stem) {
             out[op].tile = "direct stem + max pool + normalise";
             out[op].splits = 1;
-        } else if (op >= 3 && op < NCONV + 2 && !conv_runs(ce, op - 2)) {
+        } else if (op >= 3 && op < NCONV + 2 && !conv_runs_at(ce, bucket_for(ce, n), op - 2)) {
             out[op].tile = "fused into the next conv (its shortcut)";
         } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
-            const conv_plan *p = &ce->plan[bucket_for(ce, n)][op == 1 ? 0 : op - 2];
+            const int b = bucket_for(ce, n), i = op == 1 ? 0 : op - 2;
+            const conv_plan *p = s8_inside_at(ce, b, i) ? &ce->plan_sc[b][i] : &ce->plan[b][i];
             out[op].tile = conv_tile_get(ce->kind, p->tile)->name;
             out[op].splits = p->splits;
         }

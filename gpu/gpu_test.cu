@@ -188,7 +188,7 @@ extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_c
                                       float *in, float *w, const float *bias, int relu, float *out, char *err,
                                       size_t errlen)
 {
-    if (kind == CONV_INT8) {  // int8 data goes through gpu_test_conv_s8: here only the shape check
+    if (kind == CONV_INT8) {  // int8 data goes through gpu_test_conv_s8_shortcut: here only the shape check
         conv_shape s;
         if (test_shape(CONV_INT8, t, sc, &s, err, errlen) == 0)
             snprintf(err, errlen, "the INT8 shape check did not refuse it");
@@ -197,16 +197,20 @@ extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_c
     return test_conv(kind, tile, splits, t, sc, in, w, bias, NULL, relu, out, err, errlen);
 }
 
-extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
-                                const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
-                                const int8_t *res, int relu, void *out, char *err, size_t errlen)
+// gpu_test_conv_s8, and with sc8 gpu_test_conv_s8_shortcut.
+static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc8,
+                        const int8_t *in, const int8_t *w, const float *bias, const float *mult, float res_scale,
+                        float out_inv, int out_f32, const int8_t *res, int relu, void *out, char *err, size_t errlen)
 {
-    void *din = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
-    float *dbias = NULL, *dmult = NULL, *dws = NULL;
+    void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
+    float *dbias = NULL, *dmult = NULL, *dws = NULL, *dmult2 = NULL, *dbias2 = NULL;
+    int8_t *cat = NULL;
     const conv_tile_info *info = conv_tile_get(CONV_INT8, tile);
+    const gpu_test_shortcut geo = {sc8 ? sc8->c : 0, sc8 ? sc8->h : 0, sc8 ? sc8->w : 0, sc8 ? sc8->stride : 1,
+                                   NULL, NULL};
     int rc = -1;
     conv_shape s;
-    if (test_shape(CONV_INT8, t, NULL, &s, err, errlen) != 0)
+    if (test_shape(CONV_INT8, t, sc8 ? &geo : NULL, &s, err, errlen) != 0)
         return -1;
     if (!info || splits < 1) {
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
@@ -215,12 +219,33 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
     if (!conv_tile_fits(CONV_INT8, tile, &s) || (info->halo && out_f32))
         return 1;  // the patch kernel writes int8 only
     const conv_plan plan = test_plan(info, tile, splits, &s);
-    const size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * s.kh * s.kw * s.c;
+    const size_t k1 = (size_t)s.kh * s.kw * s.c, nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * conv_k(s);
     const size_t nout = (size_t)s.n * s.oh * s.ow * s.k, obytes = nout * (out_f32 ? 4 : 1);
-    conv_q8 q = {NULL, res_scale, out_inv, out_f32};
+    conv_q8 q = {NULL, res_scale, out_inv, out_f32, NULL, NULL, 0.f};
     CUDA_TRY(conv_init());
     CUDA_TRY(cudaMalloc(&din, nin));
     CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
+    if (sc8) {  // weight rows: the taps, then the shortcut's channels; its input and epilogue
+        const size_t nin2 = (size_t)s.n * s.h2 * s.w2 * s.c2;
+        if (!(cat = (int8_t *)malloc(nw))) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        for (int o = 0; o < s.k; o++) {
+            memcpy(cat + o * conv_k(s), w + o * k1, k1);
+            memcpy(cat + o * conv_k(s) + k1, sc8->wgt + (size_t)o * s.c2, s.c2);
+        }
+        w = cat;
+        CUDA_TRY(cudaMalloc(&din2, nin2));
+        CUDA_TRY(cudaMemcpy(din2, sc8->in, nin2, cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMalloc((void **)&dmult2, s.k * sizeof(float)));
+        CUDA_TRY(cudaMemcpy(dmult2, sc8->mult, s.k * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_TRY(cudaMalloc((void **)&dbias2, s.k * sizeof(float)));
+        CUDA_TRY(cudaMemcpy(dbias2, sc8->bias, s.k * sizeof(float), cudaMemcpyHostToDevice));
+        q.sc_mult = dmult2;
+        q.sc_bias = dbias2;
+        q.sc_inv = sc8->inv;
+    }
     CUDA_TRY(cudaMalloc(&dw, nw));
     CUDA_TRY(cudaMemcpy(dw, w, nw, cudaMemcpyHostToDevice));
     CUDA_TRY(cudaMalloc((void **)&dbias, s.k * sizeof(float)));
@@ -236,13 +261,17 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
     conv_set_persistent_cap(info->halo ? 2 * (s.k / 64) : 0);
-    CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, NULL, dw, dbias, dres, relu, dout, dws, &q, 0));
+    CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, din2, dw, dbias, dres, relu, dout, dws, &q, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(out, dout, obytes, cudaMemcpyDeviceToHost));
     rc = 0;
 fail:
     conv_set_persistent_cap(0);
+    free(cat);
+    cudaFree(din2);
+    cudaFree(dmult2);
+    cudaFree(dbias2);
     cudaFree(din);
     cudaFree(dw);
     cudaFree(dbias);
@@ -251,6 +280,23 @@ fail:
     cudaFree(dout);
     cudaFree(dws);
     return rc;
+}
+
+extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
+                                const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
+                                const int8_t *res, int relu, void *out, char *err, size_t errlen)
+{
+    return test_conv_s8(tile, splits, t, NULL, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, err,
+                        errlen);
+}
+
+extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc,
+                                         const int8_t *in, const int8_t *w, const float *bias, const float *mult,
+                                         float res_scale, float out_inv, int out_f32, int relu, void *out, char *err,
+                                         size_t errlen)
+{
+    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, relu, out, err,
+                        errlen);
 }
 
 extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, const uint8_t *rgb,
@@ -265,7 +311,7 @@ extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, co
     unsigned char *before = (unsigned char *)malloc(guard * ebytes), *after = (unsigned char *)malloc(guard * ebytes);
     void *din = NULL, *dw = NULL, *dout = NULL;
     float *dbias = NULL, *dmult = NULL;
-    conv_q8 q = {NULL, 0.f, out_inv, 0};
+    conv_q8 q = {NULL, 0.f, out_inv, 0, NULL, NULL, 0.f};
     stem_rgb src = {NULL, NULL, NULL};
     uint8_t *drgb = NULL;
     void *dlut = NULL;

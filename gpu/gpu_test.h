@@ -49,8 +49,9 @@ typedef struct gpu_test_shortcut {
 } gpu_test_shortcut;
 
 /* out = relu?(conv(in, w) + shortcut + bias) in one conv (conv_shape.c2):
- * FP16's general tiles only; other kinds and shapes the kernels refuse
- * return -1 with err. Otherwise returns as gpu_test_conv. */
+ * FP16's general tiles (INT8's: gpu_test_conv_s8_shortcut; here only its
+ * shape check); other kinds and shapes the kernels refuse return -1 with
+ * err. Otherwise returns as gpu_test_conv. */
 int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *s, gpu_test_shortcut *sc, float *in,
                            float *w, const float *bias, int relu, float *out, char *err, size_t errlen);
 
@@ -61,6 +62,21 @@ int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *
 int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w,
                      const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
                      const int8_t *res, int relu, void *out, char *err, size_t errlen);
+/* INT8 with a shortcut (conv_shape.c2): as gpu_test_conv_s8, the residual
+ * (scale res_scale) being the shortcut's 1x1 conv of in (n x h x w x c
+ * int8, weights wgt [k][c] int8) finished by its own epilogue with mult,
+ * bias and inv (model/int8.h, no ReLU). General tiles, no split-K: splits
+ * > 1 is refused (-1). Returns as gpu_test_conv. */
+typedef struct gpu_test_shortcut_s8 {
+    int c, h, w, stride;
+    const int8_t *in, *wgt;
+    const float *mult, *bias;
+    float inv;
+} gpu_test_shortcut_s8;
+int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_shape *s, const gpu_test_shortcut_s8 *sc,
+                              const int8_t *in, const int8_t *w, const float *bias, const float *mult,
+                              float res_scale, float out_inv, int out_f32, int relu, void *out, char *err,
+                              size_t errlen);
 /* INT8 input: in npix RGB pixels -> out npix x 4 (lut[c][byte], then 0). */
 int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256], int8_t *out, char *err,
                           size_t errlen);

@@ -23,12 +23,16 @@
 // The conv kernels' element types: FP32, FP16, INT8 (int32 sums).
 enum { CONV_FP32 = 0, CONV_FP16 = 1, CONV_INT8 = 2 };
 
-// A shortcut (FP16, the general tiles, stride 1): a second input in2 of
-// n x h2 x w2 x c2 (c2 <= c, c2 % 8 == 0) whose 1x1 conv of stride stride2
-// (no padding) joins the sum as c2 more K columns after the taps; its
-// weights follow the taps in each weight row. So a residual block's
-// downsample runs inside the conv it feeds: out = relu?(conv(in) +
-// conv1x1(in2) + bias). c2 = 0: none. conv_launch sets in2.
+// A shortcut (FP16 and INT8, the general tiles, stride 1): a second input
+// in2 of n x h2 x w2 x c2 (c2 <= c, c2 a multiple of a chunk's elements)
+// whose 1x1 conv of stride stride2 (no padding) runs in the same kernel;
+// its weights follow the taps in each weight row. So a residual block's
+// downsample runs inside the conv it feeds. FP16: c2 more K columns after
+// the taps, out = relu?(conv(in) + conv1x1(in2) + bias). INT8 (no split-K):
+// the shortcut's k tiles first, its sums requantised by its own epilogue
+// (conv_q8.sc_*) into a residual tile in shared memory, which the conv's
+// epilogue adds as model/int8.h's residual. c2 = 0: none. conv_launch sets
+// in2.
 struct conv_shape {
     int n, h, w, c;
     int k, kh, kw;
@@ -114,6 +118,11 @@ struct conv_q8 {
     float res_scale;    // the residual's scale
     float out_inv;      // 1 / the output's scale
     int out_f32;
+    // With a shortcut (conv_shape.c2): the downsample's own epilogue, its
+    // output (no ReLU) the residual: [k] mult and bias (device, 8-byte
+    // aligned), 1 / its output's scale.
+    const float *sc_mult, *sc_bias;
+    float sc_inv;
 };
 // out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
 // NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds;

@@ -505,7 +505,7 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0 ||
         (((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
         return cudaErrorMisalignedAddress;  // bias and mult read as float2, the images in 16-byte chunks
-    const conv_q8 none = {NULL, 0.f, 0.f, 0};
+    const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
     // A persistent grid, unless a test caps it.
     const int cap = conv_persistent_cap();

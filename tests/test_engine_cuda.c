@@ -10,7 +10,9 @@
  * the CPU INT8 engine: the last conv's output equal bit for bit. FP16 and
  * INT8 run with the fused stem and (small batches) RESNETD_GPU_STEM=unfused;
  * FP16 with its downsamples inside the convs that add them and (small
- * batches) RESNETD_GPU_DOWNSAMPLE=separate.
+ * batches) RESNETD_GPU_DOWNSAMPLE=separate; INT8 with them inside where
+ * timed faster and (small batches) RESNETD_GPU_DOWNSAMPLE=fused and
+ * separate.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
@@ -360,6 +362,13 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
     setenv("RESNETD_GPU_STEM", "unfused", 1);
     run_int8(1);
     unsetenv("RESNETD_GPU_STEM");
+    /* The downsamples inside their conv2s at every bucket, and never (by
+     * default the timing decides, bucket by bucket). */
+    setenv("RESNETD_GPU_DOWNSAMPLE", "fused", 1);
+    run_int8(1);
+    setenv("RESNETD_GPU_DOWNSAMPLE", "separate", 1);
+    run_int8(1);
+    unsetenv("RESNETD_GPU_DOWNSAMPLE");
 }
 END_TEST
 

@@ -1,10 +1,10 @@
 /* Unit tests of every gpu/ kernel against a CPU reference in double, on
  * random data and on shapes chosen so that tiles end raggedly in M, N and
  * K. Every conv tile configuration runs every shape, in FP32 and FP16,
- * with and without split-K; FP16's general tiles also with a shortcut (a
+ * with and without split-K; the general tiles also with a shortcut (a
  * downsample's 1x1 conv inside the conv that adds it); INT8 tiles must
- * match model/int8.h bit for bit. Exits 77 (skip) when no CUDA device is
- * usable. */
+ * match model/int8.h bit for bit, the shortcut's output requantised before
+ * the add. Exits 77 (skip) when no CUDA device is usable. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,18 +265,20 @@ START_TEST(conv_fp16_with_a_shortcut_matches_reference_every_general_tile)
 }
 END_TEST
 
-START_TEST(conv_shortcut_refused_outside_fp16_and_its_shapes)
+START_TEST(conv_shortcut_refused_outside_its_kinds_and_shapes)
 {
     char err[256] = "";
     float in[2 * 6 * 6 * 32] = {0}, w[64 * 9 * 32] = {0}, bias[64] = {0}, in2[2 * 11 * 11 * 32] = {0}, w2[64 * 32] = {0};
     float out[2 * 6 * 6 * 64];
     gpu_test_conv_shape s = {2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0};
     gpu_test_shortcut sc = {32, 11, 11, 2, in2, w2};
-    for (int kind = 0; kind <= 2; kind += 2) {  /* FP32, INT8 */
-        err[0] = 0;
-        ck_assert_int_eq(gpu_test_conv_shortcut(kind, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
-        ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
-    }
+    ck_assert_int_eq(gpu_test_conv_shortcut(0, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);  /* FP32 */
+    sc.c = 8;  /* INT8: not a whole 16-byte chunk */
+    err[0] = 0;
+    ck_assert_int_eq(gpu_test_conv_shortcut(2, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
+    sc.c = 32;
     sc.h = 10;  /* output row 5 at stride 2 is past row 9 */
     err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
@@ -331,6 +333,36 @@ static float s8_ref_value(int32_t acc, float mult, float bias, const int8_t *res
     return v;
 }
 
+/* The int32 sum of output (b, oy, ox, k) of an int8 conv (KRSC weights). */
+static int32_t s8_acc(const gpu_test_conv_shape *s, const int8_t *in, const int8_t *w, int b, int oy, int ox, int k)
+{
+    int32_t acc = 0;
+    for (int r = 0; r < s->kh; r++) {
+        int iy = oy * s->stride - s->pad_h + r;
+        for (int q = 0; q < s->kw && iy >= 0 && iy < s->h; q++) {
+            int ix = ox * s->stride - s->pad_w + q;
+            if (ix < 0 || ix >= s->w)
+                continue;
+            const int8_t *x = in + (((size_t)b * s->h + iy) * s->w + ix) * s->c;
+            const int8_t *f = w + ((size_t)k * s->kh * s->kw + (size_t)r * s->kw + q) * s->c;
+            for (int c = 0; c < s->c; c++)
+                acc += x[c] * f[c];
+        }
+    }
+    return acc;
+}
+
+/* Per-channel multipliers that spread K-term sums of random int8 values to
+ * about +-3 before the output scale: some clamp at 127. */
+static float *s8_mults(int k, int K)
+{
+    float *mult = malloc(k * sizeof *mult);
+    ck_assert_ptr_nonnull(mult);
+    for (int c = 0; c < k; c++)
+        mult[c] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * sqrtf((float)K) / 3.0f);
+    return mult;
+}
+
 /* 1 when the tile ran the shape and matched bit for bit, 0 when it does not run it. */
 static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu, int out_f32)
 {
@@ -341,18 +373,15 @@ static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu
     const int K = s.kh * s.kw * s.c;
     size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * K, nout = (size_t)s.n * oh * ow * s.k;
     int8_t *in = malloc(nin), *w = malloc(nw), *res = with_res ? malloc(nout) : NULL;
-    float *bias = rand_array(s.k, 1.0f), *mult = malloc(s.k * sizeof *mult);
+    float *bias = rand_array(s.k, 1.0f), *mult = s8_mults(s.k, K);
     unsigned char *out = malloc(nout * 4);
-    ck_assert(in && w && mult && out && (!with_res || res));
+    ck_assert(in && w && out && (!with_res || res));
     for (size_t i = 0; i < nin; i++)
         in[i] = rand_s8();
     for (size_t i = 0; i < nw; i++)
         w[i] = rand_s8();
     for (size_t i = 0; with_res && i < nout; i++)
         res[i] = rand_s8();
-    /* Sums spread to about +-3 before the output scale: some clamp at 127. */
-    for (int c = 0; c < s.k; c++)
-        mult[c] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * sqrtf((float)K) / 3.0f);
     const float res_scale = 0.01f, out_inv = 127.0f / 2.5f;
     int rc = gpu_test_conv_s8(tile, splits, &s, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, err,
                               sizeof err);
@@ -362,19 +391,7 @@ static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++)
                 for (int k = 0; k < s.k; k++) {
-                    int32_t acc = 0;
-                    for (int r = 0; r < s.kh; r++) {
-                        int iy = oy * s.stride - s.pad_h + r;
-                        for (int q = 0; q < s.kw && iy >= 0 && iy < s.h; q++) {
-                            int ix = ox * s.stride - s.pad_w + q;
-                            if (ix < 0 || ix >= s.w)
-                                continue;
-                            const int8_t *x = in + (((size_t)b * s.h + iy) * s.w + ix) * s.c;
-                            const int8_t *f = w + ((size_t)k * s.kh * s.kw + (size_t)r * s.kw + q) * s.c;
-                            for (int c = 0; c < s.c; c++)
-                                acc += x[c] * f[c];
-                        }
-                    }
+                    const int32_t acc = s8_acc(&s, in, w, b, oy, ox, k);
                     size_t o = (((size_t)b * oh + oy) * ow + ox) * s.k + k;
                     float v = s8_ref_value(acc, mult[k], bias[k], res ? res + o : NULL, res_scale, relu);
                     if (out_f32) {
@@ -425,6 +442,133 @@ START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
         checked++;
     }
     ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
+/* ---- INT8 conv with a shortcut: the downsample requantised, then added ----- */
+
+/* INT8 channel counts: ResNet's pattern with ragged M and N, c2 = c, and
+ * layers 2-4's first blocks (one, two and four of the wgmma tiles' 128-byte
+ * k tiles of shortcut). */
+static const struct {
+    gpu_test_conv_shape s;
+    int c2, h2, w2, stride2;
+} s8_shortcut_shapes[] = {
+    {{2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0}, 32, 14, 14, 2},
+    {{3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0}, 16, 10, 12, 2},
+    {{2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0}, 32, 11, 11, 2},
+    {{1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 0, 0}, 128, 28, 28, 2},
+    {{1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 0, 0}, 256, 14, 14, 2},
+    {{1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 0, 0}, 64, 56, 56, 2},
+};
+#define NS8SHORTCUT ((int)(sizeof s8_shortcut_shapes / sizeof s8_shortcut_shapes[0]))
+
+/* 1 when the tile ran the shape and matched bit for bit, 0 when it does not
+ * run shortcuts. */
+static int check_shortcut_s8(int tile, int shape, int relu, int out_f32)
+{
+    gpu_test_conv_shape s = s8_shortcut_shapes[shape].s;
+    const int c2 = s8_shortcut_shapes[shape].c2, h2 = s8_shortcut_shapes[shape].h2;
+    const int w2 = s8_shortcut_shapes[shape].w2, st2 = s8_shortcut_shapes[shape].stride2;
+    char err[256];
+    const int oh = (s.h + 2 * s.pad_h - s.kh) / s.stride + 1, ow = (s.w + 2 * s.pad_w - s.kw) / s.stride + 1;
+    const int K = s.kh * s.kw * s.c;
+    const size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * K, nout = (size_t)s.n * oh * ow * s.k;
+    const size_t nin2 = (size_t)s.n * h2 * w2 * c2, nw2 = (size_t)s.k * c2;
+    int8_t *in = malloc(nin), *w = malloc(nw), *in2 = malloc(nin2), *w2s = malloc(nw2);
+    float *bias = rand_array(s.k, 1.0f), *mult = s8_mults(s.k, K);
+    float *bias2 = rand_array(s.k, 1.0f), *mult2 = s8_mults(s.k, c2);
+    unsigned char *out = malloc(nout * 4);
+    ck_assert(in && w && in2 && w2s && out);
+    for (size_t i = 0; i < nin; i++)
+        in[i] = rand_s8();
+    for (size_t i = 0; i < nw; i++)
+        w[i] = rand_s8();
+    for (size_t i = 0; i < nin2; i++)
+        in2[i] = rand_s8();
+    for (size_t i = 0; i < nw2; i++)
+        w2s[i] = rand_s8();
+    const float res_scale = 0.02f, out_inv = 127.0f / 2.5f;
+    const gpu_test_shortcut_s8 sc = {c2, h2, w2, st2, in2, w2s, mult2, bias2, 127.0f / 2.5f};
+    int rc = gpu_test_conv_s8_shortcut(tile, 1, &s, &sc, in, w, bias, mult, res_scale, out_inv, out_f32, relu, out,
+                                       err, sizeof err);
+    ck_assert_msg(rc >= 0, "%s", err);
+    size_t differ = 0, clamped = 0, rclamped = 0;
+    for (int b = 0; rc == 0 && b < s.n; b++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int k = 0; k < s.k; k++) {
+                    const int8_t *a = in2 + (((size_t)b * h2 + (size_t)oy * st2) * w2 + (size_t)ox * st2) * c2;
+                    int32_t acc2 = 0;
+                    for (int c = 0; c < c2; c++)
+                        acc2 += a[c] * w2s[(size_t)k * c2 + c];
+                    /* The downsample's own output, as its conv would store it. */
+                    const int8_t r = int8_quantize(s8_ref_value(acc2, mult2[k], bias2[k], NULL, 0.f, 0), sc.inv);
+                    rclamped += r == 127 || r == -127;
+                    const size_t o = (((size_t)b * oh + oy) * ow + ox) * s.k + k;
+                    const float v = s8_ref_value(s8_acc(&s, in, w, b, oy, ox, k), mult[k], bias[k], &r, res_scale,
+                                                 relu);
+                    if (out_f32) {
+                        differ += memcmp(&v, out + 4 * o, sizeof v) != 0;
+                    } else {
+                        const int8_t q = int8_quantize(v, out_inv);
+                        clamped += q == 127 || q == -127;
+                        differ += (int8_t)out[o] != q;
+                    }
+                }
+    if (rc == 0) {
+        ck_assert_msg(differ == 0, "%s shortcut shape %d relu %d f32 %d: %zu of %zu outputs differ",
+                      gpu_test_conv_tile_name(2, tile), shape, relu, out_f32, differ, nout);
+        ck_assert_msg(clamped < nout / 4 && rclamped < nout / 4, "shape %d: %zu and %zu of %zu clamped", shape,
+                      clamped, rclamped, nout);
+    }
+    free(in);
+    free(w);
+    free(in2);
+    free(w2s);
+    free(bias);
+    free(mult);
+    free(bias2);
+    free(mult2);
+    free(out);
+    return rc == 0;
+}
+
+START_TEST(conv_int8_with_a_shortcut_matches_model_int8_every_general_tile)
+{
+    int checked = 0;
+    for (int t = 0; t < gpu_test_conv_tiles(2); t++) {
+        if (gpu_test_conv_tile_usable(2, t) != 1)
+            continue;
+        int ran = 0;
+        for (int sh = 0; sh < NS8SHORTCUT; sh++) {
+            if (quick && sh >= 3)
+                continue;
+            ran += check_shortcut_s8(t, sh, sh % 2, 0);
+            if (!quick)
+                ran += check_shortcut_s8(t, sh, 1, sh == 1 || sh == 4);
+        }
+        if (ran) {
+            printf("conv int8 tile %s: %d shortcut runs bit-exact\n", gpu_test_conv_tile_name(2, t), ran);
+            checked++;
+        }
+    }
+    ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
+START_TEST(conv_int8_shortcut_refuses_split_k)
+{
+    char err[256] = "";
+    int8_t in[2 * 6 * 6 * 32] = {0}, w[64 * 9 * 32] = {0}, in2[2 * 11 * 11 * 32] = {0}, w2[64 * 32] = {0};
+    float bias[64] = {0}, mult[64] = {0};
+    int8_t out[2 * 6 * 6 * 64];
+    gpu_test_conv_shape s = {2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0};
+    const gpu_test_shortcut_s8 sc = {32, 11, 11, 2, in2, w2, mult, bias, 1.0f};
+    /* The shortcut's sums must be whole before they are requantised. */
+    ck_assert_int_eq(gpu_test_conv_s8_shortcut(0, 3, &s, &sc, in, w, bias, mult, 1.f, 1.f, 0, 1, out, err, sizeof err),
+                     -1);
+    ck_assert_msg(strstr(err, "invalid argument") != NULL, "%s", err);
 }
 END_TEST
 
@@ -813,8 +957,10 @@ int main(void)
     tcase_add_test(tc, conv_fp32_matches_reference_on_ragged_shapes_every_tile);
     tcase_add_test(tc, conv_fp16_matches_reference_on_ragged_shapes_every_tile);
     tcase_add_test(tc, conv_fp16_with_a_shortcut_matches_reference_every_general_tile);
-    tcase_add_test(tc, conv_shortcut_refused_outside_fp16_and_its_shapes);
+    tcase_add_test(tc, conv_shortcut_refused_outside_its_kinds_and_shapes);
     tcase_add_test(tc, conv_int8_matches_model_int8_bit_for_bit_every_tile);
+    tcase_add_test(tc, conv_int8_with_a_shortcut_matches_model_int8_every_general_tile);
+    tcase_add_test(tc, conv_int8_shortcut_refuses_split_k);
     tcase_add_test(tc, normalize_and_maxpool_int8_match_model_int8);
     tcase_add_test(tc, stem_and_max_pool_fused_match_reference);
     tcase_add_test(tc, conv_rejects_unsupported_channels);
