@@ -245,23 +245,30 @@ __device__ __forceinline__ void prefetch_res(const void *res, int m0, int n0, in
 // pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
 // an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
 // image as a pair (x even, w even).
+// One 16-byte chunk of the shortcut's columns (channel col.c of the
+// second input). Stride 1 (conv_shape_check): the output pixel is the
+// receptive field's corner + the padding; rows past M have it far below 0.
+// (conv_launch runs SC kernels only with c2 > 0; c2 = 0 loads zeros.)
+__device__ __forceinline__ void load_sc_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
+                                              const igemm_col &col, bool kvalid, const __half *in)
+{
+    const int oy = row.iy + s.pad_h, ox = row.ix + s.pad_w;
+    const bool v = kvalid && oy >= 0 && s.c2 > 0;
+    const __half *src = in;
+    if (v) {
+        const int img = (int)(row.base - in) / (s.h * s.w * s.c);
+        src = static_cast<const __half *>(s.in2) + ((img * s.h2 + oy * s.stride2) * s.w2 + ox * s.stride2) * s.c2 +
+              col.c;
+    }
+    cp_async16(dst, src, v);
+}
+
 template <bool S8, bool SC>
 __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
                                              const igemm_col &col, bool kvalid, const __half *in)
 {
     if (SC && col.r == s.kh) {  // the shortcut's columns: tap row kh is past the filter
-        // Stride 1 (conv_shape_check): the output pixel is the receptive
-        // field's corner + the padding; rows past M have it far below 0.
-        // (conv_launch runs SC kernels only with c2 > 0; c2 = 0 loads zeros.)
-        const int oy = row.iy + s.pad_h, ox = row.ix + s.pad_w;
-        const bool v = kvalid && oy >= 0 && s.c2 > 0;
-        const __half *src = in;
-        if (v) {
-            const int img = (int)(row.base - in) / (s.h * s.w * s.c);
-            src = static_cast<const __half *>(s.in2) +
-                  ((img * s.h2 + oy * s.stride2) * s.w2 + ox * s.stride2) * s.c2 + col.c;
-        }
-        cp_async16(dst, src, v);
+        load_sc_chunk(dst, s, row, col, kvalid, in);
         return;
     }
     bool v;
@@ -334,6 +341,21 @@ __device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, co
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
 }
 
+// INT8's shortcut: the lines of its epilogue factors for output channels
+// [n0, n0 + BN) into L1 as the tile starts, for sc_requant2 after the
+// shortcut's k tiles (from L2, its loads serialised behind the smem
+// stores took several microseconds a CTA).
+template <int BN>
+__device__ __forceinline__ void sc_prefetch(const conv_q8 &q, int n0, int N, int tid)
+{
+    constexpr int LINES = BN * 4 / 128;  // of each array
+    if (tid < 2 * LINES) {
+        const int col = n0 + (tid % LINES) * 32;
+        if (col < N)
+            asm volatile("prefetch.global.L1 [%0];\n" ::"l"((tid < LINES ? q.sc_mult : q.sc_bias) + col));
+    }
+}
+
 // INT8's shortcut: its sums a0, a1 of output channels col, col + 1
 // finished as the downsample's own epilogue would (model/int8.h: no
 // residual, no ReLU, its output's scale) into 2 bytes of the residual
@@ -354,10 +376,15 @@ __device__ __forceinline__ void sc_requant2(int a0, int a1, const conv_q8 &q, in
 // multiple of BN / 8: its factors are then loaded once. The residual
 // loads of R rows at a time are issued before their stores (which, for
 // the compiler, may alias them). RT: res is the shortcut's residual tile
-// in shared memory (rows of RT_LD bytes), not the output-shaped tensor.
+// in shared memory (s8_rt), not the output-shaped tensor.
+// The residual tile: BM rows of BN bytes, unpadded (with padding the
+// 128 x 128 wgmma tile no longer fits two CTAs an SM), 8-byte chunk c of
+// row r at chunk c ^ (r % 8): the 2-byte stores of 8 rows then hit 16
+// banks, and the epilogue's 8-byte loads stay whole.
 template <int BN>
 struct s8_rt {
-    static constexpr int ld = BN + 8;  // +8 bytes: the 2-byte stores of 8 rows hit 16 banks
+    static_assert(BN % 64 == 0, "a row holds 8 chunks to swizzle");
+    __device__ static __forceinline__ int at(int r, int c) { return r * BN + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)); }
 };
 template <int BM, int BN, int T, bool RT = false>
 __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
@@ -377,7 +404,7 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
             const int id = id0 + k * T, r = id / (BN / 8), col = n0 + (id % (BN / 8)) * 8;
             rv[k] = make_uint2(0, 0);
             if (RT && id < IDS)
-                rv[k] = *reinterpret_cast<const uint2 *>(res + r * s8_rt<BN>::ld + (id % (BN / 8)) * 8);
+                rv[k] = *reinterpret_cast<const uint2 *>(res + s8_rt<BN>::at(r, (id % (BN / 8)) * 8));
             else if (!RT && res && id < IDS && m0 + r < M && col < N)
                 rv[k] = *reinterpret_cast<const uint2 *>(res + (size_t)(m0 + r) * N + col);
         }
@@ -452,7 +479,7 @@ struct f16_tile {
     static constexpr int epi_smem = BM * (BN + 8) * 4;  // the FP32 epilogue tile, reusing the same memory
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
     static constexpr int rt_off = smem;                    // INT8's shortcut: the residual tile after both
-    static constexpr int sc_smem_s8 = smem + BM * s8_rt<BN>::ld;
+    static constexpr int sc_smem_s8 = smem + BM * BN;
 };
 
 // S8: int8 data described as halves (see the top of the file), s8 MMA,
@@ -495,6 +522,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
+    if constexpr (SCR)
+        sc_prefetch<BN>(q, n0, N, tid);
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
     // epilogue to splitk_epilogue_kernel.
     int kt0;
@@ -503,26 +532,44 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;
     if (SCR)
         KT = KTS + (KM + BK - 1) / BK;
-    int kend = K, loaded = 0;
-    igemm_kiter kit = igemm_kiter_make(s, (SCR ? KM : kt0 * BK) + kc * 8);
-    auto load_tile = [&](int stage) {  // the next k tile: 0, 1, 2, ... in order
-        if (SCR && loaded++ == KTS) {
-            kit = igemm_kiter_make(s, kc * 8);
-            kend = KM;
-        }
-        const int k = kit.k;
-        const bool kvalid = k < kend;
-        const igemm_col col = kit.col;
-        igemm_kiter_next(s, kit, BK);
-        __half *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;
-#pragma unroll
-        for (int i = 0; i < A_PER; i++)
-            load_a_chunk<S8, SC>(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
+    const int kmain = SCR ? KM : K;  // the end of the columns the tap tiles load
+    int loaded = 0;
+    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8), kit_sc = kit;
+    if constexpr (SCR)
+        kit_sc = igemm_kiter_make(s, KM + kc * 8);
+    auto load_b = [&](__half *bs, int k, bool kvalid) {
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
             bool v = kvalid && bvalid[i];
             cp_async16(bs + (row0 + i * ROW_STEP) * LDS + kc * 8, v ? brow[i] + k : wgt, v);
         }
+    };
+    auto load_main = [&](int stage) {  // the next tap tile: 0, 1, 2, ... in order
+        const int k = kit.k;
+        const bool kvalid = k < kmain;
+        const igemm_col col = kit.col;
+        igemm_kiter_next(s, kit, BK);
+        __half *as = As + stage * BM * LDS;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++)
+            load_a_chunk<S8, SC && !SCR>(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
+        load_b(Bs + stage * BN * LDS, k, kvalid);
+    };
+    auto load_tile = [&](int stage) {  // SCR: the shortcut's tiles, then the taps'
+        if (!SCR || loaded >= KTS) {
+            load_main(stage);
+            return;
+        }
+        loaded++;
+        const int k = kit_sc.k;
+        const bool kvalid = k < K;
+        const igemm_col col = kit_sc.col;
+        igemm_kiter_next(s, kit_sc, BK);
+        __half *as = As + stage * BM * LDS;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++)
+            load_sc_chunk(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
+        load_b(Bs + stage * BN * LDS, k, kvalid);
     };
 
     acc_t acc[MI][NI][4];
@@ -534,38 +581,13 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0;
 
-#pragma unroll
-    for (int st = 0; st < STAGES - 1; st++) {
-        if (st < KT)
-            load_tile(st);
-        cp_async_commit();
-    }
-
-    for (int kt = 0; kt < KT; kt++) {
+    auto step = [&](int kt, auto &&load) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();  // tile kt visible to all; the stage refilled next is free
         int next = kt + STAGES - 1;
         if (next < KT)
-            load_tile(next % STAGES);
+            load(next % STAGES);
         cp_async_commit();
-        if constexpr (SCR) {
-            if (kt == KTS) {  // the shortcut's sums are complete: into the residual tile
-                int8_t *rt = reinterpret_cast<int8_t *>(smem_raw + cfg::rt_off);
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    const int c = wn * WTN + ni * 8 + (lane & 3) * 2;
-#pragma unroll
-                    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
-                            sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], q, n0 + c, N,
-                                        rt + r * s8_rt<BN>::ld + c);
-                            acc[mi][ni][2 * h] = acc[mi][ni][2 * h + 1] = 0;
-                        }
-                }
-            }
-        }
 
         const __half *as = As + (kt % STAGES) * BM * LDS, *bs = Bs + (kt % STAGES) * BN * LDS;
 #pragma unroll
@@ -590,7 +612,33 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 for (int ni = 0; ni < NI; ni++)
                     mma_16816(acc[mi][ni], a[mi], b[ni]);
         }
+    };
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < KT)
+            load_tile(st);
+        cp_async_commit();
     }
+    int kt = 0;
+    if constexpr (SCR) {  // the shortcut's tiles in a loop of their own: the taps' loop tests nothing more
+        for (; kt < KTS; kt++)
+            step(kt, load_tile);
+        int8_t *rt = reinterpret_cast<int8_t *>(smem_raw + cfg::rt_off);  // its sums are complete
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) {
+            const int c = wn * WTN + ni * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                    sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], q, n0 + c, N, rt + s8_rt<BN>::at(r, c));
+                    acc[mi][ni][2 * h] = acc[mi][ni][2 * h + 1] = 0;
+                }
+        }
+    }
+    for (; kt < KT; kt++)
+        step(kt, load_main);
     cp_async_wait<0>();
 
     // Split-K: raw partial sums (FP32, int32 bits at INT8) straight from the accumulators
@@ -862,7 +910,7 @@ struct wg_tile {
     static constexpr int epi_smem = BM * (BN + 8) * 4 + 1024;
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
     static constexpr int rt_off = smem - 1024;  // from the aligned base: INT8's shortcut's residual tile
-    static constexpr int sc_smem_s8 = smem + BM * s8_rt<BN>::ld;
+    static constexpr int sc_smem_s8 = smem + BM * BN;
 };
 
 // S8 and SC as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
@@ -901,34 +949,56 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
+    if constexpr (SCR)
+        sc_prefetch<BN>(q, n0, N, tid);
     int kt0;
     int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;  // as in the mma.sync kernel
     if (SCR)
         KT = KTS + (KM + BK - 1) / BK;
-    int kend = K, loaded = 0;
-    igemm_kiter kit = igemm_kiter_make(s, (SCR ? KM : kt0 * BK) + kc * 8);
-    auto load_tile = [&](int stage) {  // the next k tile, in order
-        if (SCR && loaded++ == KTS) {
-            kit = igemm_kiter_make(s, kc * 8);
-            kend = KM;
-        }
-        const int k = kit.k;
-        const bool kvalid = k < kend;
-        const igemm_col col = kit.col;
-        igemm_kiter_next(s, kit, BK);
-        unsigned char *as = smem + stage * cfg::stage_bytes, *bs = as + BM * 128;
-#pragma unroll
-        for (int i = 0; i < A_PER; i++) {
-            int r = row0 + i * ROW_STEP;
-            load_a_chunk<S8, SC>(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
-        }
+    const int kmain = SCR ? KM : K;  // the end of the columns the tap tiles load
+    int loaded = 0;
+    igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 8), kit_sc = kit;
+    if constexpr (SCR)
+        kit_sc = igemm_kiter_make(s, KM + kc * 8);
+    auto load_b = [&](unsigned char *bs, int k, bool kvalid) {
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
             int r = row0 + i * ROW_STEP;
             bool v = kvalid && bvalid[i];
             cp_async16(bs + r * 128 + ((kc ^ (r & 7)) << 4), v ? brow[i] + k : wgt, v);
         }
+    };
+    auto load_main = [&](int stage) {  // the next tap tile, in order
+        const int k = kit.k;
+        const bool kvalid = k < kmain;
+        const igemm_col col = kit.col;
+        igemm_kiter_next(s, kit, BK);
+        unsigned char *as = smem + stage * cfg::stage_bytes;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            int r = row0 + i * ROW_STEP;
+            load_a_chunk<S8, SC && !SCR>(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
+        }
+        load_b(as + BM * 128, k, kvalid);
+    };
+    auto load_tile = [&](int stage) {  // SCR: the shortcut's tiles, then the taps'
+        if (!SCR || loaded >= KTS) {
+            load_main(stage);
+            return;
+        }
+        loaded++;
+        const int k = kit_sc.k;
+        const bool kvalid = k < K;
+        const igemm_col col = kit_sc.col;
+        igemm_kiter_next(s, kit_sc, BK);
+        unsigned char *as = smem + stage * cfg::stage_bytes;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++) {
+            int r = row0 + i * ROW_STEP;
+            load_sc_chunk(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
+        }
+        load_b(as + BM * 128, k, kvalid);
     };
 
     acc_t acc[NACC];
@@ -940,32 +1010,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     // Loads run STAGES - 1 tiles ahead of the MMAs: the stage refilled in
     // iteration kt is the one the wgmma group of kt - 1 read, free once
     // every warpgroup has waited for that group (the second barrier).
-#pragma unroll
-    for (int st = 0; st < STAGES - 1; st++) {
-        if (st < KT)
-            load_tile(st);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; kt++) {
+    auto step = [&](int kt, auto &&load) {
         cp_async_wait<STAGES - 2>();
         fence_proxy_async_smem();
         __syncthreads();  // tile kt is visible to every warp
-        if constexpr (SCR) {
-            if (kt == KTS) {  // the shortcut's sums are complete: into the residual tile
-                wgmma_wait<0>();
-                wgmma_pin(acc);
-                int8_t *rt = reinterpret_cast<int8_t *>(smem + cfg::rt_off);
-                const int rb = wg * 64 + wq * 16 + (lane >> 2), cb = 2 * (lane & 3);
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        sc_requant2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], q, n0 + 8 * j + cb, N,
-                                    rt + (rb + 8 * h) * s8_rt<BN>::ld + 8 * j + cb);
-                        acc[4 * j + 2 * h] = acc[4 * j + 2 * h + 1] = 0;
-                    }
-            }
-        }
         const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
         const uint64_t da = wgmma_desc(as + wg * 64 * 128), db = wgmma_desc(as + BM * 128);
         wgmma_fence();
@@ -977,9 +1025,35 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         wgmma_pin(acc);
         __syncthreads();
         if (kt + STAGES - 1 < KT)
-            load_tile((kt + STAGES - 1) % STAGES);
+            load((kt + STAGES - 1) % STAGES);
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < KT)
+            load_tile(st);
         cp_async_commit();
     }
+    int kt = 0;
+    if constexpr (SCR) {  // the shortcut's tiles in a loop of their own: the taps' loop tests nothing more
+        for (; kt < KTS; kt++)
+            step(kt, load_tile);
+        wgmma_wait<0>();  // its sums are complete: into the residual tile
+        wgmma_pin(acc);
+        int8_t *rt = reinterpret_cast<int8_t *>(smem + cfg::rt_off);
+        const int rb = wg * 64 + wq * 16 + (lane >> 2), cb = 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                sc_requant2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], q, n0 + 8 * j + cb, N,
+                            rt + s8_rt<BN>::at(rb + 8 * h, 8 * j + cb));
+                acc[4 * j + 2 * h] = acc[4 * j + 2 * h + 1] = 0;
+            }
+        wgmma_pin(acc);
+    }
+    for (; kt < KT; kt++)
+        step(kt, load_main);
     wgmma_wait<0>();
     wgmma_pin(acc);
     cp_async_wait<0>();

@@ -692,6 +692,31 @@ static size_t plans_workspace(cuda_engine *ce)
     return most;
 }
 
+// The best of 3 timings (after a warm-up launch) of conv i at batch n with
+// plan p (s8_sc: with its downsample inside), after conv pre with plan pp
+// in the same timing when pre >= 0: two convs back to back, as a graph
+// runs them (timed alone, each would pay its own launch latency).
+static int time_conv(cuda_engine *ce, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int n, int pre,
+                     const conv_plan *pp, int i, const conv_plan *p, int s8_sc, float *best, char *err, size_t errlen)
+{
+    *best = 1e30f;
+    for (int r = 0; r < 4; r++) {
+        float ms;
+        CUDA_TRY(cudaEventRecord(e0, st));
+        if (pre >= 0)
+            CUDA_TRY(launch_conv(ce, pre, n, pp, 0, st));
+        CUDA_TRY(launch_conv(ce, i, n, p, s8_sc, st));
+        CUDA_TRY(cudaEventRecord(e1, st));
+        CUDA_TRY(cudaEventSynchronize(e1));
+        CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
+        if (r > 0 && ms < *best)  // r = 0: the warm-up
+            *best = ms;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
 // Times every candidate plan of every conv at every bucket on slot 0 (one
 // warm-up launch, then the best of 3) and keeps the fastest. The input is
 // random and one full forward pass runs first, so each layer is timed on
@@ -715,30 +740,20 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
     for (int r = 0; r < 3; r++)
         if (forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
             goto fail_quiet;
-    for (int b = 0; b < ce->nbuckets; b++) {
-        float best[NCONV];  // the fastest plan's time of each conv at this bucket
+    for (int b = 0; b < ce->nbuckets; b++)
         for (int i = 0; i < NCONV; i++) {
-            best[i] = 0.f;
             if (!conv_runs(ce, i))
                 continue;
-            // sc 1: INT8 with the downsample inside, against the two convs' best.
+            // sc 1: INT8 with the downsample inside, then against the two convs' best.
             for (int sc = 0; sc <= (s8_shortcut_of(ce, i) >= 0); sc++) {
                 conv_shape sh = sc ? conv_shape_sc(ce, i, ce->buckets[b]) : conv_shape_for(ce, i, ce->buckets[b]);
                 conv_plan c[MAX_CANDIDATES];
                 int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
                 float t_best = 1e30f;
                 for (int j = 0; j < nc; j++) {
-                    CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], sc, st));
-                    float t = 1e30f;
-                    for (int r = 0; r < 3; r++) {
-                        float ms;
-                        CUDA_TRY(cudaEventRecord(e0, st));
-                        CUDA_TRY(launch_conv(ce, i, ce->buckets[b], &c[j], sc, st));
-                        CUDA_TRY(cudaEventRecord(e1, st));
-                        CUDA_TRY(cudaEventSynchronize(e1));
-                        CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
-                        t = ms < t ? ms : t;
-                    }
+                    float t;
+                    if (time_conv(ce, st, e0, e1, ce->buckets[b], -1, NULL, i, &c[j], sc, &t, err, errlen) != 0)
+                        goto fail_quiet;
                     if (log)
                         fprintf(stderr, "autotune: batch %d %s%s: %s split %d: %.4f ms\n", ce->buckets[b],
                                 resnet18_convs[i].name, sc ? " with its downsample" : "",
@@ -751,19 +766,22 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
                             ce->plan[b][i] = c[j];
                     }
                 }
-                if (!sc) {
-                    best[i] = t_best;
-                } else {
-                    const float apart = best[i] + best[s8_shortcut_of(ce, i)];
-                    ce->ds_in[b][i] = ce->s8_ds == 2 || t_best < apart;
+                if (sc) {  // the best of each way, timed again: the downsample and conv i back to back
+                    const int ds = s8_shortcut_of(ce, i);
+                    float inside, apart;
+                    if (time_conv(ce, st, e0, e1, ce->buckets[b], -1, NULL, i, &ce->plan_sc[b][i], 1, &inside, err,
+                                  errlen) != 0 ||
+                        time_conv(ce, st, e0, e1, ce->buckets[b], ds, &ce->plan[b][ds], i, &ce->plan[b][i], 0,
+                                  &apart, err, errlen) != 0)
+                        goto fail_quiet;
+                    ce->ds_in[b][i] = ce->s8_ds == 2 || inside < apart;
                     if (log)
                         fprintf(stderr, "autotune: batch %d %s: downsample %s (%.4f ms inside, %.4f apart)\n",
                                 ce->buckets[b], resnet18_convs[i].name, ce->ds_in[b][i] ? "inside" : "apart",
-                                t_best, apart);
+                                inside, apart);
                 }
             }
         }
-    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     return 0;
