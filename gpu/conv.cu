@@ -241,10 +241,6 @@ __device__ __forceinline__ void prefetch_res(const void *res, int m0, int n0, in
 /* FP16 tensor-core kernel                                               */
 /* ===================================================================== */
 
-// One 16-byte chunk of A into smem: one copy, or for the INT8 stem (4-byte
-// pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
-// an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
-// image as a pair (x even, w even).
 // One 16-byte chunk of the shortcut's columns (channel col.c of the
 // second input). Stride 1 (conv_shape_check): the output pixel is the
 // receptive field's corner + the padding; rows past M have it far below 0.
@@ -263,6 +259,10 @@ __device__ __forceinline__ void load_sc_chunk(void *dst, const conv_shape &s, co
     cp_async16(dst, src, v);
 }
 
+// One 16-byte chunk of A into smem: one copy, or for the INT8 stem (4-byte
+// pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
+// an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
+// image as a pair (x even, w even).
 template <bool S8, bool SC>
 __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
                                              const igemm_col &col, bool kvalid, const __half *in)
@@ -544,16 +544,22 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             cp_async16(bs + (row0 + i * ROW_STEP) * LDS + kc * 8, v ? brow[i] + k : wgt, v);
         }
     };
-    auto load_main = [&](int stage) {  // the next tap tile: 0, 1, 2, ... in order
-        const int k = kit.k;
-        const bool kvalid = k < kmain;
-        const igemm_col col = kit.col;
-        igemm_kiter_next(s, kit, BK);
+    // The next k tile of iterator it (columns below kend) into a stage, A by chunk(dst, row, col, kvalid).
+    auto load_k = [&](int stage, igemm_kiter &it, int kend, auto &&chunk) {
+        const int k = it.k;
+        const bool kvalid = k < kend;
+        const igemm_col col = it.col;
+        igemm_kiter_next(s, it, BK);
         __half *as = As + stage * BM * LDS;
 #pragma unroll
         for (int i = 0; i < A_PER; i++)
-            load_a_chunk<S8, SC && !SCR>(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
+            chunk(as + (row0 + i * ROW_STEP) * LDS + kc * 8, arow[i], col, kvalid);
         load_b(Bs + stage * BN * LDS, k, kvalid);
+    };
+    auto load_main = [&](int stage) {  // the next tap tile: 0, 1, 2, ... in order
+        load_k(stage, kit, kmain, [&](__half *dst, const igemm_row<__half> &row, const igemm_col &col, bool kv) {
+            load_a_chunk<S8, SC && !SCR>(dst, s, row, col, kv, in);
+        });
     };
     auto load_tile = [&](int stage) {  // SCR: the shortcut's tiles, then the taps'
         if (!SCR || loaded >= KTS) {
@@ -561,15 +567,9 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             return;
         }
         loaded++;
-        const int k = kit_sc.k;
-        const bool kvalid = k < K;
-        const igemm_col col = kit_sc.col;
-        igemm_kiter_next(s, kit_sc, BK);
-        __half *as = As + stage * BM * LDS;
-#pragma unroll
-        for (int i = 0; i < A_PER; i++)
-            load_sc_chunk(as + (row0 + i * ROW_STEP) * LDS + kc * 8, s, arow[i], col, kvalid, in);
-        load_b(Bs + stage * BN * LDS, k, kvalid);
+        load_k(stage, kit_sc, K, [&](__half *dst, const igemm_row<__half> &row, const igemm_col &col, bool kv) {
+            load_sc_chunk(dst, s, row, col, kv, in);
+        });
     };
 
     acc_t acc[MI][NI][4];
@@ -969,18 +969,24 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
             cp_async16(bs + r * 128 + ((kc ^ (r & 7)) << 4), v ? brow[i] + k : wgt, v);
         }
     };
-    auto load_main = [&](int stage) {  // the next tap tile, in order
-        const int k = kit.k;
-        const bool kvalid = k < kmain;
-        const igemm_col col = kit.col;
-        igemm_kiter_next(s, kit, BK);
+    // As in the mma.sync kernel.
+    auto load_k = [&](int stage, igemm_kiter &it, int kend, auto &&chunk) {
+        const int k = it.k;
+        const bool kvalid = k < kend;
+        const igemm_col col = it.col;
+        igemm_kiter_next(s, it, BK);
         unsigned char *as = smem + stage * cfg::stage_bytes;
 #pragma unroll
         for (int i = 0; i < A_PER; i++) {
             int r = row0 + i * ROW_STEP;
-            load_a_chunk<S8, SC && !SCR>(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
+            chunk(as + r * 128 + ((kc ^ (r & 7)) << 4), arow[i], col, kvalid);
         }
         load_b(as + BM * 128, k, kvalid);
+    };
+    auto load_main = [&](int stage) {  // the next tap tile, in order
+        load_k(stage, kit, kmain, [&](unsigned char *dst, const igemm_row<__half> &row, const igemm_col &col, bool kv) {
+            load_a_chunk<S8, SC && !SCR>(dst, s, row, col, kv, in);
+        });
     };
     auto load_tile = [&](int stage) {  // SCR: the shortcut's tiles, then the taps'
         if (!SCR || loaded >= KTS) {
@@ -988,17 +994,9 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
             return;
         }
         loaded++;
-        const int k = kit_sc.k;
-        const bool kvalid = k < K;
-        const igemm_col col = kit_sc.col;
-        igemm_kiter_next(s, kit_sc, BK);
-        unsigned char *as = smem + stage * cfg::stage_bytes;
-#pragma unroll
-        for (int i = 0; i < A_PER; i++) {
-            int r = row0 + i * ROW_STEP;
-            load_sc_chunk(as + r * 128 + ((kc ^ (r & 7)) << 4), s, arow[i], col, kvalid, in);
-        }
-        load_b(as + BM * 128, k, kvalid);
+        load_k(stage, kit_sc, K, [&](unsigned char *dst, const igemm_row<__half> &row, const igemm_col &col, bool kv) {
+            load_sc_chunk(dst, s, row, col, kv, in);
+        });
     };
 
     acc_t acc[NACC];
@@ -1907,6 +1905,7 @@ struct f16_entry {
     f16_kernel_fn fn;
     f16_kernel_fn fn_sc;  // the general tiles: the instantiation with a shortcut, else NULL
     int smem_sc;          // its dynamic shared memory (INT8's holds the residual tile too)
+    int ctas_sc;          // filled by conv_init: its CTAs per SM
 };
 struct f32_entry {
     conv_tile_info info;
@@ -1919,29 +1918,29 @@ struct f32_entry {
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
-     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8}
+     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0}
 #define WG_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
       0, 1, 0, 0},                                                                                           \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, false>, conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true>,      \
-     wg_tile<BM, BN, ST>::smem}
+     wg_tile<BM, BN, ST>::smem, 0}
 #define WG_S8_TILE(BM, BN, ST)                                                                                  \
     {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
       0, 1, 0, 0},                                                                                              \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, true>, conv2d_igemm_wgmma_kernel<BM, BN, ST, true, true>,         \
-     wg_tile<BM, BN, ST>::sc_smem_s8}
+     wg_tile<BM, BN, ST>::sc_smem_s8, 0}
 // The patch kernel for C input channels at TP pixels a tile (the planner's
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
       SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
-     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0}
+     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -2090,6 +2089,9 @@ cudaError_t conv_init(void)
                 e = cudaFuncSetAttribute(tab[i].fn_sc, cudaFuncAttributeMaxDynamicSharedMemorySize, tab[i].smem_sc);
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, tab[i].fn, t->threads, t->smem);
+            if (e == cudaSuccess && tab[i].fn_sc)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tab[i].ctas_sc, tab[i].fn_sc, t->threads,
+                                                                  tab[i].smem_sc);
             if (e != cudaSuccess)
                 return e;
         }
@@ -2108,6 +2110,16 @@ cudaError_t conv_init(void)
     return cudaSuccess;
 }
 
+// CTAs per SM of the tile's kernel for the shape (its shortcut's
+// instantiation may hold more shared memory), at least 1.
+static int tile_ctas(int kind, int tile, const conv_shape *s)
+{
+    int n, c = conv_tile_get(kind, tile)->ctas_per_sm;
+    if (s->c2 > 0 && kind != CONV_FP32)
+        c = half_table(kind, &n)[tile].ctas_sc;
+    return c > 0 ? c : 1;
+}
+
 // Split-K for a tile: when its CTAs would fill under half the GPU, split K
 // so that about one full wave runs, keeping at least 4 k tiles per split.
 static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_sms)
@@ -2115,7 +2127,7 @@ static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_
     const conv_tile_info *t = conv_tile_get(kind, tile);
     long M = (long)s->n * s->oh * s->ow;
     long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
-    long slots = (long)num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+    long slots = (long)num_sms * tile_ctas(kind, tile, s);
     int kt = (conv_k(*s) + t->bk - 1) / t->bk;
     conv_plan p = {tile, 1, kt};
     if (!t->halo && !(kind == CONV_INT8 && s->c2 > 0) && ctas * 2 <= slots) {  // INT8's shortcut: no split
@@ -2153,7 +2165,7 @@ conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms)
         if (!t->usable || t->halo || !conv_tile_fits(kind, i, s))
             continue;
         conv_plan p = plan_for_tile(kind, i, s, num_sms);
-        int per_sm = t->ctas_per_sm > 0 ? t->ctas_per_sm : 1;
+        int per_sm = tile_ctas(kind, i, s);
         long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn) * p.splits;
         long slots = (long)num_sms * per_sm;
         long waves = (ctas + slots - 1) / slots;
@@ -2202,20 +2214,17 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }
     const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
-    if (kind == CONV_INT8) {
-        conv_shape h = *s;  // int8 channels as pairs: the kernels' halves
-        h.c /= 2;
-        h.c2 /= 2;
-        h.in2 = in2;
-        const f16_entry &en = kTilesS8[p->tile];
-        (s->c2 > 0 ? en.fn_sc : en.fn)<<<grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st>>>(
-            h, (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split, *q);
-    } else if (kind == CONV_FP16) {
+    if (kind != CONV_FP32) {
         conv_shape h = *s;
+        if (kind == CONV_INT8) {  // int8 channels as pairs: the kernels' halves
+            h.c /= 2;
+            h.c2 /= 2;
+        }
         h.in2 = in2;
-        const f16_kernel_fn fn = s->c2 > 0 ? kTilesF16[p->tile].fn_sc : kTilesF16[p->tile].fn;
-        fn<<<grid, t->threads, t->smem, st>>>(h, (const __half *)in, (const __half *)w, bias, res, out, relu, partial,
-                                              p->kt_per_split, none);
+        int n;
+        const f16_entry &en = half_table(kind, &n)[p->tile];
+        (s->c2 > 0 ? en.fn_sc : en.fn)<<<grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st>>>(
+            h, (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split, q ? *q : none);
     } else {
         kTilesF32[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const float *)in, (const float *)w, bias,
                                                            (const float *)res, (float *)out, relu, partial,

@@ -43,14 +43,19 @@
 // The downsamples. At FP16 each block's 1x1/2 downsample runs inside the
 // conv2 that adds it, as a shortcut (conv_shape.c2): its weights follow
 // conv2's taps in each weight row, the two folded biases are summed, and
-// its output never exists (RESNETD_GPU_DOWNSAMPLE=separate: a conv of its
-// own, as FP32 and INT8 run it; INT8 requantises it before the add).
+// its output never exists. INT8 requantises the downsample's output before
+// the add, so its shortcut is finished apart inside conv2's kernel (see
+// gpu/conv.cu); the engine keeps both ways and, bucket by bucket, runs the
+// faster (plan_sc, ds_in). FP32 runs it as a conv of its own.
+// RESNETD_GPU_DOWNSAMPLE=separate: every downsample as a conv of its own;
+// =fused: INT8's inside at every bucket too (to compare; the tests run each).
 //
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
 // creation the engine times every candidate on random input and keeps the
 // fastest (RESNETD_GPU_AUTOTUNE=0: the cost model's pick instead; =log:
-// every candidate's time on stderr). In FP32
+// every candidate's time on stderr), and for INT8 times the downsample and
+// conv2 back to back against conv2 with it inside. In FP32
 // the candidates are SIMT and 3xTF32 tiles, both within ~1e-6 of FP32.
 #include <pthread.h>
 #include <stdio.h>
@@ -117,6 +122,7 @@ typedef struct cuda_engine {
     conv_plan plan[MAX_BUCKETS][NCONV];  // per bucket and conv: tile and split-K
     conv_plan plan_sc[MAX_BUCKETS][NCONV];  // INT8: conv i's plan with its downsample inside
     void *w_sc[NCONV];  // INT8: conv i's weight rows joined with its downsample's (conv_shape.c2)
+    char tile_sc[NCONV][64];  // INT8: layer times' tile names of convs with their downsample inside
     float *workspace; // split-K partial sums, shared like the activations
     void *blas_ws;
     cublasHandle_t blas;
@@ -193,16 +199,17 @@ static int s8_shortcut_of(const cuda_engine *ce, int i)
     return ce->kind == CONV_INT8 && ce->s8_ds ? downsample_of(i) : -1;
 }
 
-// Conv i has a kernel of its own: not the fused stem, not an FP16 downsample.
+// Conv i has a kernel of its own at some bucket: not the fused stem, not a
+// downsample always inside the conv that adds it.
 static int conv_runs(const cuda_engine *ce, int i)
 {
-    return i == 0 ? !ce->fused_stem : !(ce->fused_ds && is_downsample(i));
+    return i == 0 ? !ce->fused_stem : !((ce->fused_ds || ce->s8_ds == 2) && is_downsample(i));
 }
 
 // INT8: conv i runs with its downsample inside at bucket b.
 static int s8_inside_at(const cuda_engine *ce, int b, int i)
 {
-    return s8_shortcut_of(ce, i) >= 0 && ce->ds_in[b][i];
+    return s8_shortcut_of(ce, i) >= 0 && (ce->s8_ds == 2 || ce->ds_in[b][i]);
 }
 
 // Conv i runs at bucket b: conv_runs, and not an INT8 downsample inside the
@@ -246,7 +253,36 @@ fail:
     return -1;
 }
 
-// INT8: conv i's weights quantised (the stem's padded) and its epilogue.
+// INT8: conv i's quantised weight rows q1 joined with its downsample ds's
+// (quantised as upload_conv_s8 quantises it, per conv) into ce->w_sc[i].
+static int upload_s8_shortcut(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, int i, int ds,
+                              const int8_t *q1, char *err, size_t errlen)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    const size_t k1 = (size_t)d->k * d->k * d->cin, k2 = (size_t)resnet18_convs[ds].cin, row = k1 + k2;
+    int8_t *q2 = (int8_t *)malloc((size_t)d->cout * k2), *cat = (int8_t *)malloc((size_t)d->cout * row);
+    float *mult = (float *)malloc((size_t)d->cout * sizeof(float));
+    float rs, inv;
+    int rc = -1;
+    if (!q2 || !cat || !mult) {
+        snprintf(err, errlen, "out of host memory joining the downsample's weights");
+        goto done;
+    }
+    calib_conv_params(w, t, ds, q2, mult, &rs, &inv);
+    for (int o = 0; o < d->cout; o++) {
+        memcpy(cat + o * row, q1 + o * k1, k1);
+        memcpy(cat + o * row + k1, q2 + o * k2, k2);
+    }
+    rc = upload_bytes(ce, cat, (size_t)d->cout * row, &ce->w_sc[i], err, errlen);
+done:
+    free(q2);
+    free(cat);
+    free(mult);
+    return rc;
+}
+
+// INT8: conv i's weights quantised (the stem's padded) and its epilogue;
+// joined with its downsample's when that may run inside it.
 static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, int i, char *err,
                           size_t errlen)
 {
@@ -274,7 +310,8 @@ static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const cali
     }
     if (upload_bytes(ce, stem ? stem : q, stem ? (size_t)d->cout * d->k * STEM_KW * STEM_C : d->cout * K,
                      &ce->w[i], err, errlen) != 0 ||
-        upload_bytes(ce, mult, (size_t)d->cout * sizeof(float), (void **)&ce->mult[i], err, errlen) != 0)
+        upload_bytes(ce, mult, (size_t)d->cout * sizeof(float), (void **)&ce->mult[i], err, errlen) != 0 ||
+        (s8_shortcut_of(ce, i) >= 0 && upload_s8_shortcut(ce, w, t, i, s8_shortcut_of(ce, i), q, err, errlen) != 0))
         goto done;
     qp->mult = ce->mult[i];
     rc = 0;
@@ -282,37 +319,6 @@ done:
     free(stem);
     free(mult);
     free(q);
-    return rc;
-}
-
-// INT8: conv i's weight rows joined with its downsample ds's (each
-// quantised as upload_conv_s8 quantises it, per conv) into ce->w_sc[i].
-static int upload_s8_shortcut(cuda_engine *ce, const resnet18_weights *w, const calib_table *t, int i, int ds,
-                              char *err, size_t errlen)
-{
-    const resnet18_conv_desc *d = &resnet18_convs[i];
-    const size_t k1 = (size_t)d->k * d->k * d->cin, k2 = (size_t)resnet18_convs[ds].cin, row = k1 + k2;
-    int8_t *q1 = (int8_t *)malloc((size_t)d->cout * k1), *q2 = (int8_t *)malloc((size_t)d->cout * k2);
-    int8_t *cat = (int8_t *)malloc((size_t)d->cout * row);
-    float *mult = (float *)malloc((size_t)d->cout * sizeof(float));
-    float rs, inv;
-    int rc = -1;
-    if (!q1 || !q2 || !cat || !mult) {
-        snprintf(err, errlen, "out of host memory joining the downsample's weights");
-        goto done;
-    }
-    calib_conv_params(w, t, i, q1, mult, &rs, &inv);
-    calib_conv_params(w, t, ds, q2, mult, &rs, &inv);
-    for (int o = 0; o < d->cout; o++) {
-        memcpy(cat + o * row, q1 + o * k1, k1);
-        memcpy(cat + o * row + k1, q2 + o * k2, k2);
-    }
-    rc = upload_bytes(ce, cat, (size_t)d->cout * row, &ce->w_sc[i], err, errlen);
-done:
-    free(q1);
-    free(q2);
-    free(cat);
-    free(mult);
     return rc;
 }
 
@@ -376,9 +382,7 @@ static int upload_weights(cuda_engine *ce, const resnet18_weights *w, const cali
         const int ds = shortcut_of(ce, i);
         size_t n = (size_t)d->cout * d->k * d->k * d->cin;
         if (ce->kind == CONV_INT8) {
-            if (upload_conv_s8(ce, w, t, i, err, errlen) != 0 ||
-                (s8_shortcut_of(ce, i) >= 0 &&
-                 upload_s8_shortcut(ce, w, t, i, s8_shortcut_of(ce, i), err, errlen) != 0))
+            if (upload_conv_s8(ce, w, t, i, err, errlen) != 0)
                 return -1;
         } else if (i > 0 && !conv_runs(ce, i)) {
             continue;  // a fused downsample: its weights and bias are in the conv that adds it
@@ -485,7 +489,7 @@ static void plan_buffers(cuda_engine *ce)
         last_read[source_tensor(d->src)] = write_step[i];
         if (ds >= 0)  // it reads the downsample's input instead of its output
             last_read[source_tensor(resnet18_convs[ds].src)] = write_step[i];
-        else if (d->residual != R18_NONE)
+        else if (d->residual != R18_NONE && tensor_bytes(ce, source_tensor(d->residual)) > 0)
             last_read[source_tensor(d->residual)] = write_step[i];
         if (ds8 >= 0)  // INT8: it reads one or the other, by bucket
             last_read[source_tensor(resnet18_convs[ds8].src)] = write_step[i];
@@ -534,7 +538,8 @@ static int check_plan(const cuda_engine *ce, char *err, size_t errlen)
         bad = b[i] == b[source_tensor(d->src)] ||
               (ds >= 0 && b[i] == b[source_tensor(resnet18_convs[ds].src)]) ||
               (ds8 >= 0 && b[i] == b[source_tensor(resnet18_convs[ds8].src)]) ||
-              (ds < 0 && d->residual != R18_NONE && b[i] == b[source_tensor(d->residual)]);
+              (ds < 0 && d->residual != R18_NONE && tensor_bytes(ce, source_tensor(d->residual)) > 0 &&
+               b[i] == b[source_tensor(d->residual)]);
     }
     if (bad)
         snprintf(err, errlen, "cuda engine: the buffer plan puts an op's output where its input is");
@@ -745,7 +750,7 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
             if (!conv_runs(ce, i))
                 continue;
             // sc 1: INT8 with the downsample inside, then against the two convs' best.
-            for (int sc = 0; sc <= (s8_shortcut_of(ce, i) >= 0); sc++) {
+            for (int sc = ce->s8_ds == 2 && s8_shortcut_of(ce, i) >= 0; sc <= (s8_shortcut_of(ce, i) >= 0); sc++) {
                 conv_shape sh = sc ? conv_shape_sc(ce, i, ce->buckets[b]) : conv_shape_for(ce, i, ce->buckets[b]);
                 conv_plan c[MAX_CANDIDATES];
                 int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
@@ -766,7 +771,7 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
                             ce->plan[b][i] = c[j];
                     }
                 }
-                if (sc) {  // the best of each way, timed again: the downsample and conv i back to back
+                if (sc && ce->s8_ds == 1) {  // each way's best again: the downsample and conv i back to back
                     const int ds = s8_shortcut_of(ce, i);
                     float inside, apart;
                     if (time_conv(ce, st, e0, e1, ce->buckets[b], -1, NULL, i, &ce->plan_sc[b][i], 1, &inside, err,
@@ -1082,11 +1087,7 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     CUDA_TRY(conv_init());
 
     {
-        // The downsamples: FP16's inside the convs that add them; INT8's
-        // inside at the buckets where that was timed faster (or the cost
-        // model's plans); RESNETD_GPU_DOWNSAMPLE=separate: as convs of their
-        // own, =fused: INT8's inside at every bucket (to compare; the tests
-        // run each).
+        // The downsamples (see the top of the file).
         const char *how = getenv("RESNETD_GPU_DOWNSAMPLE");
         if (how && strcmp(how, "fused") != 0 && strcmp(how, "separate") != 0) {
             snprintf(err, errlen, "RESNETD_GPU_DOWNSAMPLE must be fused or separate (got '%s')", how);
@@ -1243,6 +1244,10 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
             const int b = bucket_for(ce, n), i = op == 1 ? 0 : op - 2;
             const conv_plan *p = s8_inside_at(ce, b, i) ? &ce->plan_sc[b][i] : &ce->plan[b][i];
             out[op].tile = conv_tile_get(ce->kind, p->tile)->name;
+            if (s8_inside_at(ce, b, i)) {
+                snprintf(ce->tile_sc[i], sizeof ce->tile_sc[i], "%s + downsample", out[op].tile);
+                out[op].tile = ce->tile_sc[i];
+            }
             out[op].splits = p->splits;
         }
         count++;

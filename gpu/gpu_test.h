@@ -63,9 +63,9 @@ int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t 
                      const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
                      const int8_t *res, int relu, void *out, char *err, size_t errlen);
 /* INT8 with a shortcut (conv_shape.c2): as gpu_test_conv_s8, the residual
- * (scale res_scale) being the shortcut's 1x1 conv of in (n x h x w x c
- * int8, weights wgt [k][c] int8) finished by its own epilogue with mult,
- * bias and inv (model/int8.h, no ReLU). General tiles, no split-K: splits
+ * (scale res_scale) being the shortcut's 1x1 conv of sc->in (n x h x w x c
+ * int8, weights sc->wgt [k][c] int8) finished by its own epilogue with
+ * sc->mult, sc->bias and sc->inv (model/int8.h, no ReLU). General tiles, no split-K: splits
  * > 1 is refused (-1). Returns as gpu_test_conv. */
 typedef struct gpu_test_shortcut_s8 {
     int c, h, w, stride;

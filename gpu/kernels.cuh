@@ -127,7 +127,9 @@ struct conv_q8 {
 // out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
 // NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds;
 // INT8's bias and q->mult 16-byte aligned (cudaMalloc's are). in2: the
-// shortcut's input when s->c2 > 0, else unused.
+// shortcut's input when s->c2 > 0, else unused; an INT8 shortcut also
+// needs res NULL (its output is the residual), p->splits == 1 and
+// q->sc_mult and q->sc_bias (8-byte aligned).
 cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const void *in, const void *in2,
                         const void *w, const float *bias, const void *res, int relu, void *out, float *workspace,
                         const conv_q8 *q, cudaStream_t st);

@@ -448,8 +448,9 @@ END_TEST
 /* ---- INT8 conv with a shortcut: the downsample requantised, then added ----- */
 
 /* INT8 channel counts: ResNet's pattern with ragged M and N, c2 = c, and
- * layers 2-4's first blocks (one, two and four of the wgmma tiles' 128-byte
- * k tiles of shortcut). */
+ * layers 2-4's first blocks (shortcuts of 64, 128 and 256 bytes: half, one
+ * and two of the wgmma tiles' k tiles, one, two and four of the 64-byte
+ * mma.sync ones). */
 static const struct {
     gpu_test_conv_shape s;
     int c2, h2, w2, stride2;
@@ -548,8 +549,11 @@ START_TEST(conv_int8_with_a_shortcut_matches_model_int8_every_general_tile)
             if (!quick)
                 ran += check_shortcut_s8(t, sh, 1, sh == 1 || sh == 4);
         }
+        /* Every general tile runs shortcuts; the patch kernels none. */
+        const char *name = gpu_test_conv_tile_name(2, t);
+        ck_assert_msg((ran > 0) == (strstr(name, "swap") == NULL), "tile %s ran %d shortcuts", name, ran);
         if (ran) {
-            printf("conv int8 tile %s: %d shortcut runs bit-exact\n", gpu_test_conv_tile_name(2, t), ran);
+            printf("conv int8 tile %s: %d shortcut runs bit-exact\n", name, ran);
             checked++;
         }
     }
