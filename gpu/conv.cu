@@ -469,6 +469,31 @@ __device__ __forceinline__ void epilogue_rows_f16(const float *Cs, int ldc, int 
     }
 }
 
+// Every k tile of a CTA through the pipeline: the prologue's STAGES - 1
+// loads, then step(kt, loader) a tile. SCR: the shortcut's KTS tiles first
+// (load_tile loads either kind), at_switch() once their sums are complete,
+// then the taps' tiles in a loop of their own (load_main alone), which is
+// then the loop of the kernels without a shortcut.
+template <int STAGES, bool SCR, typename LT, typename LM, typename ST, typename SW>
+__device__ __forceinline__ void run_k_tiles(int KT, int KTS, LT &&load_tile, LM &&load_main, ST &&step,
+                                            SW &&at_switch)
+{
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < KT)
+            load_tile(st);
+        cp_async_commit();
+    }
+    int kt = 0;
+    if constexpr (SCR) {
+        for (; kt < KTS; kt++)
+            step(kt, load_tile);
+        at_switch();
+    }
+    for (; kt < KT; kt++)
+        step(kt, load_main);
+}
+
 // CTA tile BM x BN, K step BK; WM x WN warps, each owning a
 // (BM/WM) x (BN/WN) block of the output; STAGES tiles in flight.
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
@@ -613,32 +638,24 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                     mma_16816(acc[mi][ni], a[mi], b[ni]);
         }
     };
+    run_k_tiles<STAGES, SCR>(KT, KTS, load_tile, load_main, step, [&] {  // the shortcut's sums: to the residual tile
+        if constexpr (SCR) {
+            int8_t *rt = reinterpret_cast<int8_t *>(smem_raw + cfg::rt_off);
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; st++) {
-        if (st < KT)
-            load_tile(st);
-        cp_async_commit();
-    }
-    int kt = 0;
-    if constexpr (SCR) {  // the shortcut's tiles in a loop of their own: the taps' loop tests nothing more
-        for (; kt < KTS; kt++)
-            step(kt, load_tile);
-        int8_t *rt = reinterpret_cast<int8_t *>(smem_raw + cfg::rt_off);  // its sums are complete
+            for (int ni = 0; ni < NI; ni++) {
+                const int c = wn * WTN + ni * 8 + (lane & 3) * 2;
 #pragma unroll
-        for (int ni = 0; ni < NI; ni++) {
-            const int c = wn * WTN + ni * 8 + (lane & 3) * 2;
+                for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
-                    sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], q, n0 + c, N, rt + s8_rt<BN>::at(r, c));
-                    acc[mi][ni][2 * h] = acc[mi][ni][2 * h + 1] = 0;
-                }
+                    for (int h = 0; h < 2; h++) {
+                        const int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
+                        sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], q, n0 + c, N,
+                                    rt + s8_rt<BN>::at(r, c));
+                        acc[mi][ni][2 * h] = acc[mi][ni][2 * h + 1] = 0;
+                    }
+            }
         }
-    }
-    for (; kt < KT; kt++)
-        step(kt, load_main);
+    });
     cp_async_wait<0>();
 
     // Split-K: raw partial sums (FP32, int32 bits at INT8) straight from the accumulators
@@ -1026,32 +1043,23 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
             load((kt + STAGES - 1) % STAGES);
         cp_async_commit();
     };
+    run_k_tiles<STAGES, SCR>(KT, KTS, load_tile, load_main, step, [&] {  // the shortcut's sums: to the residual tile
+        if constexpr (SCR) {
+            wgmma_wait<0>();
+            wgmma_pin(acc);
+            int8_t *rt = reinterpret_cast<int8_t *>(smem + cfg::rt_off);
+            const int rb = wg * 64 + wq * 16 + (lane >> 2), cb = 2 * (lane & 3);
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; st++) {
-        if (st < KT)
-            load_tile(st);
-        cp_async_commit();
-    }
-    int kt = 0;
-    if constexpr (SCR) {  // the shortcut's tiles in a loop of their own: the taps' loop tests nothing more
-        for (; kt < KTS; kt++)
-            step(kt, load_tile);
-        wgmma_wait<0>();  // its sums are complete: into the residual tile
-        wgmma_pin(acc);
-        int8_t *rt = reinterpret_cast<int8_t *>(smem + cfg::rt_off);
-        const int rb = wg * 64 + wq * 16 + (lane >> 2), cb = 2 * (lane & 3);
+            for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                sc_requant2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], q, n0 + 8 * j + cb, N,
-                            rt + s8_rt<BN>::at(rb + 8 * h, 8 * j + cb));
-                acc[4 * j + 2 * h] = acc[4 * j + 2 * h + 1] = 0;
-            }
-        wgmma_pin(acc);
-    }
-    for (; kt < KT; kt++)
-        step(kt, load_main);
+                for (int h = 0; h < 2; h++) {
+                    sc_requant2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], q, n0 + 8 * j + cb, N,
+                                rt + s8_rt<BN>::at(rb + 8 * h, 8 * j + cb));
+                    acc[4 * j + 2 * h] = acc[4 * j + 2 * h + 1] = 0;
+                }
+            wgmma_pin(acc);
+        }
+    });
     wgmma_wait<0>();
     wgmma_pin(acc);
     cp_async_wait<0>();
@@ -1092,7 +1100,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
                 *reinterpret_cast<int2 *>(Ci + (rbase + 8 * h) * LDC + 8 * j + cbase) =
                     make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         __syncthreads();
-        const int8_t *r8 = SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
+        const int8_t *r8 =
+            SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
         epilogue_rows_s8<BM, BN, T, SCR>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out, tid);
         return;
     }
@@ -1918,7 +1927,8 @@ struct f32_entry {
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0}
+     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>,                                       \
+     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
