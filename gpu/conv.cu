@@ -341,21 +341,6 @@ __device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, co
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
 }
 
-// INT8's shortcut: the lines of its epilogue factors for output channels
-// [n0, n0 + BN) into L1 as the tile starts, for sc_requant2 after the
-// shortcut's k tiles (from L2, its loads serialised behind the smem
-// stores took several microseconds a CTA).
-template <int BN>
-__device__ __forceinline__ void sc_prefetch(const conv_q8 &q, int n0, int N, int tid)
-{
-    constexpr int LINES = BN * 4 / 128;  // of each array
-    if (tid < 2 * LINES) {
-        const int col = n0 + (tid % LINES) * 32;
-        if (col < N)
-            asm volatile("prefetch.global.L1 [%0];\n" ::"l"((tid < LINES ? q.sc_mult : q.sc_bias) + col));
-    }
-}
-
 // INT8's shortcut: its sums a0, a1 of output channels col, col + 1
 // finished as the downsample's own epilogue would (model/int8.h: no
 // residual, no ReLU, its output's scale) into 2 bytes of the residual
@@ -547,8 +532,6 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
-    if constexpr (SCR)
-        sc_prefetch<BN>(q, n0, N, tid);
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
     // epilogue to splitk_epilogue_kernel.
     int kt0;
@@ -966,8 +949,6 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
     if (res && !partial)  // L2 prefetch of the residual
         prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
-    if constexpr (SCR)
-        sc_prefetch<BN>(q, n0, N, tid);
     int kt0;
     int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;  // as in the mma.sync kernel
