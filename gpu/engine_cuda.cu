@@ -98,7 +98,7 @@ typedef struct cuda_engine {
     int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
     int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
     int fused_ds;     // FP16: each downsample runs inside the conv that adds it (conv_shape.c2)
-    int s8_ds;        // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 inside
+    int s8_ds;        // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 always inside
     unsigned char ds_in[MAX_BUCKETS][NCONV];  // INT8: at this bucket conv i runs its downsample inside
     int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
@@ -192,8 +192,9 @@ static int shortcut_of(const cuda_engine *ce, int i)
     return ce->fused_ds ? downsample_of(i) : -1;
 }
 
-// INT8: the downsample that may run inside conv i (at the buckets ds_in
-// says), or -1. Both ways are planned and their buffers kept.
+// INT8: the downsample that may run inside conv i, or -1: at the buckets
+// ds_in says, both ways planned and their buffers kept (s8_ds 1), or at
+// every bucket (s8_ds 2).
 static int s8_shortcut_of(const cuda_engine *ce, int i)
 {
     return ce->kind == CONV_INT8 && ce->s8_ds ? downsample_of(i) : -1;
@@ -749,8 +750,9 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
         for (int i = 0; i < NCONV; i++) {
             if (!conv_runs(ce, i))
                 continue;
-            // sc 1: INT8 with the downsample inside, then against the two convs' best.
-            for (int sc = ce->s8_ds == 2 && s8_shortcut_of(ce, i) >= 0; sc <= (s8_shortcut_of(ce, i) >= 0); sc++) {
+            // sc 1: INT8 with the downsample inside (then against the two convs' best, or alone when always inside).
+            const int sc_max = s8_shortcut_of(ce, i) >= 0;
+            for (int sc = ce->s8_ds == 2 && sc_max; sc <= sc_max; sc++) {
                 conv_shape sh = sc ? conv_shape_sc(ce, i, ce->buckets[b]) : conv_shape_for(ce, i, ce->buckets[b]);
                 conv_plan c[MAX_CANDIDATES];
                 int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
@@ -779,7 +781,7 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
                         time_conv(ce, st, e0, e1, ce->buckets[b], ds, &ce->plan[b][ds], i, &ce->plan[b][i], 0,
                                   &apart, err, errlen) != 0)
                         goto fail_quiet;
-                    ce->ds_in[b][i] = ce->s8_ds == 2 || inside < apart;
+                    ce->ds_in[b][i] = inside < apart;
                     if (log)
                         fprintf(stderr, "autotune: batch %d %s: downsample %s (%.4f ms inside, %.4f apart)\n",
                                 ce->buckets[b], resnet18_convs[i].name, ce->ds_in[b][i] ? "inside" : "apart",
