@@ -65,8 +65,8 @@ int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t 
 /* INT8 with a shortcut (conv_shape.c2): as gpu_test_conv_s8, the residual
  * (scale res_scale) being the shortcut's 1x1 conv of sc->in (n x h x w x c
  * int8, weights sc->wgt [k][c] int8) finished by its own epilogue with
- * sc->mult, sc->bias and sc->inv (model/int8.h, no ReLU). General tiles, no split-K: splits
- * > 1 is refused (-1). Returns as gpu_test_conv. */
+ * sc->mult, sc->bias and sc->inv (model/int8.h, no ReLU). General tiles,
+ * no split-K: splits > 1 is refused (-1). Returns as gpu_test_conv. */
 typedef struct gpu_test_shortcut_s8 {
     int c, h, w, stride;
     const int8_t *in, *wgt;
