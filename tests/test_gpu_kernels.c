@@ -183,13 +183,15 @@ END_TEST
 
 /* ---- FP16 conv with a shortcut: a downsample inside the conv that adds it -- */
 
-/* A conv, then its shortcut's channels, size and stride: ResNet's pattern
- * (h2 = 2h, c2 = c/2) with ragged M, N and K; c2 under one k tile; c2 = c;
- * layer3.0's channels. */
-static const struct {
+/* A conv, then its shortcut's channels, size and stride. */
+typedef struct shortcut_shape {
     gpu_test_conv_shape s;
     int c2, h2, w2, stride2;
-} shortcut_shapes[] = {
+} shortcut_shape;
+
+/* ResNet's pattern (h2 = 2h, c2 = c/2) with ragged M, N and K; c2 under one
+ * k tile; c2 = c; layer3.0's channels. */
+static const shortcut_shape shortcut_shapes[] = {
     {{2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0}, 32, 14, 14, 2},
     {{3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0}, 8, 10, 12, 2},
     {{2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0}, 32, 11, 11, 2},
@@ -451,10 +453,7 @@ END_TEST
  * layers 2-4's first blocks (shortcuts of 64, 128 and 256 bytes: half, one
  * and two of the wgmma tiles' k tiles, one, two and four of the 64-byte
  * mma.sync ones). */
-static const struct {
-    gpu_test_conv_shape s;
-    int c2, h2, w2, stride2;
-} s8_shortcut_shapes[] = {
+static const shortcut_shape s8_shortcut_shapes[] = {
     {{2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0}, 32, 14, 14, 2},
     {{3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0}, 16, 10, 12, 2},
     {{2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0}, 32, 11, 11, 2},
