@@ -237,6 +237,24 @@ __device__ __forceinline__ void prefetch_res(const void *res, int m0, int n0, in
     }
 }
 
+// Before pdl_sync: the first NT k tiles of a loading thread's weight rows
+// (columns k0, k0 + bk, ... below kend; bk in halves) into L2, a line a
+// row and tile from the rows' first loader (kc 0), so that the pipeline's
+// first loads find them there. The weights are no kernel's output.
+template <int B_PER, int NT>
+__device__ __forceinline__ void prefetch_weights(const __half *const (&brow)[B_PER], const bool (&bvalid)[B_PER],
+                                                 int k0, int kend, int bk, int kc)
+{
+    if (kc != 0)
+        return;
+#pragma unroll
+    for (int i = 0; i < B_PER; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (bvalid[i] && k0 + t * bk < kend)
+                prefetch_l2(brow[i] + k0 + t * bk);
+}
+
 /* ===================================================================== */
 /* FP16 tensor-core kernel                                               */
 /* ===================================================================== */
@@ -530,12 +548,14 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const __half *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
-    if (res && !partial)  // L2 prefetch of the residual
-        prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     // Split-K: CTA z covers k tiles [kt0, kt0 + KT) and leaves the
     // epilogue to splitk_epilogue_kernel.
     int kt0;
     int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
+    prefetch_weights<B_PER, STAGES - 1>(brow, bvalid, SCR ? KM : kt0 * BK, K, BK, kc);
+    pdl_sync();
+    if (res && !partial)  // L2 prefetch of the residual
+        prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     // SCR: tiles [0, KTS) hold the shortcut's columns [KM, K), the rest the taps'.
     const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;
     if (SCR)
@@ -947,10 +967,12 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     const __half *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
-    if (res && !partial)  // L2 prefetch of the residual
-        prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     int kt0;
     int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
+    prefetch_weights<B_PER, STAGES - 1>(brow, bvalid, SCR ? KM : kt0 * BK, K, BK, kc);
+    pdl_sync();
+    if (res && !partial)  // L2 prefetch of the residual
+        prefetch_res<BM, BN, T, S8 ? 1 : 2>(res, m0, n0, M, N, tid);
     const int KTS = SCR ? (s.c2 + BK - 1) / BK : 0;  // as in the mma.sync kernel
     if (SCR)
         KT = KTS + (KM + BK - 1) / BK;
@@ -1325,8 +1347,6 @@ __global__ void __launch_bounds__(128, MINB)
         }
         cp_async_commit();
     };
-    // The first patch loads while the weights do.
-    prefetch(cta, 0);
 
     // A fragments: rows ch and ch + 8 of the KRSC weights (one row is an
     // output channel's 9 * ROWB bytes; INT8: channels 16 wq + 2 (lane / 4)
@@ -1351,6 +1371,10 @@ __global__ void __launch_bounds__(128, MINB)
         m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + c2));
         bb2 = __ldg(reinterpret_cast<const float2 *>(bias + c2));
     }
+    // The weights and factors (no kernel's output) load before pdl_sync, the
+    // first patch after it, while the weights are still in flight.
+    pdl_sync();
+    prefetch(cta, 0);
 
     // The MMAs of the tile in patch buffer b into acc, one wgmma group.
     auto issue_mma = [&](acc_t(&acc)[NACC], int b) {
@@ -1496,6 +1520,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
     const float *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    pdl_sync();
     int kt0;  // split-K as in the FP16 kernel
     const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     float4 ra[A_PER], rb[B_PER];
@@ -1671,6 +1696,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const float *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    pdl_sync();
     int kt0;
     const int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     igemm_kiter kit = igemm_kiter_make(s, kt0 * BK + kc * 4);
@@ -1819,6 +1845,7 @@ __global__ void __launch_bounds__(256)
     splitk_epilogue_kernel(const float *__restrict__ partial, int splits, int M, int N, const float *__restrict__ bias,
                            const T *__restrict__ res, int relu, T *__restrict__ out)
 {
+    pdl_sync();
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     long total = (long)M * N;
     if (i >= total)
@@ -1847,6 +1874,7 @@ __global__ void __launch_bounds__(256)
                               const float *__restrict__ bias, const conv_q8 q, const int8_t *__restrict__ res,
                               int relu, void *__restrict__ out)
 {
+    pdl_sync();
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     long total = (long)M * N;
     if (i >= total)
@@ -2006,6 +2034,23 @@ static f16_entry *half_table(int kind, int *n)
 // Persistent grids: the SMs of the device conv_init last ran on (another
 // count only changes how many tiles each CTA loops over), or the test's cap.
 static int g_num_sms = 1;
+static int g_pdl_mode = -1;  // conv_pdl_mode; -1 before conv_init
+static thread_local int t_pdl = -1;
+
+int conv_pdl_mode(void)
+{
+    return g_pdl_mode < 0 ? 0 : g_pdl_mode;
+}
+
+void conv_set_pdl(int on)
+{
+    t_pdl = on;
+}
+
+int conv_pdl_on(void)
+{
+    return conv_pdl_mode() != 0 && t_pdl != 0;
+}
 static int g_persistent_cap = 0;
 
 void conv_set_persistent_cap(int ctas)
@@ -2056,6 +2101,13 @@ cudaError_t conv_init(void)
         e = cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess)
         return e;
+    // Programmatic launches (kernels.cuh) need 9.0 or later on every
+    // device the process uses.
+    const char *pdl = getenv("RESNETD_GPU_PDL");
+    if (major < 9 || (pdl && strcmp(pdl, "0") == 0))
+        g_pdl_mode = 0;
+    else if (g_pdl_mode != 0)
+        g_pdl_mode = pdl && strcmp(pdl, "1") == 0 ? 1 : 2;
     int has_wgmma = 0;
     if (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0)) {
         wgmma_probe_kernel<<<1, 1>>>();
@@ -2205,6 +2257,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }
     const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
+    cudaError_t e;
     if (kind != CONV_FP32) {
         conv_shape h = *s;
         if (kind == CONV_INT8) {  // int8 channels as pairs: the kernels' halves
@@ -2214,25 +2267,22 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         h.in2 = in2;
         int n;
         const f16_entry &en = half_table(kind, &n)[p->tile];
-        (s->c2 > 0 ? en.fn_sc : en.fn)<<<grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st>>>(
-            h, (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split, q ? *q : none);
+        e = launch_k(s->c2 > 0 ? en.fn_sc : en.fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h,
+                     (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split,
+                     q ? *q : none);
     } else {
-        kTilesF32[p->tile].fn<<<grid, t->threads, t->smem, st>>>(*s, (const float *)in, (const float *)w, bias,
-                                                           (const float *)res, (float *)out, relu, partial,
-                                                           p->kt_per_split);
+        e = launch_k(kTilesF32[p->tile].fn, grid, t->threads, t->smem, st, *s, (const float *)in, (const float *)w,
+                     bias, (const float *)res, (float *)out, relu, partial, p->kt_per_split);
     }
-    cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !partial)
         return e;
     unsigned blocks = (unsigned)((M * s->k / 4 + 255) / 256);
     if (kind == CONV_INT8)
-        splitk_epilogue_s8_kernel<<<blocks, 256, 0, st>>>((const int *)partial, p->splits, (int)M, s->k, bias, *q,
-                                                          (const int8_t *)res, relu, out);
-    else if (kind == CONV_FP16)
-        splitk_epilogue_kernel<__half><<<blocks, 256, 0, st>>>(partial, p->splits, (int)M, s->k, bias,
-                                                               (const __half *)res, relu, (__half *)out);
-    else
-        splitk_epilogue_kernel<float><<<blocks, 256, 0, st>>>(partial, p->splits, (int)M, s->k, bias,
-                                                              (const float *)res, relu, (float *)out);
-    return cudaGetLastError();
+        return launch_k(splitk_epilogue_s8_kernel, blocks, 256, 0, st, (const int *)partial, p->splits, (int)M, s->k,
+                        bias, *q, (const int8_t *)res, relu, out);
+    if (kind == CONV_FP16)
+        return launch_k(splitk_epilogue_kernel<__half>, blocks, 256, 0, st, partial, p->splits, (int)M, s->k, bias,
+                        (const __half *)res, relu, (__half *)out);
+    return launch_k(splitk_epilogue_kernel<float>, blocks, 256, 0, st, partial, p->splits, (int)M, s->k, bias,
+                    (const float *)res, relu, (float *)out);
 }

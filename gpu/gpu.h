@@ -52,6 +52,11 @@ int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char
 int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms, char *err,
                             size_t errlen);
 
+/* 1 when the graph that runs n images launches its kernels
+ * programmatically (each kernel's launch and prologue under the tail of the
+ * one before: gpu/kernels.cuh), 0 when not, -1 for no CUDA engine. */
+int engine_cuda_programmatic(engine *e, int n);
+
 /* Tests: after engine_wait, the last conv's output of the latest batch
  * (activations are shared by the slots) for its first n images, INT8
  * engines only, where it is FP32: out[n][7][7][512]. */

@@ -11,6 +11,53 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <utility>
+
+// Programmatic dependent launch (compute capability 9.0). A kernel launched
+// by launch_k may start while the kernel before it in the stream still
+// runs, so that its launch and its prologue (address arithmetic, weights,
+// tables, shared-memory set-up) overlap that kernel's tail instead of
+// following it. So every kernel launched by launch_k calls pdl_sync()
+// before it reads what an earlier kernel wrote and before it writes global
+// memory: it waits there until the kernels before it have finished and
+// their writes are visible, then lets the next kernel start. Without the
+// launch attribute (conv_pdl_mode) both are no-ops.
+__device__ __forceinline__ void pdl_sync(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Programmatic launches: 0 never (RESNETD_GPU_PDL=0, or a device before
+// 9.0 in the process), 1 always (RESNETD_GPU_PDL=1), 2 where timed faster
+// (the default: the engine times each batch bucket's graph both ways).
+// Set by conv_init.
+int conv_pdl_mode(void);
+// This thread's launches: with (1) or without (0) programmatic launch, or
+// as the mode allows (-1, the default). The engine sets it while it
+// captures a graph.
+void conv_set_pdl(int on);
+int conv_pdl_on(void);
+
+// fn<<<grid, block, smem, st>>>(args...), with the programmatic launch
+// attribute when conv_pdl_on(); returns the launch's error.
+template <typename... P, typename... A>
+cudaError_t launch_k(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = conv_pdl_on() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, fn, std::forward<A>(args)...);
+}
 
 // One convolution: input n x h x w x c, weights k x kh x kw x c, output
 // n x oh x ow x k. As an implicit GEMM: M = n*oh*ow output pixels, N = k

@@ -45,6 +45,7 @@ template <typename T>
 __global__ void __launch_bounds__(256)
     normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix)
 {
+    pdl_sync();
     __shared__ uint32_t words[NORM_PIX * 3 / 4];
     const long base = (long)blockIdx.x * NORM_PIX;
     const long n = npix - base < NORM_PIX ? npix - base : NORM_PIX;
@@ -68,10 +69,8 @@ cudaError_t normalize_launch(int fp16, const uint8_t *in, void *out, long npix, 
 {
     unsigned blocks = (unsigned)((npix + NORM_PIX - 1) / NORM_PIX);
     if (fp16)
-        normalize_kernel<__half><<<blocks, 256, 0, st>>>(in, (__half *)out, npix);
-    else
-        normalize_kernel<float><<<blocks, 256, 0, st>>>(in, (float *)out, npix);
-    return cudaGetLastError();
+        return launch_k(normalize_kernel<__half>, blocks, 256, 0, st, in, (__half *)out, npix);
+    return launch_k(normalize_kernel<float>, blocks, 256, 0, st, in, (float *)out, npix);
 }
 
 // The FP32 input images, CHW, into the normalised tensor's [hw][4] layout
@@ -108,6 +107,7 @@ __global__ void __launch_bounds__(256)
     place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv, T *__restrict__ out,
                      int n, int hw)
 {
+    pdl_sync();
     int mine = 0;
     for (int part = blockIdx.x + threadIdx.x * gridDim.x; part < n * PLACE_PARTS; part += blockDim.x * gridDim.x)
         mine |= which[part / PLACE_PARTS] >= 0;
@@ -128,8 +128,8 @@ static cudaError_t place_launch(const float *in, const int *which, float inv, T 
     if (n <= 0 || n > (INT_MAX - PLACE_GRID * 256) / PLACE_PARTS)  // part, stepped, stays an int
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     const int parts = n * PLACE_PARTS;
-    place_f32_kernel<T><<<parts < PLACE_GRID ? parts : PLACE_GRID, 256, 0, st>>>(in, which, inv, out, n, hw);
-    return cudaGetLastError();
+    return launch_k(place_f32_kernel<T>, parts < PLACE_GRID ? parts : PLACE_GRID, 256, 0, st, in, which, inv, out, n,
+                    hw);
 }
 
 cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw, cudaStream_t st)
@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(256)
     const uint8_t *bytes = reinterpret_cast<const uint8_t *>(words);
     for (int k = threadIdx.x; k < 3 * 256; k += blockDim.x)
         q[k / 256][k % 256] = lut[k];
+    pdl_sync();  // the table is no kernel's output
     if (n == NORM_PIX) {
         const uint32_t *src = reinterpret_cast<const uint32_t *>(in + base * 3);
         for (int k = threadIdx.x; k < NORM_PIX * 3 / 4; k += blockDim.x)
@@ -175,8 +176,7 @@ __global__ void __launch_bounds__(256)
 cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *out, long npix, cudaStream_t st)
 {
     unsigned blocks = (unsigned)((npix + NORM_PIX - 1) / NORM_PIX);
-    normalize_s8_kernel<<<blocks, 256, 0, st>>>(in, lut, out, npix);
-    return cudaGetLastError();
+    return launch_k(normalize_s8_kernel, blocks, 256, 0, st, in, lut, out, npix);
 }
 
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
@@ -247,6 +247,7 @@ template <typename T>
 __global__ void __launch_bounds__(256)
     maxpool3x3s2_kernel(const T *__restrict__ in, T *__restrict__ out, int n, int h, int w, int c, int oh, int ow)
 {
+    pdl_sync();
     typedef vec16<T> vt;
     const int cv = c / vt::V;
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -280,10 +281,10 @@ cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, in
     long total = (long)n * oh * ow * (c / (fp16 ? 8 : 4));
     unsigned blocks = (unsigned)((total + 255) / 256);
     if (fp16)
-        maxpool3x3s2_kernel<__half><<<blocks, 256, 0, st>>>((const __half *)in, (__half *)out, n, h, w, c, oh, ow);
-    else
-        maxpool3x3s2_kernel<float><<<blocks, 256, 0, st>>>((const float *)in, (float *)out, n, h, w, c, oh, ow);
-    return cudaGetLastError();
+        return launch_k(maxpool3x3s2_kernel<__half>, blocks, 256, 0, st, (const __half *)in, (__half *)out, n, h, w,
+                        c, oh, ow);
+    return launch_k(maxpool3x3s2_kernel<float>, blocks, 256, 0, st, (const float *)in, (float *)out, n, h, w, c, oh,
+                    ow);
 }
 
 // On int8 values: the same as pooling in float and quantising after, q
@@ -293,8 +294,7 @@ cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w
 {
     long total = (long)n * oh * ow * (c / 16);
     unsigned blocks = (unsigned)((total + 255) / 256);
-    maxpool3x3s2_kernel<int8_t><<<blocks, 256, 0, st>>>(in, out, n, h, w, c, oh, ow);
-    return cudaGetLastError();
+    return launch_k(maxpool3x3s2_kernel<int8_t>, blocks, 256, 0, st, in, out, n, h, w, c, oh, ow);
 }
 
 /* ---- global average pool --------------------------------------------- */
@@ -334,6 +334,7 @@ template <typename TI, typename TO, typename S>
 __global__ void __launch_bounds__(AVG_PAIRS * AVG_PARTS)
     avgpool_kernel(const TI *__restrict__ in, TO *__restrict__ out, int hw, int c)
 {
+    pdl_sync();
     __shared__ S part[2][AVG_PARTS][AVG_PAIRS];  // [x or y]: a warp's stores and reads are consecutive
     const int img = blockIdx.y, t = threadIdx.x % AVG_PAIRS, k = threadIdx.x / AVG_PAIRS;
     const int ch = 2 * (blockIdx.x * AVG_PAIRS + t);
@@ -364,12 +365,12 @@ cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, i
         return cudaErrorInvalidValue;
     const dim3 grid((unsigned)((c / 2 + AVG_PAIRS - 1) / AVG_PAIRS), (unsigned)n), block(AVG_PAIRS * AVG_PARTS);
     if (kind == CONV_FP16)
-        avgpool_kernel<__half, __half, float><<<grid, block, 0, st>>>((const __half *)in, (__half *)out, hw, c);
-    else if (kind == CONV_INT8)
-        avgpool_kernel<float, __half, double><<<grid, block, 0, st>>>((const float *)in, (__half *)out, hw, c);
-    else
-        avgpool_kernel<float, float, float><<<grid, block, 0, st>>>((const float *)in, (float *)out, hw, c);
-    return cudaGetLastError();
+        return launch_k(avgpool_kernel<__half, __half, float>, grid, block, 0, st, (const __half *)in, (__half *)out,
+                        hw, c);
+    if (kind == CONV_INT8)
+        return launch_k(avgpool_kernel<float, __half, double>, grid, block, 0, st, (const float *)in, (__half *)out,
+                        hw, c);
+    return launch_k(avgpool_kernel<float, float, float>, grid, block, 0, st, (const float *)in, (float *)out, hw, c);
 }
 
 /* ---- head: bias, softmax, top-k -------------------------------------- */
@@ -436,6 +437,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     softmax_topk_kernel(float *__restrict__ logits, const float *__restrict__ bias, int classes, int k,
                         int *__restrict__ idx, float *__restrict__ prob)
 {
+    pdl_sync();
     __shared__ float sv[TOPK_THREADS / 32];
     __shared__ int si[TOPK_THREADS / 32];
     float *row = logits + (long)blockIdx.x * classes;
@@ -487,6 +489,5 @@ cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int cla
 {
     if (k < 1 || k > TOPK_MAX || k > classes)  // k rounds each need a class not yet taken
         return cudaErrorInvalidValue;
-    softmax_topk_kernel<<<n, TOPK_THREADS, 0, st>>>(logits, bias, classes, k, idx, prob);
-    return cudaGetLastError();
+    return launch_k(softmax_topk_kernel, n, TOPK_THREADS, 0, st, logits, bias, classes, k, idx, prob);
 }

@@ -390,12 +390,15 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             *reinterpret_cast<uint4 *>(smem + r * cfg::prow + side * (W + 4) * PX + half * 16) = make_uint4(0, 0, 0, 0);
         }
     }
-    if ((int)blockIdx.x < items)
-        from_in = load_raw(blockIdx.x, raw);
     for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
         cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
     }
+    // The table, the pads and the weights (no kernel's output) before
+    // pdl_sync; the first item's rows after it, in the weights' group.
+    pdl_sync();
+    if ((int)blockIdx.x < items)
+        from_in = load_raw(blockIdx.x, raw);
     cp_async_commit();
 
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
@@ -512,9 +515,8 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     const int most = cap > 0 ? cap : g_stem_ctas[s8];
     const int ctas = items < most ? items : most;
     if (s8)
-        stem_pool_kernel<true><<<ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st>>>(n, h, in, *rgb, wgt, bias, *q, out);
-    else
-        stem_pool_kernel<false>
-            <<<ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st>>>(n, h, in, *rgb, wgt, bias, none, out);
-    return cudaGetLastError();
+        return launch_k(stem_pool_kernel<true>, ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st, n, h, in, *rgb, wgt,
+                        bias, *q, out);
+    return launch_k(stem_pool_kernel<false>, ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st, n, h, in, *rgb, wgt,
+                    bias, none, out);
 }

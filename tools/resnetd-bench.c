@@ -81,6 +81,7 @@ typedef struct engine_result {
     double img_per_s;
     double gflops;
     double gpu_ms;              /* CUDA: median compute time of the graph alone, 0 elsewhere */
+    int programmatic;           /* CUDA: the graph launches its kernels programmatically */
     double h2d_ms, d2h_ms;      /* CUDA: median copy times */
 } engine_result;
 
@@ -348,6 +349,7 @@ static int bench_engine_batch(engine *e, int batch, int iters, engine_result *r,
     r->img_per_s = batch * 1000.0 / r->ms_per_batch;
     r->gflops = r->img_per_s * 2.0 * resnet18_macs_per_image(e->classes) / 1e9;
     r->gpu_ms = r->h2d_ms = r->d2h_ms = 0;
+    r->programmatic = 0;
 #ifdef HAVE_CUDA
     if (e->device == ENGINE_DEVICE_CUDA) {
         /* The graph alone, as PyTorch is timed: inputs already on the GPU. */
@@ -356,6 +358,7 @@ static int bench_engine_batch(engine *e, int batch, int iters, engine_result *r,
         for (int i = 0; rc == 0 && i < iters; i++)
             rc = engine_cuda_phase_times(e, batch, &h2d[i], &ms[i], &d2h[i], err, errlen);
         if (rc == 0) {
+            r->programmatic = engine_cuda_programmatic(e, batch) == 1;
             r->gpu_ms = median(ms, iters);
             r->h2d_ms = median(h2d, iters);
             r->d2h_ms = median(d2h, iters);
@@ -903,18 +906,19 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
                engine_device_name(info->device), engine_precision_name(info->precision), o->weights, info->classes,
                BENCH_WARMUP, o->iters);
         if (cuda)
-            printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU)\n");
+            printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU;\n"
+                   " pdl: its kernels launched programmatically, where timed faster)\n");
         printf("%6s %12s %10s %10s", "batch", "ms/batch", "img/s", "GFLOP/s");
         if (cuda)
-            printf(" %10s %10s %10s %9s %9s", "gpu ms", "gpu img/s", "gpu TFLOP/s", "h2d ms", "d2h ms");
+            printf(" %10s %10s %10s %9s %9s %4s", "gpu ms", "gpu img/s", "gpu TFLOP/s", "h2d ms", "d2h ms", "pdl");
         printf("\n");
         for (int i = 0; i < o->nbatches; i++) {
             printf("%6d %12.3f %10.1f %10.1f", res[i].batch, res[i].ms_per_batch, res[i].img_per_s,
                    res[i].gflops);
             if (cuda && res[i].gpu_ms > 0)
-                printf(" %10.3f %10.1f %10.1f %9.3f %9.3f", res[i].gpu_ms, res[i].batch * 1000.0 / res[i].gpu_ms,
+                printf(" %10.3f %10.1f %10.1f %9.3f %9.3f %4s", res[i].gpu_ms, res[i].batch * 1000.0 / res[i].gpu_ms,
                        res[i].batch / res[i].gpu_ms * 2.0 * resnet18_macs_per_image(info->classes) / 1e9, res[i].h2d_ms,
-                       res[i].d2h_ms);
+                       res[i].d2h_ms, res[i].programmatic ? "yes" : "no");
             printf("\n");
         }
         if (x->device_bytes || x->pinned_bytes)
@@ -985,6 +989,7 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
                 json_object_set_new(row, "gpu_img_per_s", json_real(res[i].batch * 1000.0 / res[i].gpu_ms));
                 json_object_set_new(row, "h2d_ms", json_real(res[i].h2d_ms));
                 json_object_set_new(row, "d2h_ms", json_real(res[i].d2h_ms));
+                json_object_set_new(row, "programmatic_launch", json_boolean(res[i].programmatic));
             }
             json_array_append_new(rows, row);
         }
