@@ -2034,12 +2034,13 @@ static f16_entry *half_table(int kind, int *n)
 // Persistent grids: the SMs of the device conv_init last ran on (another
 // count only changes how many tiles each CTA loops over), or the test's cap.
 static int g_num_sms = 1;
-static int g_pdl_mode = -1;  // conv_pdl_mode; -1 before conv_init
+static int g_pdl_mode = 0;       // conv_pdl_mode, set by conv_init
+static int g_pdl_old_device = 0;  // a device before 9.0 seen in this process
 static thread_local int t_pdl = -1;
 
 int conv_pdl_mode(void)
 {
-    return g_pdl_mode < 0 ? 0 : g_pdl_mode;
+    return g_pdl_mode;
 }
 
 void conv_set_pdl(int on)
@@ -2104,10 +2105,8 @@ cudaError_t conv_init(void)
     // Programmatic launches (kernels.cuh) need 9.0 or later on every
     // device the process uses.
     const char *pdl = getenv("RESNETD_GPU_PDL");
-    if (major < 9 || (pdl && strcmp(pdl, "0") == 0))
-        g_pdl_mode = 0;
-    else if (g_pdl_mode != 0)
-        g_pdl_mode = pdl && strcmp(pdl, "1") == 0 ? 1 : 2;
+    g_pdl_old_device |= major < 9;
+    g_pdl_mode = g_pdl_old_device || (pdl && strcmp(pdl, "0") == 0) ? 0 : pdl && strcmp(pdl, "1") == 0 ? 1 : 2;
     int has_wgmma = 0;
     if (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0)) {
         wgmma_probe_kernel<<<1, 1>>>();

@@ -12,7 +12,10 @@
  * FP16 with its downsamples inside the convs that add them and (small
  * batches) RESNETD_GPU_DOWNSAMPLE=separate; INT8 with them inside where
  * timed faster and (small batches) RESNETD_GPU_DOWNSAMPLE=fused and
- * separate.
+ * separate. FP16 and INT8 with each bucket's graph launching its kernels
+ * programmatically where timed faster and (small batches) always
+ * (RESNETD_GPU_PDL=1: a kernel that read before its pdl_sync would read
+ * the last batch's activations) and never.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
@@ -217,6 +220,13 @@ START_TEST(fp16_matches_cpu_engine_within_5e3_same_top1)
     setenv("RESNETD_GPU_DOWNSAMPLE", "separate", 1);
     run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
     unsetenv("RESNETD_GPU_DOWNSAMPLE");
+    /* Every graph with programmatic launches, and none (by default the
+     * timing decides, bucket by bucket). */
+    setenv("RESNETD_GPU_PDL", "1", 1);
+    run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
+    setenv("RESNETD_GPU_PDL", "0", 1);
+    run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
+    unsetenv("RESNETD_GPU_PDL");
 }
 END_TEST
 
@@ -369,6 +379,11 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
     setenv("RESNETD_GPU_DOWNSAMPLE", "separate", 1);
     run_int8(1);
     unsetenv("RESNETD_GPU_DOWNSAMPLE");
+    setenv("RESNETD_GPU_PDL", "1", 1);
+    run_int8(1);
+    setenv("RESNETD_GPU_PDL", "0", 1);
+    run_int8(1);
+    unsetenv("RESNETD_GPU_PDL");
 }
 END_TEST
 
