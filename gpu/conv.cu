@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <atomic>
 #include <type_traits>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
@@ -2034,24 +2035,6 @@ static f16_entry *half_table(int kind, int *n)
 // Persistent grids: the SMs of the device conv_init last ran on (another
 // count only changes how many tiles each CTA loops over), or the test's cap.
 static int g_num_sms = 1;
-static int g_pdl_mode = 0;       // conv_pdl_mode, set by conv_init
-static int g_pdl_old_device = 0;  // a device before 9.0 seen in this process
-static thread_local int t_pdl = -1;
-
-int conv_pdl_mode(void)
-{
-    return g_pdl_mode;
-}
-
-void conv_set_pdl(int on)
-{
-    t_pdl = on;
-}
-
-int conv_pdl_on(void)
-{
-    return conv_pdl_mode() != 0 && t_pdl != 0;
-}
 static int g_persistent_cap = 0;
 
 void conv_set_persistent_cap(int ctas)
@@ -2062,6 +2045,29 @@ void conv_set_persistent_cap(int ctas)
 int conv_persistent_cap(void)
 {
     return g_persistent_cap;
+}
+
+// Programmatic launches: conv_init clears g_pdl_ok for good once a device
+// before 9.0 is seen (atomics: a reload creates engines on another thread);
+// t_pdl is this thread's choice (conv_set_pdl).
+static std::atomic<int> g_pdl_ok{1}, g_pdl_init{0};
+static thread_local int t_pdl = -1;
+
+int conv_pdl_supported(void)
+{
+    return g_pdl_init && g_pdl_ok;
+}
+
+int conv_set_pdl(int on)
+{
+    const int old = t_pdl;
+    t_pdl = on;
+    return old;
+}
+
+int conv_pdl_on(void)
+{
+    return conv_pdl_supported() && t_pdl != 0;
 }
 
 int conv_tile_fits(int kind, int tile, const conv_shape *s)
@@ -2104,9 +2110,9 @@ cudaError_t conv_init(void)
         return e;
     // Programmatic launches (kernels.cuh) need 9.0 or later on every
     // device the process uses.
-    const char *pdl = getenv("RESNETD_GPU_PDL");
-    g_pdl_old_device |= major < 9;
-    g_pdl_mode = g_pdl_old_device || (pdl && strcmp(pdl, "0") == 0) ? 0 : pdl && strcmp(pdl, "1") == 0 ? 1 : 2;
+    if (major < 9)
+        g_pdl_ok = 0;
+    g_pdl_init = 1;
     int has_wgmma = 0;
     if (major == 9 && minor == 0 && !(no_wgmma && strcmp(no_wgmma, "1") == 0)) {
         wgmma_probe_kernel<<<1, 1>>>();

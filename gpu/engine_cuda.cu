@@ -57,6 +57,13 @@
 // every candidate's time on stderr), and for INT8 times the downsample and
 // conv2 back to back against conv2 with it inside. In FP32
 // the candidates are SIMT and 3xTF32 tiles, both within ~1e-6 of FP32.
+//
+// Graphs. Each bucket's forward pass is one CUDA graph per slot. On 9.0
+// devices its kernels may launch programmatically (gpu/kernels.cuh), each
+// kernel's launch and prologue under the tail of the one before; the engine
+// captures each bucket both ways and keeps that only where it is faster
+// (capture_graphs): it cut b=1's time by a sixth and cost INT8 0.8% at
+// b=256. RESNETD_GPU_PDL=0: never; =1: always.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +134,7 @@ typedef struct cuda_engine {
     void *blas_ws;
     cublasHandle_t blas;
     int buckets[MAX_BUCKETS], nbuckets;
+    int pdl_mode;     // programmatic launches: 0 never, 1 always, 2 where timed faster (capture_graphs)
     unsigned char pdl[MAX_BUCKETS];  // the bucket's graph launches its kernels programmatically (kernels.cuh)
     cuda_slot slot[ENGINE_MAX_SLOTS];
     pthread_mutex_t order;
@@ -699,20 +707,16 @@ static size_t plans_workspace(cuda_engine *ce)
     return most;
 }
 
-// The best of 3 timings (after a warm-up launch) of conv i at batch n with
-// plan p (s8_sc: with its downsample inside), after conv pre with plan pp
-// in the same timing when pre >= 0: two convs back to back, as a graph
-// runs them (timed alone, each would pay its own launch latency).
-static int time_conv(cuda_engine *ce, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int n, int pre,
-                     const conv_plan *pp, int i, const conv_plan *p, int s8_sc, float *best, char *err, size_t errlen)
+// The best of `runs` timings of enqueue(), after a warm-up run.
+template <typename F>
+static int best_time(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int runs, F &&enqueue, float *best,
+                     char *err, size_t errlen)
 {
     *best = 1e30f;
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r <= runs; r++) {
         float ms;
         CUDA_TRY(cudaEventRecord(e0, st));
-        if (pre >= 0)
-            CUDA_TRY(launch_conv(ce, pre, n, pp, 0, st));
-        CUDA_TRY(launch_conv(ce, i, n, p, s8_sc, st));
+        CUDA_TRY(enqueue());
         CUDA_TRY(cudaEventRecord(e1, st));
         CUDA_TRY(cudaEventSynchronize(e1));
         CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
@@ -722,6 +726,22 @@ static int time_conv(cuda_engine *ce, cudaStream_t st, cudaEvent_t e0, cudaEvent
     return 0;
 fail:
     return -1;
+}
+
+// The best of 3 timings of conv i at batch n with plan p (s8_sc: with its
+// downsample inside), after conv pre with plan pp in the same timing when
+// pre >= 0: two convs back to back, as a graph runs them (timed alone,
+// each would pay its own launch latency).
+static int time_conv(cuda_engine *ce, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int n, int pre,
+                     const conv_plan *pp, int i, const conv_plan *p, int s8_sc, float *best, char *err, size_t errlen)
+{
+    return best_time(
+        st, e0, e1, 3,
+        [&]() {
+            cudaError_t e = pre >= 0 ? launch_conv(ce, pre, n, pp, 0, st) : cudaSuccess;
+            return e == cudaSuccess ? launch_conv(ce, i, n, p, s8_sc, st) : e;
+        },
+        best, err, errlen);
 }
 
 // Times every candidate plan of every conv at every bucket on slot 0 (one
@@ -824,19 +844,19 @@ static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
 }
 
 // Bucket b's forward pass on slot s as a graph, its kernels launched
-// programmatically or not (pdl).
+// programmatically (where supported) or not (pdl).
 static int capture_one(cuda_engine *ce, int s, int b, int pdl, cudaGraphExec_t *out, char *err, size_t errlen)
 {
     cuda_slot *sl = &ce->slot[s];
     cudaGraph_t g = NULL;
     int rc = -1;
-    conv_set_pdl(pdl);
+    const int was = conv_set_pdl(pdl);
     CUDA_TRY(cudaStreamBeginCapture(sl->stream, cudaStreamCaptureModeThreadLocal));
     if (forward(ce, s, ce->buckets[b], sl->stream, NULL, err, errlen) != 0) {
         cudaGraph_t dropped;
         if (cudaStreamEndCapture(sl->stream, &dropped) == cudaSuccess && dropped)
             cudaGraphDestroy(dropped);
-        goto done;
+        goto fail;
     }
     CUDA_TRY(cudaStreamEndCapture(sl->stream, &g));
     {
@@ -845,73 +865,49 @@ static int capture_one(cuda_engine *ce, int s, int b, int pdl, cudaGraphExec_t *
         CUDA_TRY(e);
     }
     rc = 0;
-    goto done;
 fail:
-    rc = -1;
-done:
-    conv_set_pdl(-1);
+    conv_set_pdl(was);
     return rc;
 }
 
-// The best of 5 launches of a graph, after a warm-up launch.
-static int time_graph(cudaGraphExec_t gx, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, float *best, char *err,
-                      size_t errlen)
-{
-    *best = 1e30f;
-    for (int r = 0; r < 6; r++) {
-        float ms;
-        CUDA_TRY(cudaEventRecord(e0, st));
-        CUDA_TRY(cudaGraphLaunch(gx, st));
-        CUDA_TRY(cudaEventRecord(e1, st));
-        CUDA_TRY(cudaEventSynchronize(e1));
-        CUDA_TRY(cudaEventElapsedTime(&ms, e0, e1));
-        if (r > 0 && ms < *best)
-            *best = ms;
-    }
-    return 0;
-fail:
-    return -1;
-}
-
 // One graph per (slot, bucket); the bucket runs padded inputs beyond n.
-// Programmatic launches (conv_pdl_mode 2): slot 0 captures each bucket
-// both ways and keeps the faster graph, the other slots what it chose.
-// Measured on an H100 they took b=1 from 0.147 to 0.128 ms and cost
-// INT8 0.8% at b=256.
+// Programmatic launches (pdl_mode 2): slot 0, captured first, captures
+// each bucket both ways and keeps the programmatic graph where it is at
+// least 1% faster (a stable choice where the two tie); the other slots
+// take what it chose. On an H100 they took b=1 FP16 from 0.145 to 0.123 ms
+// and cost INT8 0.8% at b=256.
 static int capture_graphs(cuda_engine *ce, int s, char *err, size_t errlen)
 {
     cuda_slot *sl = &ce->slot[s];
-    const int mode = conv_pdl_mode();
     cudaEvent_t e0 = NULL, e1 = NULL;
     cudaGraphExec_t other = NULL;
-    if (s == 0 && mode == 2) {
+    if (s == 0 && ce->pdl_mode == 2) {
         CUDA_TRY(cudaEventCreate(&e0));
         CUDA_TRY(cudaEventCreate(&e1));
     }
     for (int b = 0; b < ce->nbuckets; b++) {
-        if (s > 0) {
-            if (capture_one(ce, s, b, ce->pdl[b], &sl->graph[b], err, errlen) != 0)
-                goto fail_quiet;
-            continue;
-        }
-        ce->pdl[b] = mode != 0;
+        if (s == 0)
+            ce->pdl[b] = ce->pdl_mode != 0;
         if (capture_one(ce, s, b, ce->pdl[b], &sl->graph[b], err, errlen) != 0)
-            goto fail_quiet;
-        if (mode != 2)
+            goto fail;
+        if (s > 0 || ce->pdl_mode != 2)
             continue;
         float t_on, t_off;
         if (capture_one(ce, s, b, 0, &other, err, errlen) != 0 ||
-            time_graph(sl->graph[b], sl->stream, e0, e1, &t_on, err, errlen) != 0 ||
-            time_graph(other, sl->stream, e0, e1, &t_off, err, errlen) != 0)
-            goto fail_quiet;
-        if (t_off < t_on) {
+            best_time(sl->stream, e0, e1, 5, [&]() { return cudaGraphLaunch(sl->graph[b], sl->stream); }, &t_on,
+                      err, errlen) != 0 ||
+            best_time(sl->stream, e0, e1, 5, [&]() { return cudaGraphLaunch(other, sl->stream); }, &t_off, err,
+                      errlen) != 0)
+            goto fail;
+        if (t_on > 0.99f * t_off) {
             cudaGraphExec_t t = sl->graph[b];
             sl->graph[b] = other;
             other = t;
             ce->pdl[b] = 0;
         }
-        CUDA_TRY(cudaGraphExecDestroy(other));
+        cudaGraphExec_t done = other;
         other = NULL;
+        CUDA_TRY(cudaGraphExecDestroy(done));
     }
     if (e0)
         cudaEventDestroy(e0);
@@ -919,7 +915,6 @@ static int capture_graphs(cuda_engine *ce, int s, char *err, size_t errlen)
         cudaEventDestroy(e1);
     return 0;
 fail:
-fail_quiet:
     if (other)
         cudaGraphExecDestroy(other);
     if (e0)
@@ -1173,6 +1168,15 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     CUDA_TRY(conv_init());
 
     {
+        // Programmatic launches (capture_graphs): RESNETD_GPU_PDL=0 never, =1 always.
+        const char *pdl = getenv("RESNETD_GPU_PDL");
+        if (pdl && strcmp(pdl, "0") != 0 && strcmp(pdl, "1") != 0) {
+            snprintf(err, errlen, "RESNETD_GPU_PDL must be 0 or 1 (got '%s')", pdl);
+            goto fail;
+        }
+        ce->pdl_mode = !conv_pdl_supported() ? 0 : !pdl ? 2 : pdl[0] == '1';
+    }
+    {
         // The downsamples (see the top of the file).
         const char *how = getenv("RESNETD_GPU_DOWNSAMPLE");
         if (how && strcmp(how, "fused") != 0 && strcmp(how, "separate") != 0) {
@@ -1246,10 +1250,15 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     for (int s = 0; s < nslots; s++)
         if (create_slot(ce, s, err, errlen) != 0)
             goto fail;
-    if (choose_plans(ce, err, errlen) != 0)
-        goto fail;
+    {
+        const int was = conv_set_pdl(ce->pdl_mode != 0);  // the autotuner's launches as the graphs' may be
+        const int rc = choose_plans(ce, err, errlen);
+        conv_set_pdl(was);
+        if (rc != 0)
+            goto fail;
+    }
     memset(ce->slot[0].h_in, 0, nb * RESNET18_INPUT_BYTES);  // autotuning left random pixels
-    CUDA_TRY(cudaMemset(ce->slot[0].d_in, 0, nb * RESNET18_INPUT_BYTES));
+    CUDA_TRY(cudaMemsetAsync(ce->slot[0].d_in, 0, nb * RESNET18_INPUT_BYTES, ce->slot[0].stream));
     for (int s = 0; s < nslots; s++)
         if (capture_graphs(ce, s, err, errlen) != 0)
             goto fail;
@@ -1383,6 +1392,11 @@ static int phase_batch(cuda_engine *ce, int n, cudaEvent_t ev[4], char *err, siz
     return 0;
 fail:
     return -1;
+}
+
+extern "C" int gpu_programmatic_launch_supported(void)
+{
+    return conv_pdl_supported();
 }
 
 extern "C" int engine_cuda_programmatic(engine *e, int n)

@@ -52,6 +52,10 @@ int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char
 int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms, char *err,
                             size_t errlen);
 
+/* 1 when every GPU a CUDA engine was created on takes programmatic
+ * launches (compute capability 9.0 or later). */
+int gpu_programmatic_launch_supported(void);
+
 /* 1 when the graph that runs n images launches its kernels
  * programmatically (each kernel's launch and prologue under the tail of the
  * one before: gpu/kernels.cuh), 0 when not, -1 for no CUDA engine. */

@@ -19,9 +19,11 @@
 // tables, shared-memory set-up) overlap that kernel's tail instead of
 // following it. So every kernel launched by launch_k calls pdl_sync()
 // before it reads what an earlier kernel wrote and before it writes global
-// memory: it waits there until the kernels before it have finished and
-// their writes are visible, then lets the next kernel start. Without the
-// launch attribute (conv_pdl_mode) both are no-ops.
+// memory: it waits there until the kernel before it has finished and its
+// writes are visible, then lets the next kernel start. The wait covers the
+// kernel before only: work further back is done because that kernel, too,
+// waited in every CTA before it could finish, so no CTA may return before
+// its pdl_sync. Without the launch attribute both are no-ops.
 __device__ __forceinline__ void pdl_sync(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -30,15 +32,13 @@ __device__ __forceinline__ void pdl_sync(void)
 #endif
 }
 
-// Programmatic launches: 0 never (RESNETD_GPU_PDL=0, or a device before
-// 9.0 in the process), 1 always (RESNETD_GPU_PDL=1), 2 where timed faster
-// (the default: the engine times each batch bucket's graph both ways).
-// Set by conv_init.
-int conv_pdl_mode(void);
-// This thread's launches: with (1) or without (0) programmatic launch, or
-// as the mode allows (-1, the default). The engine sets it while it
-// captures a graph.
-void conv_set_pdl(int on);
+// 1 when every device conv_init ran on (compute capability 9.0 or later)
+// takes programmatic launches.
+int conv_pdl_supported(void);
+// This thread's launches: without (0) programmatic launch, or with it where
+// supported (1, or -1, the default); returns the previous setting. The
+// engine sets it while it captures a graph (RESNETD_GPU_PDL).
+int conv_set_pdl(int on);
 int conv_pdl_on(void);
 
 // fn<<<grid, block, smem, st>>>(args...), with the programmatic launch

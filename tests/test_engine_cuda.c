@@ -164,6 +164,18 @@ static void check_slot(engine *e, int s, int n, const int *which, int fp16, cons
     fprintf(stderr, "  %s %s n=%3d slot %d: worst rel L2 %.3g\n", m->file, fp16 ? "fp16" : "fp32", n, s, worst);
 }
 
+/* Under RESNETD_GPU_PDL=0 or 1, every bucket's graph is as it says (1 only
+ * where the GPU takes programmatic launches). */
+static void check_programmatic(engine *e, int max)
+{
+    const char *pdl = getenv("RESNETD_GPU_PDL");
+    if (!pdl)
+        return;
+    const int want = pdl[0] == '1' && gpu_programmatic_launch_supported();
+    for (int n = 1; n <= max; n++)
+        ck_assert_int_eq(engine_cuda_programmatic(e, n), want);
+}
+
 static void run_model(model_ref *m, engine_precision p, int small_batches)
 {
     static const int full[] = {1, 2, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
@@ -175,6 +187,7 @@ static void run_model(model_ref *m, engine_precision p, int small_batches)
     engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2};
     engine *e = engine_create(&m->w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
+    check_programmatic(e, max);
     ck_assert_int_eq(e->nslots, 2);
     ck_assert_int_eq(e->precision, p);
     ck_assert_int_eq(e->classes, m->w.classes);
@@ -297,6 +310,7 @@ static void run_int8(int small_batches)
                          .nslots = 2, .calib = &t};
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
+    check_programmatic(e, max);
     ck_assert_int_eq(e->precision, ENGINE_PRECISION_INT8);
     cfg.device = ENGINE_DEVICE_CPU;
     cfg.nslots = 1;
