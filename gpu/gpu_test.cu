@@ -299,7 +299,7 @@ extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_sha
                         errlen);
 }
 
-extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, const uint8_t *rgb,
+extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, void *in, const uint8_t *rgb,
                                   const void *lut, const int *which, void *w, const float *bias, const float *mult,
                                   float out_inv, void *out, char *err, size_t errlen)
 {
@@ -317,6 +317,7 @@ extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, co
     void *dlut = NULL;
     int *dwhich = NULL;
     __half hlut[3 * 256];
+    cudaError_t e = cudaSuccess;
     int rc = -1;
     if (!stem_pool_fits(h, W, 4, K) || (kind != CONV_FP16 && !s8) || !before || !after) {
         snprintf(err, errlen, before && after ? "stem shape or kind not supported" : "out of memory");
@@ -325,6 +326,11 @@ extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, co
         return -1;
     }
     CUDA_TRY(conv_init());
+    if (wgmma && !stem_pool_use_wgmma(1)) {
+        free(before);
+        free(after);
+        return 1;
+    }
     if (s8) {
         CUDA_TRY(cudaMalloc(&din, nin));
         CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
@@ -357,8 +363,11 @@ extern "C" int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, co
     CUDA_TRY(cudaMalloc((void **)&dbias, K * sizeof(float)));
     CUDA_TRY(cudaMemcpy(dbias, bias, K * sizeof(float), cudaMemcpyHostToDevice));
     conv_set_persistent_cap(ctas);
-    CUDA_TRY(stem_pool_launch(kind, n, h, W, din, &src, dw, dbias, s8 ? &q : NULL, dout, 0));
+    stem_pool_use_wgmma(wgmma);
+    e = stem_pool_launch(kind, n, h, W, din, &src, dw, dbias, s8 ? &q : NULL, dout, 0);
+    stem_pool_use_wgmma(1);
     conv_set_persistent_cap(0);
+    CUDA_TRY(e);
     CUDA_TRY(cudaDeviceSynchronize());
     CUDA_TRY(cudaMemcpy(after, (unsigned char *)dout + nout * ebytes, guard * ebytes, cudaMemcpyDeviceToHost));
     if (memcmp(before, after, guard * ebytes) != 0) {

@@ -84,15 +84,16 @@ int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256]
 int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out, char *err,
                         size_t errlen);
 
-/* The fused stem + max pool (gpu/stem.cu) on at most ctas CTAs: in
+/* The fused stem + max pool (gpu/stem.cu), its mma.sync kernel (wgmma 0)
+ * or its wgmma one (1), on at most ctas CTAs: in
  * [n][h][224][4], w [64][7][8][4] (tap s of filter row r reads input column
  * 2x - 4 + s), out [n][h/4][56][64]; image i is rgb's [h][224][3] through
  * lut ([3][256]) when which[i] < 0, else in's. FP16 (kind 1): in and w FP32
  * arrays rounded in place to FP16, lut FP32 (rounded to FP16 on the way),
  * out FP32; mult and out_inv unused. INT8 (kind 2): int8 arrays, lut
  * (as gpu_test_normalize_s8's) and out, the epilogue with mult and
- * out_inv. Returns 0 or -1. */
-int gpu_test_stem_pool(int kind, int ctas, int n, int h, void *in, const uint8_t *rgb, const void *lut,
+ * out_inv. Returns 0, 1 (wgmma asked for and not usable here) or -1. */
+int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, void *in, const uint8_t *rgb, const void *lut,
                        const int *which, void *w, const float *bias, const float *mult, float out_inv, void *out,
                        char *err, size_t errlen);
 

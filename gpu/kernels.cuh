@@ -191,14 +191,18 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // [n][h/4][w/4][k].
 // stem_pool_fits: the shapes it runs (k = 64, w = 224, h a multiple of 4).
 // stem_pool_init: once per device, before a launch (num_sms: the
-// device's, which sizes the persistent grids).
+// device's, which sizes the persistent grids; has_wgmma: it runs the sm_90a
+// kernels, which then take the stem's MMAs).
 struct stem_rgb {
     const uint8_t *rgb;  // [n][h][w][3], 16-byte aligned
     const void *lut;     // [3][256]: channel c's byte b is lut[c][b]: int8 (normalize_s8_launch's) or FP16
     const int *which;    // [n]: image i is read from in instead when which[i] >= 0
 };
 int stem_pool_fits(int h, int w, int c, int k);
-cudaError_t stem_pool_init(int num_sms);
+cudaError_t stem_pool_init(int num_sms, int has_wgmma);
+// Tests: 0 runs the mma.sync stems even where wgmma is usable, 1 (the
+// default) wgmma where usable; returns whether it is.
+int stem_pool_use_wgmma(int on);
 cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const stem_rgb *rgb, const void *wgt,
                              const float *bias, const conv_q8 *q, void *out, cudaStream_t st);
 

@@ -29,6 +29,14 @@
 // a quarter of the stem's, which the pool may take first because the
 // epilogue is non-decreasing (stem_pool_out).
 //
+// The MMAs: mma.sync (m16n8k16, INT8 m16n8k32) with 7 warps, or on sm_90a
+// wgmma m64n64 with 8 warps, two warpgroups of 64 columns (stem_mma_wg):
+// the same ldmatrix A fragments, passed in registers, and the weights read
+// by wgmma from shared memory, where mma.sync had every warp load all 64
+// channels' B fragments for each k step. Rows 0-2 then run as two passes
+// (0-1, 2), for at most 64 accumulators a thread beside the wgmma's
+// operands: two CTAs an SM leave 128 registers.
+//
 // The stem also does the input's normalisation: the CTA writes its patch
 // from the decoded RGB rows (3 bytes a pixel) through the normalisation's
 // table (INT8: quantised; FP16: the halves normalize_launch writes). A
@@ -46,11 +54,12 @@
 // weights [64][7][8][4] (a zero tap first: taps 0..7 of row r read input
 // columns 2x - 4 .. 2x + 3), output [n][ph][pw][64].
 #include <stdio.h>
+#include <atomic>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
+#include "gpu/wgmma.cuh"
 
 #define STEM_K 64         // output channels
-#define STEM_WARPS 7      // 16 stem columns each (7 x 16 = 112), 3 m16 tiles (rows), then 2
 #define STEM_MAX_W 224    // stem row width STEM_SW = 112
 #define STEM_SW (STEM_MAX_W / 2)
 #define STEM_PROWS 15     // input rows under 5 stem rows: 2 * 4 + 7
@@ -58,9 +67,14 @@
 // Bytes: a pixel, a patch row (the input columns -4 .. w + 3), a weight row
 // (+16 bytes so that ldmatrix's 8 rows fall in distinct banks) and an
 // output pixel (64 channels).
-template <bool S8>
+template <bool S8, bool WG>
 struct stem_cfg {
+    // Warps of 16 stem columns each: 7 x 16 = 112 (mma.sync), or two
+    // warpgroups (wgmma), the last warp's columns past the row.
+    static constexpr int warps = WG ? 8 : 7;
+    static constexpr int threads = warps * 32;
     static constexpr int px = S8 ? 4 : 8;
+    static constexpr int ksteps = 7 * px / 4;  // 32-byte k steps of the 7 filter rows
     static constexpr int prow = (STEM_MAX_W + 8) * px + 16;
     static constexpr int copy_bytes = STEM_PROWS * prow;
     static constexpr int wrow = 7 * 8 * px + 16;
@@ -83,10 +97,14 @@ struct stem_cfg {
     static constexpr int raw_off = (patch_bytes + 127) / 128 * 128;
     static constexpr int lut_off = raw_off + (S8 ? 2 : 1) * raw_bytes;
     static constexpr int w_off = lut_off + 3 * 256 * 4;
-    static constexpr int x_off = w_off + STEM_K * wrow;  // the warps' last columns, [7][64] sums
-    static constexpr int s_off = x_off + STEM_WARPS * STEM_K * 4;  // a pooled row, [56][srow]
+    // The weights: [64][wrow], or for wgmma a 2048-byte B tile a k step,
+    // [2 core matrices in k][8 groups of 8 channels][8][16 bytes].
+    static constexpr int w_bytes = WG ? ksteps * 2048 : STEM_K * wrow;
+    static constexpr int x_off = w_off + w_bytes;                  // the warps' last columns, [warps][64] sums
+    static constexpr int s_off = x_off + warps * STEM_K * 4;       // a pooled row, [56][srow]
     static constexpr int k_off = s_off + STEM_SW / 2 * srow;       // stem row 2's sums, [32][threads]
-    static constexpr int smem = k_off + 32 * STEM_WARPS * 32 * 4;
+    static constexpr int f_off = k_off + 32 * threads * 4;  // bias, then INT8's multipliers: [2][64] floats
+    static constexpr int smem = f_off + 2 * STEM_K * 4;
 };
 
 // Whether a thread's first accumulator row (e < 2) is the odd one of its
@@ -99,13 +117,13 @@ __device__ __forceinline__ int stem_flip(int i)
 
 // The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
 // columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
-// mi. Accumulator acc[mi][ni][e]: column 16 w + 2 (lane / 4) + ((e >= 2)
-// xor stem_flip), channel 8 ni + 2 (lane % 4) + e % 2.
+// mi. Accumulator acc[mi][4 ni + e]: column 16 w + 2 (lane / 4) + ((e >=
+// 2) xor stem_flip), channel 8 ni + 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow, int warp, int lane,
-                                         typename acc_type<S8>::type (&acc)[MT][8][4])
+                                         typename acc_type<S8>::type (&acc)[MT][32])
 {
-    typedef stem_cfg<S8> cfg;
+    typedef stem_cfg<S8, false> cfg;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
     // This lane's ldmatrix row in each m16 tile: stem row sy, column x,
     // whose taps of filter row r start at patch row 2 sy + r, column 2x.
@@ -124,10 +142,8 @@ __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
-        for (int ni = 0; ni < 8; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mi][ni][e] = 0;
+        for (int t = 0; t < 32; t++)
+            acc[mi][t] = 0;
 #pragma unroll 1
     for (int r = 0; r < 7; r++)
 #pragma unroll
@@ -154,8 +170,73 @@ __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow
             for (int mi = 0; mi < MT; mi++)
 #pragma unroll
                 for (int ni = 0; ni < 8; ni++)
-                    mma_16816(acc[mi][ni], a[mi], b[ni]);
+                    mma_16816(acc[mi] + 4 * ni, a[mi], b[ni]);
         }
+}
+
+// stem_mma on the tensor cores' warpgroup path (sm_90a): the same A
+// fragments (ldmatrix from the patch, per warp, which wgmma takes from
+// registers), B the k step's tile of weights read by wgmma from shared
+// memory (wbase: stem_cfg::w_bytes), m64n64 per stem row, the warpgroup's
+// 4 warps its 64 columns. The last warp's columns are past the row: it
+// repeats the warp before's (no branch: a divergent one would serialise
+// the MMAs), and stem_pool_out drops them. Two k steps' A registers
+// alternate, so that a step's loads need wait only for the MMAs two steps
+// back; at 128 registers ptxas serialises the wgmmas anyway (its C7512
+// note), and the kernel still beat mma.sync's (gpu/NOTES.md).
+template <bool S8, int MT>
+__device__ __forceinline__ void stem_mma_wg(int row0, uint32_t sbase, uint32_t wbase, int warp, int lane,
+                                            typename acc_type<S8>::type (&acc)[MT][32])
+{
+    typedef stem_cfg<S8, true> cfg;
+    typedef typename acc_type<S8>::type acc_t;
+    constexpr int PX = cfg::px, KSTEPS = PX / 4;
+    const int wx = min(warp, STEM_SW / 16 - 1);
+    const int m = lane & 15, i = m & 7, x = 16 * wx + 2 * i + ((m >> 3) ^ stem_flip<S8>(i));
+    const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
+    uint32_t arow[MT];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+        arow[mi] = sbase + copy + 2 * (row0 + mi) * cfg::prow + 2 * x * PX + (lane >> 4) * 16;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int t = 0; t < 32; t++)
+            acc[mi][t] = 0;
+    uint32_t a[2][MT][4];
+#pragma unroll
+    for (int j = 0; j < cfg::ksteps; j++) {
+        const uint32_t koff = j / KSTEPS * cfg::prow + j % KSTEPS * 32;
+        if (j >= 2)
+            wgmma_wait<1>();
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            uint32_t(&f)[4] = a[j & 1][mi];
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                         : "r"(arow[mi] + koff));
+        }
+        wgmma_fence();
+        const uint64_t db = wgmma_desc_plain(wbase + j * 2048, 1024, 128);
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+            wgmma_rs<64, acc_t>::mma(acc[mi], a[j & 1][mi], db);
+        wgmma_commit();
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+        wgmma_pin(acc[mi]);
+}
+
+// threadIdx.x, read afresh: the item loop's address arithmetic is
+// recomputed per item from it rather than hoisted out of the loop, where
+// its ~30 values took registers from the MMAs' accumulators.
+__device__ __forceinline__ int tid_fresh(void)
+{
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
 }
 
 __device__ __forceinline__ int acc_max(int a, int b)
@@ -178,34 +259,20 @@ __device__ __forceinline__ float acc_max(float a, float b)
 // shuffled from lane - 4, or for i = 0 the previous warp's last column
 // (through xch; none at warp 0). Every lane finishes its own pooled
 // values. Output through stage ([pw][srow]), then 16-byte stores.
-template <bool S8>
-__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8][4],
-                                              const float *__restrict__ bias, const conv_q8 &q,
+template <bool S8, bool WG>
+__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[32],
+                                              const float *fac, const conv_q8 &q,
                                               typename acc_type<S8>::type *xch, unsigned char *stage,
                                               unsigned char *out, int warp, int lane, int tid)
 {
-    typedef stem_cfg<S8> cfg;
+    typedef stem_cfg<S8, WG> cfg;
     typedef typename acc_type<S8>::type acc_t;
     const int i = lane >> 2, c0 = 2 * (lane & 3);
-    // This thread's channels' factors, loaded before the stores below (which
-    // the compiler cannot tell from them) and all at once.
-    float bf[8][2], mf[8][2];
-#pragma unroll
-    for (int ni = 0; ni < 8; ni++) {
-        const float2 b2 = __ldg(reinterpret_cast<const float2 *>(bias + 8 * ni + c0));
-        bf[ni][0] = b2.x;
-        bf[ni][1] = b2.y;
-        if constexpr (S8) {
-            const float2 m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + 8 * ni + c0));
-            mf[ni][0] = m2.x;
-            mf[ni][1] = m2.y;
-        }
-    }
     // Columns 2 i and 2 i + 1 of channel 8 ni + c0 + b (selects: an index
     // into v known only at run time would put v in local memory).
     const bool flip = stem_flip<S8>(i);
-    auto even = [&](int ni, int b) { return flip ? v[ni][2 + b] : v[ni][b]; };
-    auto odd = [&](int ni, int b) { return flip ? v[ni][b] : v[ni][2 + b]; };
+    auto even = [&](int ni, int b) { return flip ? v[4 * ni + 2 + b] : v[4 * ni + b]; };
+    auto odd = [&](int ni, int b) { return flip ? v[4 * ni + b] : v[4 * ni + 2 + b]; };
     if (i == 7)  // column 15: the next warp's column -1
 #pragma unroll
         for (int ni = 0; ni < 8; ni++) {
@@ -229,33 +296,41 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[8
             const acc_t prev = i > 0 ? up : warp > 0 ? l : e;  // column 2 i - 1, or none
             p[b] = acc_max(acc_max(e, o1), prev);
         }
+        if (16 * warp >= STEM_SW)  // wgmma's last warp: columns past the row
+            continue;
+        // This thread's channels' bias and multiplier, from shared memory:
+        // loads from global memory the compiler hoisted above the MMAs, in
+        // 32 registers that the accumulators then lacked.
+        const float2 bf = *reinterpret_cast<const float2 *>(fac + 8 * ni + c0);
         if constexpr (S8) {
-            const int v0 = int8_requant_dev(s8_value(p[0], mf[ni][0], bf[ni][0], 0, 0.f, false), q.out_inv, 1);
-            const int v1 = int8_requant_dev(s8_value(p[1], mf[ni][1], bf[ni][1], 0, 0.f, false), q.out_inv, 1);
+            const float2 mf = *reinterpret_cast<const float2 *>(fac + STEM_K + 8 * ni + c0);
+            const int v0 = int8_requant_dev(s8_value(p[0], mf.x, bf.x, 0, 0.f, false), q.out_inv, 1);
+            const int v1 = int8_requant_dev(s8_value(p[1], mf.y, bf.y, 0, 0.f, false), q.out_inv, 1);
             *reinterpret_cast<uint16_t *>(stage + o + 8 * ni + c0) = (uint16_t)(v0 | v1 << 8);  // ReLU'd: 0..127
         } else {
             *reinterpret_cast<__half2 *>(stage + o + 2 * (8 * ni + c0)) =
-                __floats2half2_rn(fmaxf(p[0] + bf[ni][0], 0.f), fmaxf(p[1] + bf[ni][1], 0.f));
+                __floats2half2_rn(fmaxf(p[0] + bf.x, 0.f), fmaxf(p[1] + bf.y, 0.f));
         }
     }
     __syncthreads();
     // 16-byte chunks: INT8's pooled row is one a thread, FP16's two.
-    constexpr int CH = cfg::orow / 16, T = STEM_WARPS * 32, PW = STEM_SW / 2;
-    static_assert(PW * CH % T == 0, "whole chunks a thread");
+    constexpr int CH = cfg::orow / 16, T = cfg::threads, PW = STEM_SW / 2;
 #pragma unroll
-    for (int k = 0; k < PW * CH / T; k++) {
+    for (int k = 0; k < (PW * CH + T - 1) / T; k++) {
         const int id = tid + k * T, px = id / CH;
+        if (PW * CH % T != 0 && id >= PW * CH)
+            break;
         reinterpret_cast<uint4 *>(out)[id] =
             *reinterpret_cast<const uint4 *>(stage + px * cfg::srow + (id - px * CH) * 16);
     }
 }
 
-template <bool S8>
-__global__ void __launch_bounds__(STEM_WARPS * 32, 2)
+template <bool S8, bool WG>
+__global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     stem_pool_kernel(int n, int h, const void *__restrict__ in_, const stem_rgb src, const void *__restrict__ wgt_,
                      const float *__restrict__ bias, const conv_q8 q, void *__restrict__ out_)
 {
-    typedef stem_cfg<S8> cfg;
+    typedef stem_cfg<S8, WG> cfg;
     typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px;
     const unsigned char *in = static_cast<const unsigned char *>(in_);
@@ -263,15 +338,16 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     const int sh = h / 2, ph = sh / 2, pw = STEM_SW / 2, pairs = (ph + 1) / 2, items = n * pairs;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(128) unsigned char smem[];
-    acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [STEM_WARPS][64]
+    acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [warps][64]
     unsigned char *const stage = smem + cfg::s_off;                    // [pw][srow]
     uint32_t *const lut = reinterpret_cast<uint32_t *>(smem + cfg::lut_off);
     unsigned char *const raw = smem + cfg::raw_off;  // [2 (INT8) or 1][STEM_PROWS][w * 3]
+    float *const fac = reinterpret_cast<float *>(smem + cfg::f_off);
 
     // An item (pooled rows py, py + 1 of image img) reads input rows
     // 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside the image.
     // w is STEM_MAX_W (stem_pool_fits): the loops below step by constants.
-    constexpr int W = STEM_MAX_W, T = STEM_WARPS * 32, RAW = cfg::raw_row;
+    constexpr int W = STEM_MAX_W, T = cfg::threads, RAW = cfg::raw_row;
     auto item_img = [&](int item, int *py) {
         const int img = item / pairs;
         *py = 2 * (item - img * pairs);
@@ -286,7 +362,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
         if (__ldg(src.which + img) >= 0)
             return true;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
-        for (int c = tid; c < STEM_PROWS * CPR; c += T) {
+        for (int c = tid_fresh(); c < STEM_PROWS * CPR; c += T) {
             const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
             if ((unsigned)iy < (unsigned)h)
                 cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
@@ -298,7 +374,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     auto fill_patch_s8 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = tid_fresh();
         // Every step's loads, then the stores: the compiler cannot move a
         // shared-memory load above a store it may alias.
         uint4 v[U];
@@ -336,7 +412,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     auto fill_patch_f16 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T, UB = 2;
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = tid_fresh();
 #pragma unroll 1
         for (int k0 = 0; k0 < U; k0 += UB) {
             uint4 v[UB][2];
@@ -371,6 +447,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
         }
     };
     bool from_in = false;  // the next item's image is read from `in`
+    for (int k = tid; k < 2 * STEM_K; k += T)
+        fac[k] = k < STEM_K ? __ldg(bias + k) : S8 ? __ldg(q.mult + k - STEM_K) : 0.f;
     if constexpr (S8) {
         for (int k = tid; k < 3 * 256; k += T)
             lut[k] = (uint32_t)(uint8_t)__ldg(static_cast<const int8_t *>(src.lut) + k) << 8 * (k >> 8);
@@ -390,11 +468,13 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             *reinterpret_cast<uint4 *>(smem + r * cfg::prow + side * (W + 4) * PX + half * 16) = make_uint4(0, 0, 0, 0);
         }
     }
-    for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += blockDim.x) {
+    for (int id = tid; id < STEM_K * 7 * 8 * PX / 16; id += T) {
         const int k = id / (7 * 8 * PX / 16), j = id - k * (7 * 8 * PX / 16);
-        cp_async16(smem + cfg::w_off + k * cfg::wrow + j * 16, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
+        // wgmma: chunk j is core matrix j % 2 of k step j / 2, row k % 8 of group k / 8.
+        const int at = WG ? j / 2 * 2048 + j % 2 * 1024 + k / 8 * 128 + k % 8 * 16 : k * cfg::wrow + j * 16;
+        cp_async16(smem + cfg::w_off + at, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
     }
-    // The table, the pads and the weights (no kernel's output) before
+    // The table, the pads, the factors and the weights (no kernel's output) before
     // pdl_sync; the first item's rows after it, in the weights' group.
     pdl_sync();
     if ((int)blockIdx.x < items)
@@ -407,6 +487,7 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
     // Stem row 2's sums (32 a thread), kept for the second pooled row in
     // shared memory: in registers they would spill (128 a thread at most).
     acc_t *const keep = reinterpret_cast<acc_t *>(smem + cfg::k_off) + tid;
+    const uint32_t wbase = sbase + cfg::w_off;
     int buf = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         int py;  // pooled rows py, py + 1
@@ -416,6 +497,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             // This item's raw rows (the one group in flight) are in; the
             // barrier also ends the last item's MMAs, which read the patch.
             cp_async_wait<0>();
+            if constexpr (WG)
+                fence_proxy_async_smem();  // the weights, read by wgmma
             __syncthreads();
             fill_patch_s8(item, raw + buf * cfg::raw_bytes, from_in);
             if (item + (int)gridDim.x < items)
@@ -427,6 +510,8 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
             // One raw buffer: the next item's rows load once this item's
             // patch is filled (the second barrier), under its MMAs.
             cp_async_wait<0>();
+            if constexpr (WG)
+                fence_proxy_async_smem();
             __syncthreads();
             fill_patch_f16(item, raw, from_in);
             __syncthreads();
@@ -437,65 +522,95 @@ __global__ void __launch_bounds__(STEM_WARPS * 32, 2)
 
         // Pooled row py: stem rows 0-2 of the item (row 0 is above the
         // image at py = 0); row 2 is kept for pooled row py + 1, with rows
-        // 3 and 4.
-        {
-            acc_t acc[3][8][4];
+        // 3 and 4. mma.sync: rows 0-2 in one pass, then 3-4 (B fragments
+        // shared by a pass's rows); wgmma: 0-1, 2, 3-4, 64 accumulators at
+        // most (three rows' 96 would not fit two CTAs an SM).
+        constexpr int T = cfg::threads;
+        if constexpr (WG) {
+            acc_t acc[2][32], r2[1][32];
+            stem_mma_wg<S8, 2>(0, sbase, wbase, warp, lane, acc);
+#pragma unroll
+            for (int t = 0; t < 32; t++)
+                if (py > 0)
+                    acc[1][t] = acc_max(acc[1][t], acc[0][t]);
+            stem_mma_wg<S8, 1>(2, sbase, wbase, warp, lane, r2);
+#pragma unroll
+            for (int t = 0; t < 32; t++) {
+                keep[t * T] = r2[0][t];
+                acc[1][t] = acc_max(acc[1][t], r2[0][t]);
+            }
+            stem_pool_out<S8, WG>(acc[1], fac, q, xch, stage, out, warp, lane, tid);
+        } else {
+            acc_t acc[3][32];
             stem_mma<S8, 3>(0, sbase, brow, warp, lane, acc);
 #pragma unroll
-            for (int ni = 0; ni < 8; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    keep[(4 * ni + e) * STEM_WARPS * 32] = acc[2][ni][e];
-                    acc[1][ni][e] = acc_max(acc[1][ni][e], acc[2][ni][e]);
-                    if (py > 0)
-                        acc[1][ni][e] = acc_max(acc[1][ni][e], acc[0][ni][e]);
-                }
-            stem_pool_out<S8>(acc[1], bias, q, xch, stage, out, warp, lane, tid);
+            for (int t = 0; t < 32; t++) {
+                keep[t * T] = acc[2][t];
+                acc[1][t] = acc_max(acc[1][t], acc[2][t]);
+                if (py > 0)
+                    acc[1][t] = acc_max(acc[1][t], acc[0][t]);
+            }
+            stem_pool_out<S8, WG>(acc[1], fac, q, xch, stage, out, warp, lane, tid);
         }
         if (py + 1 < ph) {
-            acc_t acc[2][8][4];
-            stem_mma<S8, 2>(3, sbase, brow, warp, lane, acc);
+            acc_t acc[2][32];
+            if constexpr (WG)
+                stem_mma_wg<S8, 2>(3, sbase, wbase, warp, lane, acc);
+            else
+                stem_mma<S8, 2>(3, sbase, brow, warp, lane, acc);
 #pragma unroll
-            for (int ni = 0; ni < 8; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    acc[0][ni][e] =
-                        acc_max(acc_max(acc[0][ni][e], acc[1][ni][e]), keep[(4 * ni + e) * STEM_WARPS * 32]);
+            for (int t = 0; t < 32; t++)
+                acc[0][t] = acc_max(acc_max(acc[0][t], acc[1][t]), keep[t * T]);
             // The barriers in stem_pool_out order the reads of xch and
             // stage above before these writes.
-            stem_pool_out<S8>(acc[0], bias, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
+            stem_pool_out<S8, WG>(acc[0], fac, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
         }
     }
     cp_async_wait<0>();
 }
 
-// Persistent grids (FP16, INT8): as many CTAs as fit on the device
-// stem_pool_init last ran on (another count only changes how many items
-// each CTA takes).
-static int g_stem_ctas[2] = {1, 1};
+// The four kernels, [INT8][wgmma], and their persistent grids: as many
+// CTAs as fit on the device stem_pool_init last ran on (another count only
+// changes how many items each CTA takes).
+typedef void (*stem_fn)(int, int, const void *, const stem_rgb, const void *, const float *, const conv_q8, void *);
+struct stem_variant {
+    stem_fn fn;
+    int threads, smem, ctas;
+};
+static stem_variant g_stem[2][2] = {
+    {{stem_pool_kernel<false, false>, stem_cfg<false, false>::threads, stem_cfg<false, false>::smem, 1},
+     {stem_pool_kernel<false, true>, stem_cfg<false, true>::threads, stem_cfg<false, true>::smem, 1}},
+    {{stem_pool_kernel<true, false>, stem_cfg<true, false>::threads, stem_cfg<true, false>::smem, 1},
+     {stem_pool_kernel<true, true>, stem_cfg<true, true>::threads, stem_cfg<true, true>::smem, 1}},
+};
+// The device runs the wgmma kernels; tests may turn them off.
+static std::atomic<int> g_stem_wg_ok{0}, g_stem_wg_on{1};
 
 int stem_pool_fits(int h, int w, int c, int k)
 {
     return c == 4 && k == STEM_K && h % 4 == 0 && w % 4 == 0 && h >= 8 && w == STEM_MAX_W;
 }
 
-cudaError_t stem_pool_init(int num_sms)
+cudaError_t stem_pool_init(int num_sms, int has_wgmma)
 {
-    int per_sm[2] = {1, 1};
-    cudaError_t e = cudaFuncSetAttribute(stem_pool_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         stem_cfg<false>::smem);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(stem_pool_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 stem_cfg<true>::smem);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[0], stem_pool_kernel<false>, STEM_WARPS * 32,
-                                                          stem_cfg<false>::smem);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[1], stem_pool_kernel<true>, STEM_WARPS * 32,
-                                                          stem_cfg<true>::smem);
-    for (int k = 0; k < 2 && e == cudaSuccess; k++)
-        g_stem_ctas[k] = num_sms * (per_sm[k] > 0 ? per_sm[k] : 1);
+    cudaError_t e = cudaSuccess;
+    for (int s8 = 0; s8 < 2; s8++)
+        for (int wg = 0; wg < 2 && e == cudaSuccess; wg++) {
+            stem_variant *v = &g_stem[s8][wg];
+            int per_sm = 1;
+            e = cudaFuncSetAttribute(v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, v->smem);
+            if (e == cudaSuccess)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v->fn, v->threads, v->smem);
+            v->ctas = num_sms * (per_sm > 0 ? per_sm : 1);
+        }
+    g_stem_wg_ok = has_wgmma;
     return e;
+}
+
+int stem_pool_use_wgmma(int on)
+{
+    g_stem_wg_on = on;
+    return g_stem_wg_ok;
 }
 
 cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const stem_rgb *rgb, const void *wgt,
@@ -509,14 +624,11 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
         (((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
         return cudaErrorMisalignedAddress;  // bias and mult read as float2, the images in 16-byte chunks
     const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
+    const stem_variant *v = &g_stem[s8][g_stem_wg_ok && g_stem_wg_on];
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
     // A persistent grid, unless a test caps it.
     const int cap = conv_persistent_cap();
-    const int most = cap > 0 ? cap : g_stem_ctas[s8];
+    const int most = cap > 0 ? cap : v->ctas;
     const int ctas = items < most ? items : most;
-    if (s8)
-        return launch_k(stem_pool_kernel<true>, ctas, STEM_WARPS * 32, stem_cfg<true>::smem, st, n, h, in, *rgb, wgt,
-                        bias, *q, out);
-    return launch_k(stem_pool_kernel<false>, ctas, STEM_WARPS * 32, stem_cfg<false>::smem, st, n, h, in, *rgb, wgt,
-                    bias, none, out);
+    return launch_k(v->fn, ctas, v->threads, v->smem, st, n, h, in, *rgb, wgt, bias, s8 ? *q : none, out);
 }

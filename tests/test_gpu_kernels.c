@@ -695,12 +695,16 @@ START_TEST(stem_and_max_pool_fused_match_reference)
         /* One CTA through the 6 items (its raw-row buffers each refilled
          * after use, and not filled for image 1's items), then 4 CTAs, two
          * of which start on image 1. */
-        for (int ctas = 1; ctas <= 4; ctas += 3) {
-            int rc = kind == 2 ? gpu_test_stem_pool(2, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias, mult,
-                                                    out_inv, out8, err, sizeof err)
-                               : gpu_test_stem_pool(1, ctas, N, H, given, rgb, &lutf[0][0], which, wf, bias, NULL,
-                                                    0.f, outf, err, sizeof err);
-            ck_assert_msg(rc == 0, "%s", err);
+        /* Both kernel families: mma.sync, and wgmma where the device has it. */
+        for (int step = 0; step < 4; step++) {
+            const int wgmma = step / 2, ctas = step % 2 ? 4 : 1;
+            int rc = kind == 2 ? gpu_test_stem_pool(2, wgmma, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias,
+                                                    mult, out_inv, out8, err, sizeof err)
+                               : gpu_test_stem_pool(1, wgmma, ctas, N, H, given, rgb, &lutf[0][0], which, wf, bias,
+                                                    NULL, 0.f, outf, err, sizeof err);
+            ck_assert_msg(rc >= 0, "%s", err);
+            if (rc == 1)
+                continue;
             double num = 0, den = 0;
             size_t differ = 0;
             for (int b = 0; b < N; b++)
@@ -723,11 +727,11 @@ START_TEST(stem_and_max_pool_fused_match_reference)
                             }
                         }
             if (kind == 2)
-                ck_assert_msg(differ == 0, "int8 stem + pool, %d CTAs: %zu of %zu outputs differ", ctas, differ,
-                              nout);
+                ck_assert_msg(differ == 0, "int8 stem + pool, %s, %d CTAs: %zu of %zu outputs differ",
+                              wgmma ? "wgmma" : "mma.sync", ctas, differ, nout);
             else
-                ck_assert_msg(sqrt(num / den) <= 2e-3, "fp16 stem + pool, %d CTAs: rel L2 %.3g", ctas,
-                              sqrt(num / den));
+                ck_assert_msg(sqrt(num / den) <= 2e-3, "fp16 stem + pool, %s, %d CTAs: rel L2 %.3g",
+                              wgmma ? "wgmma" : "mma.sync", ctas, sqrt(num / den));
         }
         free(given);
         free(rgb);
