@@ -1084,11 +1084,20 @@ __device__ __forceinline__ void swap_offsets(const conv_shape &s, int tpi, int T
 // accumulators); INT8 with 64 channels 168 of 168 at three (TP 128), 246
 // of 255 at two (TP 256: 128 accumulators); a spill here would put A or
 // the accumulators in local memory, so check `-Xptxas -v` after edits.
+// The SC instantiation (INT8, 128 channels, the shortcut inside): 255,
+// 8 bytes spilled, reloaded three times a tile outside the MMAs' operands.
 // INT8's byte tiles: chunk c of pixel p's 64 bytes at c ^ ((p >> 1) & 3),
 // so that neither the epilogue's 2-byte stores (four pixels two apart, a
 // 16-byte chunk each) nor the 16-byte reads (two pixels in turn) share a
 // bank.
-template <bool S8, int TP, int MINB, int ROWB>
+//
+// SC (INT8, 128 channels: layer2.0.conv2): the block's downsample inside,
+// a 1x1 conv of conv_shape.in2 (64 channels) at stride2. Each tile's
+// shortcut pixels load with its patch; its sums (the downsample's weights,
+// after the taps in each weight row, from shared memory) are finished by
+// the downsample's own epilogue (sc_requant2) into the byte tile, where
+// the epilogue reads the residual, before the taps' MMAs start.
+template <bool S8, int TP, int MINB, int ROWB, bool SC = false>
 __global__ void __launch_bounds__(128, MINB)
     conv3x3_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
                         const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
@@ -1098,7 +1107,9 @@ __global__ void __launch_bounds__(128, MINB)
     (void)kt_per_split;
 #ifdef RESNETD_WGMMA
     static_assert(ROWB == 128 || (S8 && ROWB == 64), "pixel row");
+    static_assert(!SC || (S8 && ROWB == 128), "the shortcut: INT8, 128 channels");
     typedef typename acc_type<S8>::type acc_t;
+    constexpr int WROW = 9 * ROWB + (SC ? 64 : 0);  // a weight row's bytes (SC: the shortcut's 64 after the taps)
     constexpr int T = 128, CH = ROWB / 16, PROWS = TP + SWAP_HALO_ROWS;
     constexpr int KS = 9 * ROWB / 32, NACC = TP / 2;  // k steps of 32 bytes; accumulators
     constexpr int PER = TP * 8 / T;                   // epilogue: 8-channel groups per thread
@@ -1123,6 +1134,8 @@ __global__ void __launch_bounds__(128, MINB)
     unsigned char *const patches = smem;  // two buffers of PROWS rows
     float *const cs = reinterpret_cast<float *>(patches + 2 * PROWS * ROWB);  // FP16: [TP][SWAP_LDC]
     unsigned char *const bt = patches + 2 * PROWS * ROWB;                    // INT8: [2][TP][64]
+    unsigned char *const dsb = bt + 2 * TP * 64;   // SC: [2][TP][64] the shortcut's input pixels
+    unsigned char *const dsw = dsb + 2 * TP * 64;  // SC: [64][64] its weights, rows as the accumulators' channels
     const int rq = tid & 3;  // INT8: this thread's chunk of a byte-tile row
 
     // A thread loads chunk tid % CH of patch rows tid / CH + STEP j: the
@@ -1161,13 +1174,33 @@ __global__ void __launch_bounds__(128, MINB)
         }
     };
 
-    // A tile's patch into patch buffer b and (INT8) its residual slice into
-    // byte tile b: one cp.async group, empty past the last tile. INT8's
-    // offsets of a tile's byte-tile rows are made again for its epilogue:
-    // kept in registers, they made the 64-channel kernel spill.
+    // SC: a tile's shortcut pixels (padded-grid position (y, x) reads in2's
+    // (y, x) * stride2; none in the padding columns) into buffer b, rows
+    // tid / 4 + 32 k with the 64-byte swizzle.
+    auto load_ds = [&](int tile, int b) {
+        const int img = tile / tpi, c = tid & 3;
+        const unsigned char *base = static_cast<const unsigned char *>(s.in2) + (size_t)img * s.h2 * s.w2 * 64 + c * 16;
+        grid_pos g = grid_pos_make((tile - img * tpi) * TP + (tid >> 2), PW);
+#pragma unroll
+        for (int k = 0; k < RPT; k++) {
+            const int r = (tid >> 2) + 32 * k;
+            const bool v = g.y < s.h && g.x < s.w;
+            cp_async16(dsb + (b * TP + r) * 64 + (halo_swz<64>(r, c) << 4),
+                       v ? base + ((size_t)g.y * s.w2 + g.x) * s.stride2 * 64 : base, v);
+            grid_pos_step(g, 32, PW);
+        }
+    };
+
+    // A tile's patch into patch buffer b and (INT8) its residual slice or
+    // (SC) its shortcut pixels into buffer b: one cp.async group, empty past
+    // the last tile. INT8's offsets of a tile's byte-tile rows are made
+    // again for its epilogue: kept in registers, they made the 64-channel
+    // kernel spill.
     auto prefetch = [&](int tile, int b) {
         if (tile < ntiles) {
             load_patch(tile, b);
+            if constexpr (SC)
+                load_ds(tile, b);
             if (S8 && res_) {
                 int o8[RPT];
                 swap_offsets(s, tpi, TP, ntiles, tile, tid >> 2, 32, co0, o8);
@@ -1191,8 +1224,8 @@ __global__ void __launch_bounds__(128, MINB)
     const int c2 = co0 + 16 * wq + 2 * (lane >> 2);  // INT8: this thread's two channels
     uint32_t a[KS][4];
     {
-        const unsigned char *w0 = wgt + (size_t)(S8 ? c2 : co0 + ch) * 9 * ROWB + 4 * (lane & 3),
-                            *w8 = w0 + (S8 ? 1 : 8) * 9 * ROWB;
+        const unsigned char *w0 = wgt + (size_t)(S8 ? c2 : co0 + ch) * WROW + 4 * (lane & 3),
+                            *w8 = w0 + (S8 ? 1 : 8) * WROW;
 #pragma unroll
         for (int j = 0; j < KS; j++) {
             a[j][0] = __ldg(reinterpret_cast<const unsigned *>(w0 + 32 * j));
@@ -1208,6 +1241,14 @@ __global__ void __launch_bounds__(128, MINB)
         m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + c2));
         bb2 = __ldg(reinterpret_cast<const float2 *>(bias + c2));
     }
+    // SC: the shortcut's weights, row R of dsw the channel of accumulator
+    // row R (as the A fragments above: channels in pairs), in the first
+    // patch's group.
+    if constexpr (SC)
+        for (int k = tid; k < 64 * 4; k += T) {
+            const int R = k >> 2, c = k & 3, chn = co0 + 16 * (R >> 4) + 2 * (R & 7) + ((R >> 3) & 1);
+            cp_async16(dsw + R * 64 + (halo_swz<64>(R, c) << 4), wgt + (size_t)chn * WROW + 9 * ROWB + c * 16, true);
+        }
     // The weights and factors (no kernel's output) load before pdl_sync, the
     // first patch after it, while the weights are still in flight.
     pdl_sync();
@@ -1249,12 +1290,12 @@ __global__ void __launch_bounds__(128, MINB)
             for (int j = 0; j < TP / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const uint32_t r = res_ ? *reinterpret_cast<const uint16_t *>(tb + 512 * j + 64 * e) : 0u;
+                    const bool hr = SC || res_ != NULL;  // SC: the shortcut's output is the residual
+                    const uint32_t r = hr ? *reinterpret_cast<const uint16_t *>(tb + 512 * j + 64 * e) : 0u;
                     const int q0 = int8_requant_dev(
-                        s8_value(acc[4 * j + e], m2.x, bb2.x, (int8_t)(r & 0xff), q.res_scale, res_ != NULL),
-                        q.out_inv, relu);
+                        s8_value(acc[4 * j + e], m2.x, bb2.x, (int8_t)(r & 0xff), q.res_scale, hr), q.out_inv, relu);
                     const int q1 = int8_requant_dev(
-                        s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, res_ != NULL),
+                        s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, hr),
                         q.out_inv, relu);
                     *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)((q0 & 0xff) | (q1 & 0xff) << 8);
                 }
@@ -1308,6 +1349,28 @@ __global__ void __launch_bounds__(128, MINB)
         fence_proxy_async_smem();
         __syncthreads();
         acc_t acc[NACC];
+        if constexpr (SC) {  // the shortcut's sums, finished into byte tile buf as the epilogue's residual
+#pragma unroll
+            for (int i = 0; i < NACC; i++)
+                acc[i] = 0;
+            wgmma_pin(acc);
+            wgmma_fence();
+            const uint64_t da = wgmma_desc64((uint32_t)__cvta_generic_to_shared(dsw)),
+                           db = wgmma_desc64((uint32_t)__cvta_generic_to_shared(dsb + buf * TP * 64));
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+                wgmma_op<TP, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_pin(acc);
+            int8_t *const tb = reinterpret_cast<int8_t *>(bt + buf * TP * 64 + 128 * (lane & 3) +
+                                                          ((wq ^ (lane & 3)) << 4) + 2 * (lane >> 2));
+#pragma unroll
+            for (int j = 0; j < TP / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    sc_requant2(acc[4 * j + e], acc[4 * j + 2 + e], q, c2, s.k, tb + 512 * j + 64 * e);
+        }
         issue_mma(acc, buf);
         // Under the MMAs: the next tile's patch (and residual) into the
         // other buffers, last read by the previous tile's MMAs (waited for
@@ -1758,7 +1821,7 @@ typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, co
 struct f16_entry {
     conv_tile_info info;
     f16_kernel_fn fn;
-    f16_kernel_fn fn_sc;  // the general tiles: the instantiation with a shortcut, else NULL
+    f16_kernel_fn fn_sc;  // the general tiles and INT8's 128-channel patch kernel: with a shortcut, else NULL
     int smem_sc;          // its dynamic shared memory (INT8's holds the residual tile too)
     int ctas_sc;          // filled by conv_init: its CTAs per SM
 };
@@ -1797,6 +1860,12 @@ struct f32_entry {
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
       SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
      conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0}
+// INT8's 128-channel patch kernel, also with the shortcut (its pixels and
+// weights in shared memory after the byte tiles).
+#define SWAP_SC_TILE(TP, MINB)                                                                                   \
+    {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0},                   \
+     conv3x3_swap_kernel<true, TP, MINB, 128>, conv3x3_swap_kernel<true, TP, MINB, 128, true>,                    \
+     SWAP_SMEM(true, TP, 128) + 2 * (TP) * 64 + 64 * 64, 0}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -1845,7 +1914,7 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(256, 64, 4),
     SWAP_TILE(true, 64, 128, 3),
     SWAP_TILE(true, 64, 256, 2),
-    SWAP_TILE(true, 128, 128, 2),
+    SWAP_SC_TILE(128, 2),
 };
 static f32_entry kTilesF32[] = {
     F32_TILE(128, 128),
@@ -1909,9 +1978,10 @@ int conv_pdl_on(void)
 int conv_tile_fits(int kind, int tile, const conv_shape *s)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);
-    if (s->c2 > 0) {  // the shortcut: the general tiles
+    if (s->c2 > 0) {  // the shortcut: the general tiles; INT8's 128-channel patch kernel one of 64 channels
         int n;
-        return t && kind != CONV_FP32 && half_table(kind, &n)[tile].fn_sc;
+        return t && kind != CONV_FP32 && half_table(kind, &n)[tile].fn_sc &&
+               (!t->halo || (conv_halo_fits(s, t->halo) && s->c2 == 64));
     }
     return t && (!t->halo || conv_halo_fits(s, t->halo));
 }
@@ -2093,7 +2163,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
             return cudaErrorInvalidValue;  // INT8: the epilogue writes int8 only
         const long nh = s->k / 64;  // 64-channel slices; every slice the same number of CTAs
         long tiles = (long)s->n * ((s->h * (s->w + 2) + t->bm - 1) / t->bm) * nh;
-        long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * (t->ctas_per_sm > 0 ? t->ctas_per_sm : 1);
+        long most = g_persistent_cap > 0 ? g_persistent_cap : (long)g_num_sms * tile_ctas(kind, p->tile, s);
         long ctas = (tiles < most ? tiles : most) / nh * nh;
         grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }

@@ -70,7 +70,8 @@ cudaError_t launch_k(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaS
 // The conv kernels' element types: FP32, FP16, INT8 (int32 sums).
 enum { CONV_FP32 = 0, CONV_FP16 = 1, CONV_INT8 = 2 };
 
-// A shortcut (FP16 and INT8, the general tiles, stride 1): a second input
+// A shortcut (FP16 and INT8, the general tiles, and INT8's 128-channel
+// patch kernel with c2 = 64; stride 1): a second input
 // in2 of n x h2 x w2 x c2 (c2 <= c, c2 a multiple of a chunk's elements)
 // whose 1x1 conv of stride stride2 (no padding) runs in the same kernel;
 // its weights follow the taps in each weight row. So a residual block's
