@@ -326,7 +326,7 @@ extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, v
         return -1;
     }
     CUDA_TRY(conv_init());
-    if (wgmma && !stem_pool_use_wgmma(1)) {
+    if (wgmma && !stem_pool_wgmma_usable()) {
         free(before);
         free(after);
         return 1;

@@ -185,8 +185,8 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // ResNet's stem, the 7x7/2 pad-3 conv with bias and ReLU, and the 3x3/2
 // pad-1 max pool after it, in one kernel (gpu/stem.cu), FP16 or INT8
 // (q: the conv's INT8 epilogue, NULL for FP16; q->mult >= 0, as the
-// calibration's scales make it, for the pool runs before it; bias and
-// q->mult 8-byte aligned), normalising the images as decoded (rgb) except
+// calibration's scales make it, for the pool runs before it),
+// normalising the images as decoded (rgb) except
 // those given as normalised tensors, read from in [n][h][w][4] (the stem's
 // padded layout, 16-byte aligned); w [k][7][8][4] (stem_weights'), out
 // [n][h/4][w/4][k].
@@ -202,8 +202,10 @@ struct stem_rgb {
 int stem_pool_fits(int h, int w, int c, int k);
 cudaError_t stem_pool_init(int num_sms, int has_wgmma);
 // Tests: 0 runs the mma.sync stems even where wgmma is usable, 1 (the
-// default) wgmma where usable; returns whether it is.
-int stem_pool_use_wgmma(int on);
+// default) wgmma where usable.
+void stem_pool_use_wgmma(int on);
+// 1 when the stem runs on wgmma (every device initialised has it).
+int stem_pool_wgmma_usable(void);
 cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, const stem_rgb *rgb, const void *wgt,
                              const float *bias, const conv_q8 *q, void *out, cudaStream_t st);
 

@@ -13,8 +13,9 @@
 // they pool (5 x 112 pixels; the first is shared with the item above and
 // computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed, where
 // one pooled row per item took 3, 1.5x) from an input patch of 15 rows in
-// shared memory, in two passes of 3 and 2 stem rows, the third row's sums
-// kept in shared memory for the second. There is no im2col copy:
+// shared memory, in passes of stem rows (mma.sync: 3 and 2; wgmma, below:
+// 2, 1 and 2), row 2's sums kept in shared memory for the second pooled
+// row. There is no im2col copy:
 // ldmatrix takes a row address per lane, so each lane points straight at
 // its stem pixel's 16 bytes of taps in the patch. A 16-byte row must be
 // 16-byte aligned: FP16 pixels are 8 bytes and a pixel's first tap is at
@@ -115,6 +116,33 @@ __device__ __forceinline__ int stem_flip(int i)
     return S8 ? 0 : i >> 2;
 }
 
+// This lane's ldmatrix row address in each of MT m16 tiles (stem rows
+// row0 + mi) of the 16 stem columns from 16 w16, and the tiles'
+// accumulators zeroed. Rows i and i + 8 of each m16 tile (a thread's two
+// accumulator rows) are stem columns 2 i and 2 i + 1, so that the pool
+// takes them together (stem_pool_out). INT8: row i is the even one, so
+// each ldmatrix 8-row group reads 128 bytes of one copy. FP16 (8-byte
+// pixels): for i >= 4 row i is the odd one (stem_flip), so that a group's
+// 8 rows fall in 8 distinct 16-byte bank groups; all even, they were
+// 2-way conflicts. Column x's taps of filter row r start at patch row
+// 2 sy + r, column 2x.
+template <bool S8, int MT>
+__device__ __forceinline__ void stem_a_rows(int row0, uint32_t sbase, int w16, int lane, uint32_t (&arow)[MT],
+                                            typename acc_type<S8>::type (&acc)[MT][32])
+{
+    typedef stem_cfg<S8, false> cfg;  // the patch is the same for both kernels
+    const int m = lane & 15, i = m & 7, x = 16 * w16 + 2 * i + ((m >> 3) ^ stem_flip<S8>(i));
+    const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+        arow[mi] = sbase + copy + 2 * (row0 + mi) * cfg::prow + 2 * x * cfg::px + (lane >> 4) * 16;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int t = 0; t < 32; t++)
+            acc[mi][t] = 0;
+}
+
 // The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
 // columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
 // mi. Accumulator acc[mi][4 ni + e]: column 16 w + 2 (lane / 4) + ((e >=
@@ -125,25 +153,8 @@ __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow
 {
     typedef stem_cfg<S8, false> cfg;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
-    // This lane's ldmatrix row in each m16 tile: stem row sy, column x,
-    // whose taps of filter row r start at patch row 2 sy + r, column 2x.
-    // Rows i and i + 8 of each m16 tile (a thread's two accumulator rows)
-    // are stem columns 2 i and 2 i + 1, so that the pool takes them together
-    // (stem_pool_out). INT8: row i is the even one, so each ldmatrix 8-row
-    // group reads 128 bytes of one copy. FP16 (8-byte pixels): for i >= 4
-    // row i is the odd one (stem_flip), so that a group's 8 rows fall in 8
-    // distinct 16-byte bank groups; all even, they were 2-way conflicts.
-    const int m = lane & 15, i = m & 7, x = 16 * warp + 2 * i + ((m >> 3) ^ stem_flip<S8>(i));
-    const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
     uint32_t arow[MT];
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-        arow[mi] = sbase + copy + 2 * (row0 + mi) * cfg::prow + 2 * x * PX + (lane >> 4) * 16;
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-        for (int t = 0; t < 32; t++)
-            acc[mi][t] = 0;
+    stem_a_rows<S8, MT>(row0, sbase, warp, lane, arow, acc);
 #pragma unroll 1
     for (int r = 0; r < 7; r++)
 #pragma unroll
@@ -191,18 +202,8 @@ __device__ __forceinline__ void stem_mma_wg(int row0, uint32_t sbase, uint32_t w
     typedef stem_cfg<S8, true> cfg;
     typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;
-    const int wx = min(warp, STEM_SW / 16 - 1);
-    const int m = lane & 15, i = m & 7, x = 16 * wx + 2 * i + ((m >> 3) ^ stem_flip<S8>(i));
-    const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
     uint32_t arow[MT];
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-        arow[mi] = sbase + copy + 2 * (row0 + mi) * cfg::prow + 2 * x * PX + (lane >> 4) * 16;
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-        for (int t = 0; t < 32; t++)
-            acc[mi][t] = 0;
+    stem_a_rows<S8, MT>(row0, sbase, min(warp, STEM_SW / 16 - 1), lane, arow, acc);
     uint32_t a[2][MT][4];
 #pragma unroll
     for (int j = 0; j < cfg::ksteps; j++) {
@@ -229,9 +230,10 @@ __device__ __forceinline__ void stem_mma_wg(int row0, uint32_t sbase, uint32_t w
         wgmma_pin(acc[mi]);
 }
 
-// threadIdx.x, read afresh: the item loop's address arithmetic is
-// recomputed per item from it rather than hoisted out of the loop, where
-// its ~30 values took registers from the MMAs' accumulators.
+// threadIdx.x, read afresh: in the wgmma kernels the item loop's address
+// arithmetic is recomputed per item from it rather than hoisted out of
+// the loop, where its ~30 values took registers from the accumulators
+// (the mma.sync kernels keep the hoisting, which fits them).
 __device__ __forceinline__ int tid_fresh(void)
 {
     int t;
@@ -249,7 +251,7 @@ __device__ __forceinline__ float acc_max(float a, float b)
 }
 
 // One pooled row from v, the column-wise max of its (up to) 3 stem rows
-// at this warp's 16 columns (v[ni][e] as acc[mi] in stem_mma). The max
+// at this warp's 16 columns (v[4 ni + e] as acc[mi] in stem_mma). The max
 // pool is taken on the sums, before the epilogue: the epilogue (FP16:
 // + bias, ReLU, rounding to half; INT8: int8.h's requantisation with a
 // multiplier >= 0) is non-decreasing in the sum, so the max of the
@@ -313,7 +315,7 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[3
         }
     }
     __syncthreads();
-    // 16-byte chunks: INT8's pooled row is one a thread, FP16's two.
+    // 16-byte chunks: INT8's pooled row is at most one a thread, FP16's two.
     constexpr int CH = cfg::orow / 16, T = cfg::threads, PW = STEM_SW / 2;
 #pragma unroll
     for (int k = 0; k < (PW * CH + T - 1) / T; k++) {
@@ -362,7 +364,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         if (__ldg(src.which + img) >= 0)
             return true;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
-        for (int c = tid_fresh(); c < STEM_PROWS * CPR; c += T) {
+        for (int c = WG ? tid_fresh() : tid; c < STEM_PROWS * CPR; c += T) {
             const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
             if ((unsigned)iy < (unsigned)h)
                 cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
@@ -374,7 +376,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     auto fill_patch_s8 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = tid_fresh();
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = WG ? tid_fresh() : (int)threadIdx.x;
         // Every step's loads, then the stores: the compiler cannot move a
         // shared-memory load above a store it may alias.
         uint4 v[U];
@@ -412,7 +414,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     auto fill_patch_f16 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T, UB = 2;
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = tid_fresh();
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = WG ? tid_fresh() : (int)threadIdx.x;
 #pragma unroll 1
         for (int k0 = 0; k0 < U; k0 += UB) {
             uint4 v[UB][2];
@@ -498,7 +500,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             // barrier also ends the last item's MMAs, which read the patch.
             cp_async_wait<0>();
             if constexpr (WG)
-                fence_proxy_async_smem();  // the weights, read by wgmma
+                fence_proxy_async_smem();  // the weights, read by wgmma (each item: cheap, and no first-item case)
             __syncthreads();
             fill_patch_s8(item, raw + buf * cfg::raw_bytes, from_in);
             if (item + (int)gridDim.x < items)
@@ -525,7 +527,6 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         // 3 and 4. mma.sync: rows 0-2 in one pass, then 3-4 (B fragments
         // shared by a pass's rows); wgmma: 0-1, 2, 3-4, 64 accumulators at
         // most (three rows' 96 would not fit two CTAs an SM).
-        constexpr int T = cfg::threads;
         if constexpr (WG) {
             acc_t acc[2][32], r2[1][32];
             stem_mma_wg<S8, 2>(0, sbase, wbase, warp, lane, acc);
@@ -569,22 +570,25 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     cp_async_wait<0>();
 }
 
-// The four kernels, [INT8][wgmma], and their persistent grids: as many
-// CTAs as fit on the device stem_pool_init last ran on (another count only
-// changes how many items each CTA takes).
+// The four kernels, [INT8][wgmma].
 typedef void (*stem_fn)(int, int, const void *, const stem_rgb, const void *, const float *, const conv_q8, void *);
 struct stem_variant {
     stem_fn fn;
-    int threads, smem, ctas;
+    int threads, smem;
 };
-static stem_variant g_stem[2][2] = {
-    {{stem_pool_kernel<false, false>, stem_cfg<false, false>::threads, stem_cfg<false, false>::smem, 1},
-     {stem_pool_kernel<false, true>, stem_cfg<false, true>::threads, stem_cfg<false, true>::smem, 1}},
-    {{stem_pool_kernel<true, false>, stem_cfg<true, false>::threads, stem_cfg<true, false>::smem, 1},
-     {stem_pool_kernel<true, true>, stem_cfg<true, true>::threads, stem_cfg<true, true>::smem, 1}},
+static const stem_variant g_stem[2][2] = {
+    {{stem_pool_kernel<false, false>, stem_cfg<false, false>::threads, stem_cfg<false, false>::smem},
+     {stem_pool_kernel<false, true>, stem_cfg<false, true>::threads, stem_cfg<false, true>::smem}},
+    {{stem_pool_kernel<true, false>, stem_cfg<true, false>::threads, stem_cfg<true, false>::smem},
+     {stem_pool_kernel<true, true>, stem_cfg<true, true>::threads, stem_cfg<true, true>::smem}},
 };
-// The device runs the wgmma kernels; tests may turn them off.
-static std::atomic<int> g_stem_wg_ok{0}, g_stem_wg_on{1};
+// Their persistent grids: as many CTAs as fit on the device stem_pool_init
+// last ran on (another count only changes how many items each CTA takes).
+static std::atomic<int> g_stem_ctas[2][2] = {{{1}, {1}}, {{1}, {1}}};
+// The wgmma kernels run only where every device stem_pool_init ran on has
+// them (the variant is picked at launch, for any of the process's
+// devices); tests may turn them off.
+static std::atomic<int> g_stem_wg_ok{0}, g_stem_wg_lacking{0}, g_stem_wg_on{1};
 
 int stem_pool_fits(int h, int w, int c, int k)
 {
@@ -596,20 +600,29 @@ cudaError_t stem_pool_init(int num_sms, int has_wgmma)
     cudaError_t e = cudaSuccess;
     for (int s8 = 0; s8 < 2; s8++)
         for (int wg = 0; wg < 2 && e == cudaSuccess; wg++) {
-            stem_variant *v = &g_stem[s8][wg];
+            const stem_variant *v = &g_stem[s8][wg];
             int per_sm = 1;
             e = cudaFuncSetAttribute(v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, v->smem);
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v->fn, v->threads, v->smem);
-            v->ctas = num_sms * (per_sm > 0 ? per_sm : 1);
+            if (e == cudaSuccess)
+                g_stem_ctas[s8][wg] = num_sms * (per_sm > 0 ? per_sm : 1);
         }
-    g_stem_wg_ok = has_wgmma;
-    return e;
+    if (e != cudaSuccess)
+        return e;
+    if (!has_wgmma)
+        g_stem_wg_lacking = 1;
+    g_stem_wg_ok = !g_stem_wg_lacking;
+    return cudaSuccess;
 }
 
-int stem_pool_use_wgmma(int on)
+void stem_pool_use_wgmma(int on)
 {
     g_stem_wg_on = on;
+}
+
+int stem_pool_wgmma_usable(void)
+{
     return g_stem_wg_ok;
 }
 
@@ -620,15 +633,15 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     if (!stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || !rgb || kind == CONV_FP32 || !rgb->rgb ||
         !rgb->lut || !rgb->which)
         return cudaErrorInvalidValue;
-    if ((((uintptr_t)bias | (uintptr_t)(q ? q->mult : NULL)) & 7) != 0 ||
-        (((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
-        return cudaErrorMisalignedAddress;  // bias and mult read as float2, the images in 16-byte chunks
+    if ((((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
+        return cudaErrorMisalignedAddress;  // the images are read in 16-byte chunks
     const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
-    const stem_variant *v = &g_stem[s8][g_stem_wg_ok && g_stem_wg_on];
+    const int wg = g_stem_wg_ok && g_stem_wg_on;
+    const stem_variant *v = &g_stem[s8][wg];
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
     // A persistent grid, unless a test caps it.
     const int cap = conv_persistent_cap();
-    const int most = cap > 0 ? cap : v->ctas;
+    const int most = cap > 0 ? cap : g_stem_ctas[s8][wg].load();
     const int ctas = items < most ? items : most;
     return launch_k(v->fn, ctas, v->threads, v->smem, st, n, h, in, *rgb, wgt, bias, s8 ? *q : none, out);
 }
