@@ -1021,13 +1021,6 @@ static int conv_halo_fits(const conv_shape *s, int c)
            (double)s->n * s->h * s->w * s->k < 2147483647.0;
 }
 
-// The 64-byte swizzle's descriptor: 512 bytes between 8-row groups.
-__device__ __forceinline__ uint64_t wgmma_desc64(uint32_t saddr)
-{
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(512 >> 4) << 32) |
-           ((uint64_t)2 << 62);
-}
-
 // Where 16-byte chunk c of swizzled row r goes, for rows of ROWB bytes.
 template <int ROWB>
 __device__ __forceinline__ int halo_swz(int r, int c)

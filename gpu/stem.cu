@@ -350,6 +350,9 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     // 4 py - 5 .. 4 py + 9, columns -4 .. w + 3, zero outside the image.
     // w is STEM_MAX_W (stem_pool_fits): the loops below step by constants.
     constexpr int W = STEM_MAX_W, T = cfg::threads, RAW = cfg::raw_row;
+    // threadIdx.x for an item's address arithmetic: afresh in the wgmma
+    // kernels (tid_fresh).
+    auto item_tid = [&]() { return WG ? tid_fresh() : tid; };
     auto item_img = [&](int item, int *py) {
         const int img = item / pairs;
         *py = 2 * (item - img * pairs);
@@ -364,7 +367,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         if (__ldg(src.which + img) >= 0)
             return true;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
-        for (int c = WG ? tid_fresh() : tid; c < STEM_PROWS * CPR; c += T) {
+        for (int c = item_tid(); c < STEM_PROWS * CPR; c += T) {
             const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
             if ((unsigned)iy < (unsigned)h)
                 cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
@@ -376,7 +379,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     auto fill_patch_s8 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = WG ? tid_fresh() : (int)threadIdx.x;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = item_tid();
         // Every step's loads, then the stores: the compiler cannot move a
         // shared-memory load above a store it may alias.
         uint4 v[U];
@@ -414,7 +417,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     auto fill_patch_f16 = [&](int item, const unsigned char *rows, bool from_in) {
         constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T, UB = 2;
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = WG ? tid_fresh() : (int)threadIdx.x;
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = item_tid();
 #pragma unroll 1
         for (int k0 = 0; k0 < U; k0 += UB) {
             uint4 v[UB][2];

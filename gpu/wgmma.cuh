@@ -31,6 +31,13 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr)
            ((uint64_t)1 << 62);
 }
 
+// The 64-byte swizzle's descriptor: 512 bytes between 8-row groups.
+__device__ __forceinline__ uint64_t wgmma_desc64(uint32_t saddr)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(512 >> 4) << 32) |
+           ((uint64_t)2 << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence(void)
 {
 #ifdef RESNETD_WGMMA
