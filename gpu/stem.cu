@@ -9,13 +9,15 @@
 // 0.14-0.19 more.
 //
 // Here a CTA makes two rows of the pooled output of one image at a time
-// (an item; the CTAs are persistent and take several): the 5 stem rows
-// they pool (5 x 112 pixels; the first is shared with the item above and
-// computed twice: 2.5 stem rows per pooled row, 1.25x the 2 needed, where
-// one pooled row per item took 3, 1.5x) from an input patch of 15 rows in
-// shared memory, in passes of stem rows (mma.sync: 3 and 2; wgmma, below:
-// 2, 1 and 2), row 2's sums kept in shared memory for the second pooled
-// row. There is no im2col copy:
+// (an item; the CTAs are persistent and take a run of consecutive items):
+// the 5 stem rows they pool (5 x 112 pixels) from an input patch of 15
+// rows in shared memory. The first stem row and the first 7 input rows are
+// the item above's last, which the CTA made just before unless the item
+// starts its run or its image: those it keeps (a ring of patch rows, and
+// the row's sums in shared memory), so that in a run it computes 2 stem
+// rows per pooled row, and fills 8 input rows of 15. The passes are of 2
+// stem rows (and row 0 alone where not kept), row 2's sums also kept in
+// shared memory for the second pooled row. There is no im2col copy:
 // ldmatrix takes a row address per lane, so each lane points straight at
 // its stem pixel's 16 bytes of taps in the patch. A 16-byte row must be
 // 16-byte aligned: FP16 pixels are 8 bytes and a pixel's first tap is at
@@ -34,9 +36,9 @@
 // wgmma m64n64 with 8 warps, two warpgroups of 64 columns (stem_mma_wg):
 // the same ldmatrix A fragments, passed in registers, and the weights read
 // by wgmma from shared memory, where mma.sync had every warp load all 64
-// channels' B fragments for each k step. Rows 0-2 then run as two passes
-// (0-1, 2), for at most 64 accumulators a thread beside the wgmma's
-// operands: two CTAs an SM leave 128 registers.
+// channels' B fragments for each k step. Passes of at most 2 rows, 64
+// accumulators a thread beside the wgmma's operands: two CTAs an SM leave
+// 128 registers.
 //
 // The stem also does the input's normalisation: the CTA writes its patch
 // from the decoded RGB rows (3 bytes a pixel) through the normalisation's
@@ -56,6 +58,7 @@
 // columns 2x - 4 .. 2x + 3), output [n][ph][pw][64].
 #include <stdio.h>
 #include <atomic>
+#include <type_traits>
 #include "gpu/kernels.cuh"
 #include "gpu/mma.cuh"
 #include "gpu/wgmma.cuh"
@@ -64,6 +67,12 @@
 #define STEM_MAX_W 224    // stem row width STEM_SW = 112
 #define STEM_SW (STEM_MAX_W / 2)
 #define STEM_PROWS 15     // input rows under 5 stem rows: 2 * 4 + 7
+// The patch's rows in shared memory: a ring, where an item's row p lies in
+// slot p ^ base, base = 0 or 8 (stem_ring_base), so that an item after
+// the one above it (pooled rows two higher, input rows 8 lower) finds its
+// first 7 rows where the last one left them and fills only 8.
+#define STEM_RING 16
+#define STEM_KEEP 7  // patch rows an item shares with the one above
 
 // Bytes: a pixel, a patch row (the input columns -4 .. w + 3), a weight row
 // (+16 bytes so that ldmatrix's 8 rows fall in distinct banks) and an
@@ -77,7 +86,7 @@ struct stem_cfg {
     static constexpr int px = S8 ? 4 : 8;
     static constexpr int ksteps = 7 * px / 4;  // 32-byte k steps of the 7 filter rows
     static constexpr int prow = (STEM_MAX_W + 8) * px + 16;
-    static constexpr int copy_bytes = STEM_PROWS * prow;
+    static constexpr int copy_bytes = STEM_RING * prow;
     static constexpr int wrow = 7 * 8 * px + 16;
     static constexpr int orow = STEM_K * (S8 ? 1 : 2);  // an output pixel
     // A staged pooled pixel, +16 bytes: the 8 pixels one store of a warp
@@ -116,26 +125,42 @@ __device__ __forceinline__ int stem_flip(int i)
     return S8 ? 0 : i >> 2;
 }
 
-// This lane's ldmatrix row address in each of MT m16 tiles (stem rows
-// row0 + mi) of the 16 stem columns from 16 w16, and the tiles'
-// accumulators zeroed. Rows i and i + 8 of each m16 tile (a thread's two
+// The ring slot of an item's patch row p is p ^ base (STEM_RING): the
+// item with pooled rows py, py + 1 (py even) starts at input row 4 py - 5,
+// in slot (4 py + p) mod 16.
+__device__ __forceinline__ int stem_ring_base(int py)
+{
+    return (py & 2) << 2;
+}
+
+// A patch row's address from stem_a_rows' two bases: pr < 8 in slot pr +
+// base, else pr - base (pr ^ base for base 0 or 8), with pr known at
+// compile time in the unrolled loops, so that it is an immediate offset.
+template <bool S8>
+__device__ __forceinline__ uint32_t stem_row_addr(uint32_t lo, uint32_t hi, int pr)
+{
+    return (pr < 8 ? lo : hi) + pr * stem_cfg<S8, false>::prow;
+}
+
+// This lane's ldmatrix row addresses (stem_row_addr's lo and hi; the
+// item's ring base) at its stem column of the 16 from 16 w16, and MT
+// tiles' accumulators zeroed. Rows i and i + 8 of each m16 tile (a thread's two
 // accumulator rows) are stem columns 2 i and 2 i + 1, so that the pool
 // takes them together (stem_pool_out). INT8: row i is the even one, so
 // each ldmatrix 8-row group reads 128 bytes of one copy. FP16 (8-byte
 // pixels): for i >= 4 row i is the odd one (stem_flip), so that a group's
 // 8 rows fall in 8 distinct 16-byte bank groups; all even, they were
-// 2-way conflicts. Column x's taps of filter row r start at patch row
-// 2 sy + r, column 2x.
+// 2-way conflicts. Column x's taps of filter row r of stem row sy start at
+// patch row 2 sy + r, column 2x.
 template <bool S8, int MT>
-__device__ __forceinline__ void stem_a_rows(int row0, uint32_t sbase, int w16, int lane, uint32_t (&arow)[MT],
+__device__ __forceinline__ void stem_a_rows(int base, uint32_t sbase, int w16, int lane, uint32_t &lo, uint32_t &hi,
                                             typename acc_type<S8>::type (&acc)[MT][32])
 {
     typedef stem_cfg<S8, false> cfg;  // the patch is the same for both kernels
     const int m = lane & 15, i = m & 7, x = 16 * w16 + 2 * i + ((m >> 3) ^ stem_flip<S8>(i));
-    const uint32_t copy = S8 && (x & 1) ? cfg::copy1 + 8 : 0;
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-        arow[mi] = sbase + copy + 2 * (row0 + mi) * cfg::prow + 2 * x * cfg::px + (lane >> 4) * 16;
+    const uint32_t col = sbase + (S8 && (x & 1) ? cfg::copy1 + 8 : 0) + 2 * x * cfg::px + (lane >> 4) * 16;
+    lo = col + base * cfg::prow;
+    hi = col - base * cfg::prow;
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
@@ -143,29 +168,29 @@ __device__ __forceinline__ void stem_a_rows(int row0, uint32_t sbase, int w16, i
             acc[mi][t] = 0;
 }
 
-// The MMAs of MT stem rows, row0.. of the item's 5, at this warp's 16
-// columns (warp w: stem columns 16 w ..): m16 tile mi is stem row row0 +
-// mi. Accumulator acc[mi][4 ni + e]: column 16 w + 2 (lane / 4) + ((e >=
+// The MMAs of MT stem rows, row0.. of the item's 5 (its patch at ring
+// base `base`), at this warp's 16 columns (warp w: stem columns 16 w ..):
+// m16 tile mi is stem row row0 + mi. Accumulator acc[mi][4 ni + e]: column 16 w + 2 (lane / 4) + ((e >=
 // 2) xor stem_flip), channel 8 ni + 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
-__device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow, int warp, int lane,
+__device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uint32_t brow, int warp, int lane,
                                          typename acc_type<S8>::type (&acc)[MT][32])
 {
     typedef stem_cfg<S8, false> cfg;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
-    uint32_t arow[MT];
-    stem_a_rows<S8, MT>(row0, sbase, warp, lane, arow, acc);
+    uint32_t lo, hi;
+    stem_a_rows<S8, MT>(base, sbase, warp, lane, lo, hi, acc);
 #pragma unroll 1
     for (int r = 0; r < 7; r++)
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
-            const uint32_t koff = r * cfg::prow + kk * 32, kw = (r * KSTEPS + kk) * 32;
+            const uint32_t kw = (r * KSTEPS + kk) * 32;
             uint32_t a[MT][4], b[8][2];
 #pragma unroll
             for (int mi = 0; mi < MT; mi++)
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                              : "=r"(a[mi][0]), "=r"(a[mi][1]), "=r"(a[mi][2]), "=r"(a[mi][3])
-                             : "r"(arow[mi] + koff));
+                             : "r"(stem_row_addr<S8>(lo, hi, 2 * (row0 + mi) + r) + kk * 32));
 #pragma unroll
             for (int nj = 0; nj < 4; nj++) {
                 uint32_t t[4];
@@ -196,18 +221,17 @@ __device__ __forceinline__ void stem_mma(int row0, uint32_t sbase, uint32_t brow
 // back; at 128 registers ptxas serialises the wgmmas anyway (its C7512
 // note), and the kernel still beat mma.sync's (gpu/NOTES.md).
 template <bool S8, int MT>
-__device__ __forceinline__ void stem_mma_wg(int row0, uint32_t sbase, uint32_t wbase, int warp, int lane,
+__device__ __forceinline__ void stem_mma_wg(int row0, int base, uint32_t sbase, uint32_t wbase, int warp, int lane,
                                             typename acc_type<S8>::type (&acc)[MT][32])
 {
     typedef stem_cfg<S8, true> cfg;
     typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;
-    uint32_t arow[MT];
-    stem_a_rows<S8, MT>(row0, sbase, min(warp, STEM_SW / 16 - 1), lane, arow, acc);
+    uint32_t lo, hi;
+    stem_a_rows<S8, MT>(base, sbase, min(warp, STEM_SW / 16 - 1), lane, lo, hi, acc);
     uint32_t a[2][MT][4];
 #pragma unroll
     for (int j = 0; j < cfg::ksteps; j++) {
-        const uint32_t koff = j / KSTEPS * cfg::prow + j % KSTEPS * 32;
         if (j >= 2)
             wgmma_wait<1>();
 #pragma unroll
@@ -215,7 +239,7 @@ __device__ __forceinline__ void stem_mma_wg(int row0, uint32_t sbase, uint32_t w
             uint32_t(&f)[4] = a[j & 1][mi];
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-                         : "r"(arow[mi] + koff));
+                         : "r"(stem_row_addr<S8>(lo, hi, 2 * (row0 + mi) + j / KSTEPS) + j % KSTEPS * 32));
         }
         wgmma_fence();
         const uint64_t db = wgmma_desc_plain(wbase + j * 2048, 1024, 128);
@@ -358,36 +382,39 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         *py = 2 * (item - img * pairs);
         return img;
     };
-    // The item's raw RGB rows inside the image into dst (none for an image
-    // read from `in`); returns whether it is read from `in`.
-    auto load_raw = [&](int item, unsigned char *dst) {
+    // The item's raw RGB rows from patch row first (0, or STEM_KEEP after
+    // the item above) inside the image into dst (none for an image read
+    // from `in`); returns whether it is read from `in`.
+    auto load_raw = [&](int item, int first, unsigned char *dst) {
         constexpr int CPR = RAW / 16;
         int py;
         const int img = item_img(item, &py), iy0 = 4 * py - 5;
         if (__ldg(src.which + img) >= 0)
             return true;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
-        for (int c = item_tid(); c < STEM_PROWS * CPR; c += T) {
+        for (int c = item_tid() + first * CPR; c < STEM_PROWS * CPR; c += T) {
             const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
             if ((unsigned)iy < (unsigned)h)
                 cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
         }
         return false;
     };
-    // INT8: the item's patch, both copies, 4 pixels a step, from its raw
-    // rows through the table, or from `in` (from_in: load_raw's answer).
-    auto fill_patch_s8 = [&](int item, const unsigned char *rows, bool from_in) {
-        constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T;  // steps a thread
+    // INT8: the item's patch from row FIRST (load_raw's first) into its
+    // ring slots, both copies, 4 pixels a step, from its raw rows through
+    // the table, or from `in` (from_in: load_raw's answer).
+    auto fill_patch_s8 = [&](auto first_c, int item, const unsigned char *rows, bool from_in) {
+        constexpr int FIRST = decltype(first_c)::value, NR = STEM_PROWS - FIRST;
+        constexpr int G = W / 4, U = (NR * G + T - 1) / T;  // steps a thread
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = item_tid();
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = item_tid(), base = stem_ring_base(py);
         // Every step's loads, then the stores: the compiler cannot move a
         // shared-memory load above a store it may alias.
         uint4 v[U];
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const int u = tid + k * T, r = u / G, g = u - r * G, iy = iy0 + r;
+            const int u = tid + k * T, r = FIRST + u / G, g = u - (r - FIRST) * G, iy = iy0 + r;
             v[k] = make_uint4(0, 0, 0, 0);
-            if (u >= STEM_PROWS * G || (unsigned)iy >= (unsigned)h)
+            if (u >= NR * G || (unsigned)iy >= (unsigned)h)
                 continue;
             if (from_in) {
                 v[k] = __ldg(reinterpret_cast<const uint4 *>(in + (((size_t)img * h + iy) * W + 4 * g) * PX));
@@ -403,10 +430,10 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         }
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const int u = tid + k * T, r = u / G, g = u - r * G;
-            if (u >= STEM_PROWS * G)
+            const int u = tid + k * T, r = FIRST + u / G, g = u - (r - FIRST) * G;
+            if (u >= NR * G)
                 break;
-            unsigned char *d = smem + r * cfg::prow + (4 * g + 4) * PX;
+            unsigned char *d = smem + (r ^ base) * cfg::prow + (4 * g + 4) * PX;
             *reinterpret_cast<uint4 *>(d) = v[k];
             *reinterpret_cast<uint2 *>(d + cfg::copy1 + 8) = make_uint2(v[k].x, v[k].y);
             *reinterpret_cast<uint2 *>(d + cfg::copy1 + 16) = make_uint2(v[k].z, v[k].w);
@@ -414,18 +441,19 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     };
     // FP16: the same, one copy, 4 pixels (32 bytes) a step, the loads and
     // stores of two steps at a time (all four at once spilled).
-    auto fill_patch_f16 = [&](int item, const unsigned char *rows, bool from_in) {
-        constexpr int G = W / 4, U = (STEM_PROWS * G + T - 1) / T, UB = 2;
+    auto fill_patch_f16 = [&](auto first_c, int item, const unsigned char *rows, bool from_in) {
+        constexpr int FIRST = decltype(first_c)::value, NR = STEM_PROWS - FIRST;
+        constexpr int G = W / 4, U = (NR * G + T - 1) / T, UB = 2;
         int py;
-        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = item_tid();
+        const int img = item_img(item, &py), iy0 = 4 * py - 5, tid = item_tid(), base = stem_ring_base(py);
 #pragma unroll 1
         for (int k0 = 0; k0 < U; k0 += UB) {
             uint4 v[UB][2];
 #pragma unroll
             for (int j = 0; j < UB; j++) {
-                const int u = tid + (k0 + j) * T, r = u / G, g = u - r * G, iy = iy0 + r;
+                const int u = tid + (k0 + j) * T, r = FIRST + u / G, g = u - (r - FIRST) * G, iy = iy0 + r;
                 v[j][0] = v[j][1] = make_uint4(0, 0, 0, 0);
-                if (k0 + j >= U || u >= STEM_PROWS * G || (unsigned)iy >= (unsigned)h)
+                if (k0 + j >= U || u >= NR * G || (unsigned)iy >= (unsigned)h)
                     continue;
                 if (from_in) {
                     const uint4 *p = reinterpret_cast<const uint4 *>(in + (((size_t)img * h + iy) * W + 4 * g) * PX);
@@ -442,10 +470,10 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             }
 #pragma unroll
             for (int j = 0; j < UB; j++) {
-                const int u = tid + (k0 + j) * T, r = u / G, g = u - r * G;
-                if (k0 + j >= U || u >= STEM_PROWS * G)
+                const int u = tid + (k0 + j) * T, r = FIRST + u / G, g = u - (r - FIRST) * G;
+                if (k0 + j >= U || u >= NR * G)
                     break;
-                uint4 *d = reinterpret_cast<uint4 *>(smem + r * cfg::prow + (4 * g + 4) * PX);
+                uint4 *d = reinterpret_cast<uint4 *>(smem + (r ^ base) * cfg::prow + (4 * g + 4) * PX);
                 d[0] = v[j][0];
                 d[1] = v[j][1];
             }
@@ -460,7 +488,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         // The pad columns (-4 .. -1, w .. w + 3) of both copies, once: the
         // items write only the image's columns. 8-byte stores: the second
         // copy is 8 mod 16.
-        for (int k = tid; k < STEM_PROWS * 8; k += T) {
+        for (int k = tid; k < STEM_RING * 8; k += T) {
             const int r = k >> 3, side = k >> 2 & 1, copy = k >> 1 & 1, half = k & 1;
             *reinterpret_cast<uint2 *>(smem + copy * (cfg::copy1 + 8) + r * cfg::prow + side * (W + 4) * PX +
                                        half * 8) = make_uint2(0, 0);
@@ -468,7 +496,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     } else {
         for (int k = tid; k < 3 * 256; k += T)
             lut[k] = (uint32_t)__ldg(static_cast<const unsigned short *>(src.lut) + k) << (k >> 8 == 1 ? 16 : 0);
-        for (int k = tid; k < STEM_PROWS * 4; k += T) {  // the pad columns: 32 bytes a side
+        for (int k = tid; k < STEM_RING * 4; k += T) {  // the pad columns: 32 bytes a side
             const int r = k >> 2, side = k >> 1 & 1, half = k & 1;
             *reinterpret_cast<uint4 *>(smem + r * cfg::prow + side * (W + 4) * PX + half * 16) = make_uint4(0, 0, 0, 0);
         }
@@ -479,24 +507,32 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         const int at = WG ? j / 2 * 2048 + j % 2 * 1024 + k / 8 * 128 + k % 8 * 16 : k * cfg::wrow + j * 16;
         cp_async16(smem + cfg::w_off + at, wgt + ((size_t)k * 7 * 8 * PX + j * 16), true);
     }
+    // Each CTA takes a run of consecutive items, so that an item after the
+    // one above it (cont) keeps that item's last STEM_KEEP patch rows (in
+    // the ring) and its last stem row's sums (keep), and fills and computes
+    // only what is new: 8 of 15 input rows, 4 of 5 stem rows.
+    const int run = (items + gridDim.x - 1) / gridDim.x, first = blockIdx.x * run;
+    const int last = min(first + run, items);
+    auto cont = [&](int item) { return item > first && item % pairs != 0; };
     // The table, the pads, the factors and the weights (no kernel's output) before
     // pdl_sync; the first item's rows after it, in the weights' group.
     pdl_sync();
-    if ((int)blockIdx.x < items)
-        from_in = load_raw(blockIdx.x, raw);
+    if (first < last)
+        from_in = load_raw(first, 0, raw);
     cp_async_commit();
 
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
     // B fragments: weight rows n (ldmatrix x4 gives two n8 tiles).
     const uint32_t brow = sbase + cfg::w_off + (((lane >> 4) * 8 + (lane & 7)) * cfg::wrow) + ((lane >> 3) & 1) * 16;
-    // Stem row 2's sums (32 a thread), kept for the second pooled row in
-    // shared memory: in registers they would spill (128 a thread at most).
+    // A stem row's sums (32 a thread), kept in shared memory for the next
+    // pooled row: in registers they would spill (128 a thread at most).
     acc_t *const keep = reinterpret_cast<acc_t *>(smem + cfg::k_off) + tid;
     const uint32_t wbase = sbase + cfg::w_off;
     int buf = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    for (int item = first; item < last; item++) {
         int py;  // pooled rows py, py + 1
-        const int img = item_img(item, &py);
+        const int img = item_img(item, &py), base = stem_ring_base(py);
+        const bool kept = cont(item), next = item + 1 < last;
         unsigned char *out = static_cast<unsigned char *>(out_) + ((size_t)img * ph + py) * pw * cfg::orow;
         if constexpr (S8) {
             // This item's raw rows (the one group in flight) are in; the
@@ -505,9 +541,12 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             if constexpr (WG)
                 fence_proxy_async_smem();  // the weights, read by wgmma (each item: cheap, and no first-item case)
             __syncthreads();
-            fill_patch_s8(item, raw + buf * cfg::raw_bytes, from_in);
-            if (item + (int)gridDim.x < items)
-                from_in = load_raw(item + gridDim.x, raw + (buf ^ 1) * cfg::raw_bytes);
+            if (kept)
+                fill_patch_s8(std::integral_constant<int, STEM_KEEP>(), item, raw + buf * cfg::raw_bytes, from_in);
+            else
+                fill_patch_s8(std::integral_constant<int, 0>(), item, raw + buf * cfg::raw_bytes, from_in);
+            if (next)
+                from_in = load_raw(item + 1, cont(item + 1) ? STEM_KEEP : 0, raw + (buf ^ 1) * cfg::raw_bytes);
             cp_async_commit();
             buf ^= 1;
             __syncthreads();
@@ -518,53 +557,58 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             if constexpr (WG)
                 fence_proxy_async_smem();
             __syncthreads();
-            fill_patch_f16(item, raw, from_in);
+            if (kept)
+                fill_patch_f16(std::integral_constant<int, STEM_KEEP>(), item, raw, from_in);
+            else
+                fill_patch_f16(std::integral_constant<int, 0>(), item, raw, from_in);
             __syncthreads();
-            if (item + (int)gridDim.x < items)
-                from_in = load_raw(item + gridDim.x, raw);
+            if (next)
+                from_in = load_raw(item + 1, cont(item + 1) ? STEM_KEEP : 0, raw);
             cp_async_commit();
         }
 
-        // Pooled row py: stem rows 0-2 of the item (row 0 is above the
-        // image at py = 0); row 2 is kept for pooled row py + 1, with rows
-        // 3 and 4. mma.sync: rows 0-2 in one pass, then 3-4 (B fragments
-        // shared by a pass's rows); wgmma: 0-1, 2, 3-4, 64 accumulators at
-        // most (three rows' 96 would not fit two CTAs an SM).
-        if constexpr (WG) {
-            acc_t acc[2][32], r2[1][32];
-            stem_mma_wg<S8, 2>(0, sbase, wbase, warp, lane, acc);
+        // MT stem rows from row0 of the item's 5.
+        auto rows = [&](auto mt_c, int row0, acc_t(&acc)[decltype(mt_c)::value][32]) {
+            constexpr int MT = decltype(mt_c)::value;
+            if constexpr (WG)
+                stem_mma_wg<S8, MT>(row0, base, sbase, wbase, warp, lane, acc);
+            else
+                stem_mma<S8, MT>(row0, base, sbase, brow, warp, lane, acc);
+        };
+        // Stem row 0 (above the image at py = 0) into keep, unless the item
+        // above left it there as its row 4. Then pooled row py from rows 0-2,
+        // row 2 kept for pooled row py + 1 with rows 3 and 4, and row 4 for
+        // the next item: passes of two rows, 64 accumulators (three rows'
+        // 96 would not fit two CTAs an SM).
+        if (!kept && py > 0) {
+            acc_t acc[1][32];
+            rows(std::integral_constant<int, 1>(), 0, acc);
 #pragma unroll
             for (int t = 0; t < 32; t++)
-                if (py > 0)
-                    acc[1][t] = acc_max(acc[1][t], acc[0][t]);
-            stem_mma_wg<S8, 1>(2, sbase, wbase, warp, lane, r2);
+                keep[t * T] = acc[0][t];
+        }
+        {
+            acc_t acc[2][32];
+            rows(std::integral_constant<int, 2>(), 1, acc);
 #pragma unroll
             for (int t = 0; t < 32; t++) {
-                keep[t * T] = r2[0][t];
-                acc[1][t] = acc_max(acc[1][t], r2[0][t]);
-            }
-            stem_pool_out<S8, WG>(acc[1], fac, q, xch, stage, out, warp, lane, tid);
-        } else {
-            acc_t acc[3][32];
-            stem_mma<S8, 3>(0, sbase, brow, warp, lane, acc);
-#pragma unroll
-            for (int t = 0; t < 32; t++) {
-                keep[t * T] = acc[2][t];
-                acc[1][t] = acc_max(acc[1][t], acc[2][t]);
+                acc_t v = acc_max(acc[0][t], acc[1][t]);
                 if (py > 0)
-                    acc[1][t] = acc_max(acc[1][t], acc[0][t]);
+                    v = acc_max(v, keep[t * T]);
+                keep[t * T] = acc[1][t];
+                acc[0][t] = v;
             }
-            stem_pool_out<S8, WG>(acc[1], fac, q, xch, stage, out, warp, lane, tid);
+            stem_pool_out<S8, WG>(acc[0], fac, q, xch, stage, out, warp, lane, tid);
         }
         if (py + 1 < ph) {
             acc_t acc[2][32];
-            if constexpr (WG)
-                stem_mma_wg<S8, 2>(3, sbase, wbase, warp, lane, acc);
-            else
-                stem_mma<S8, 2>(3, sbase, brow, warp, lane, acc);
+            rows(std::integral_constant<int, 2>(), 3, acc);
 #pragma unroll
-            for (int t = 0; t < 32; t++)
-                acc[0][t] = acc_max(acc_max(acc[0][t], acc[1][t]), keep[t * T]);
+            for (int t = 0; t < 32; t++) {
+                const acc_t v = acc_max(acc_max(acc[0][t], acc[1][t]), keep[t * T]);
+                keep[t * T] = acc[1][t];
+                acc[0][t] = v;
+            }
             // The barriers in stem_pool_out order the reads of xch and
             // stage above before these writes.
             stem_pool_out<S8, WG>(acc[0], fac, q, xch, stage, out + (size_t)pw * cfg::orow, warp, lane, tid);
@@ -645,6 +689,8 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     // A persistent grid, unless a test caps it.
     const int cap = conv_persistent_cap();
     const int most = cap > 0 ? cap : g_stem_ctas[s8][wg].load();
-    const int ctas = items < most ? items : most;
+    // Runs of consecutive items (stem_pool_kernel), the fewest CTAs that
+    // take them in the same number of rounds.
+    const int run = (items + most - 1) / most, ctas = (items + run - 1) / run;
     return launch_k(v->fn, ctas, v->threads, v->smem, st, n, h, in, *rgb, wgt, bias, s8 ? *q : none, out);
 }

@@ -621,9 +621,11 @@ static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int 
  * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel.
  * Both normalise images 0 and 2 from RGB bytes through a table and read
  * image 1 as given (an FP32 input the engine normalised or quantised). */
-START_TEST(stem_and_max_pool_fused_match_reference)
+/* Image height H (its pooled rows h / 4, two an item: odd, the last item of
+ * an image makes one). */
+static void stem_pool_case(int H)
 {
-    enum { N = 3, H = 12, W = 224, K = 64 };
+    enum { N = 3, W = 224, K = 64 };
     const int which[N] = {-1, 0, -1};
     const int ph = H / 4, pw = W / 4, sh = H / 2, sw = W / 2;
     const size_t nin = (size_t)N * H * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)N * ph * pw * K;
@@ -698,12 +700,14 @@ START_TEST(stem_and_max_pool_fused_match_reference)
                     for (size_t i = 0; i < (size_t)H * W * 4; i++)
                         ((float *)given)[(size_t)b * H * W * 4 + i] = 65024.0f;
             }
-        /* One CTA through the 6 items (its raw-row buffers each refilled
-         * after use, and not filled for image 1's items), then 4 CTAs, two
-         * of which start on image 1. */
-        /* Both kernel families: mma.sync, and wgmma where the device has it. */
-        for (int step = 0; step < 4; step++) {
-            const int wgmma = step / 2, ctas = step % 2 ? 4 : 1;
+        /* The CTAs take runs of consecutive items, each after the first in
+         * an image keeping what the one above left. One CTA through all the
+         * items (its raw-row buffers each refilled after use, and not filled
+         * for image 1's items), then 2 and 5 CTAs, runs of 5 and 2 of the 9
+         * items: runs that start inside an image and cross into the next. Both kernel families: mma.sync,
+         * and wgmma where the device has it. */
+        for (int step = 0; step < 6; step++) {
+            const int wgmma = step / 3, ctas = (const int[]){1, 2, 5}[step % 3];
             int rc = kind == 2 ? gpu_test_stem_pool(2, wgmma, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias,
                                                     mult, out_inv, out8, err, sizeof err)
                                : gpu_test_stem_pool(1, wgmma, ctas, N, H, given, rgb, &lutf[0][0], which, wf, bias,
@@ -754,6 +758,12 @@ START_TEST(stem_and_max_pool_fused_match_reference)
     }
     free(bias);
     free(stem);
+}
+
+START_TEST(stem_and_max_pool_fused_match_reference)
+{
+    stem_pool_case(20);
+    stem_pool_case(24);
 }
 END_TEST
 
