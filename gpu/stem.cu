@@ -216,10 +216,13 @@ __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uin
 // memory (wbase: stem_cfg::w_bytes), m64n64 per stem row, the warpgroup's
 // 4 warps its 64 columns. The last warp's columns are past the row: it
 // repeats the warp before's (no branch: a divergent one would serialise
-// the MMAs), and stem_pool_out drops them. Two k steps' A registers
-// alternate, so that a step's loads need wait only for the MMAs two steps
-// back; at 128 registers ptxas serialises the wgmmas anyway (its C7512
-// note), and the kernel still beat mma.sync's (gpu/NOTES.md).
+// the MMAs), and stem_pool_out drops them. In a pass of two rows, the
+// second row's filter rows 0-4 are the first's 2-6 (the same patch rows):
+// each such fragment is loaded once, for the second row, and kept for the
+// first's k step 2 filter rows later, 9 ldmatrix a k step's column where
+// there were 14. The fragments live in a ring of W registers sets, W = the
+// reuse distance + 2, so that the set a step overwrites was last read by
+// MMAs at least two steps back, which wgmma_wait<1> has seen done.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_mma_wg(int row0, int base, uint32_t sbase, uint32_t wbase, int warp, int lane,
                                             typename acc_type<S8>::type (&acc)[MT][32])
@@ -227,25 +230,32 @@ __device__ __forceinline__ void stem_mma_wg(int row0, int base, uint32_t sbase, 
     typedef stem_cfg<S8, true> cfg;
     typedef typename acc_type<S8>::type acc_t;
     constexpr int PX = cfg::px, KSTEPS = PX / 4;
+    // Fragment key q * KSTEPS + kk: patch row 2 row0 + q, k step kk of it;
+    // tile mi at step j reads key j + 2 mi KSTEPS.
+    constexpr int D = 2 * (MT - 1) * KSTEPS, W = D + 2;
+    static_assert(MT <= 2, "fragments shared by two rows at most");
     uint32_t lo, hi;
     stem_a_rows<S8, MT>(base, sbase, min(warp, STEM_SW / 16 - 1), lane, lo, hi, acc);
-    uint32_t a[2][MT][4];
+    uint32_t a[W][4];
 #pragma unroll
     for (int j = 0; j < cfg::ksteps; j++) {
         if (j >= 2)
             wgmma_wait<1>();
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
-            uint32_t(&f)[4] = a[j & 1][mi];
+            const int key = j + 2 * mi * KSTEPS;
+            if (mi < MT - 1 && j >= D)
+                continue;  // loaded D steps back, for tile MT - 1
+            uint32_t(&f)[4] = a[key % W];
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-                         : "r"(stem_row_addr<S8>(lo, hi, 2 * (row0 + mi) + j / KSTEPS) + j % KSTEPS * 32));
+                         : "r"(stem_row_addr<S8>(lo, hi, 2 * row0 + key / KSTEPS) + key % KSTEPS * 32));
         }
         wgmma_fence();
         const uint64_t db = wgmma_desc_plain(wbase + j * 2048, 1024, 128);
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
-            wgmma_rs<64, acc_t>::mma(acc[mi], a[j & 1][mi], db);
+            wgmma_rs<64, acc_t>::mma(acc[mi], a[(j + 2 * mi * KSTEPS) % W], db);
         wgmma_commit();
     }
     wgmma_wait<0>();
