@@ -773,8 +773,9 @@ struct wg_tile {
 // S8 and SC as in conv2d_igemm_f16_kernel: wgmma m64nNk32 s8 on the same tiles.
 // Tiles up to 128 x 128 ask for two CTAs per SM (128 registers a thread)
 // where their shared memory allows it, so that one CTA's epilogue overlaps
-// the other's main loop.
-template <int BM, int BN, int STAGES, bool S8, bool SC = false>
+// the other's main loop. ONEBAR: one barrier a k step instead of two, the
+// loads STAGES - 2 tiles ahead instead of STAGES - 1 (step, below).
+template <int BM, int BN, int STAGES, bool S8, bool SC = false, bool ONEBAR = false>
 __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
                               const __half *__restrict__ wgt, const float *__restrict__ bias,
@@ -865,7 +866,29 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     // Loads run STAGES - 1 tiles ahead of the MMAs: the stage refilled in
     // iteration kt is the one the wgmma group of kt - 1 read, free once
     // every warpgroup has waited for that group (the second barrier).
+    // ONEBAR: STAGES - 2 ahead, refilling the stage group kt - 2 read, which
+    // every warpgroup waited for (wgmma_wait<1> in iteration kt - 1) before
+    // the barrier that opens iteration kt: that barrier suffices, and the
+    // loads are issued after this tile's MMAs.
     auto step = [&](int kt, auto &&load) {
+        if constexpr (ONEBAR) {
+            cp_async_wait<STAGES - 3>();
+            fence_proxy_async_smem();
+            __syncthreads();
+            const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
+            const uint64_t da = wgmma_desc(as + wg * 64 * 128), db = wgmma_desc(as + BM * 128);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wgmma_op<BN, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
+            wgmma_commit();
+            if (kt + STAGES - 2 < KT)
+                load((kt + STAGES - 2) % STAGES);
+            cp_async_commit();
+            wgmma_wait<1>();
+            wgmma_pin(acc);
+            return;
+        }
         cp_async_wait<STAGES - 2>();
         fence_proxy_async_smem();
         __syncthreads();  // tile kt is visible to every warp
@@ -883,7 +906,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
             load((kt + STAGES - 1) % STAGES);
         cp_async_commit();
     };
-    run_k_tiles<STAGES, SCR>(KT, KTS, load_tile, load_main, step, [&] {  // the shortcut's sums: to the residual tile
+    // (run_k_tiles loads its first argument - 1 tiles before the loop.)
+    run_k_tiles<ONEBAR ? STAGES - 1 : STAGES, SCR>(KT, KTS, load_tile, load_main, step, [&] {  // the shortcut's sums: to the residual tile
         if constexpr (SCR) {
             wgmma_wait<0>();
             wgmma_pin(acc);
@@ -1847,6 +1871,19 @@ struct f32_entry {
       0, 1, 0, 0},                                                                                              \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, true>, conv2d_igemm_wgmma_kernel<BM, BN, ST, true, true>,         \
      wg_tile<BM, BN, ST>::sc_smem_s8, 0}
+// The one-barrier pipeline (ONEBAR), names ending "b1": the autotuner took
+// it for layer3's convs at 128 x 256 x 4 stages (gpu/NOTES.md), not at
+// 128 x 128, whose two CTAs an SM a fourth stage would cost.
+#define WG_TILE1(BM, BN, ST)                                                                                   \
+    {{"wgmma_" #BM "x" #BN "x64_s" #ST "b1", BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
+      0, 1, 0, 0},                                                                                              \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, false, false, true>,                                              \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true, true>, wg_tile<BM, BN, ST>::smem, 0}
+#define WG_S8_TILE1(BM, BN, ST)                                                                                 \
+    {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST "b1", BM, BN, 128, wg_tile<BM, BN, ST>::threads,                   \
+      wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0},                                                                   \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, true, false, true>,                                               \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, true, true, true>, wg_tile<BM, BN, ST>::sc_smem_s8, 0}
 // The patch kernel for C input channels at TP pixels a tile (the planner's
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
@@ -1884,6 +1921,7 @@ static f16_entry kTilesF16[] = {
     WG_TILE(64, 64, 4),
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
+    WG_TILE1(128, 256, 4),
     SWAP_TILE(false, 64, 128, 2),
 };
 // The FP16 shapes again; the patch kernel for 64 (64-byte rows) and 128
@@ -1905,6 +1943,7 @@ static f16_entry kTilesS8[] = {
     WG_S8_TILE(64, 64, 4),
     WG_S8_TILE(128, 256, 3),
     WG_S8_TILE(256, 64, 4),
+    WG_S8_TILE1(128, 256, 4),
     SWAP_TILE(true, 64, 128, 3),
     SWAP_TILE(true, 64, 256, 2),
     SWAP_SC_TILE(128, 2),
