@@ -597,6 +597,12 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             for (int t = 0; t < 32; t++)
                 keep[t * T] = acc[0][t];
         }
+        // Row 2 for pooled row py + 1: INT8's wgmma kernel holds it in
+        // registers, and runs rows 3 and 4 as passes of one, folding each
+        // into it (a pass of two beside it would spill); the others keep it
+        // in shared memory.
+        constexpr bool R2 = WG && S8;
+        acc_t r2[R2 ? 32 : 1];
         {
             acc_t acc[2][32];
             rows(std::integral_constant<int, 2>(), 1, acc);
@@ -605,19 +611,39 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
                 acc_t v = acc_max(acc[0][t], acc[1][t]);
                 if (py > 0)
                     v = acc_max(v, keep[t * T]);
-                keep[t * T] = acc[1][t];
+                if constexpr (R2)
+                    r2[t] = acc[1][t];
+                else
+                    keep[t * T] = acc[1][t];
                 acc[0][t] = v;
             }
             stem_pool_out<S8, WG>(acc[0], fac, q, xch, stage, out, warp, lane, tid);
         }
         if (py + 1 < ph) {
             acc_t acc[2][32];
-            rows(std::integral_constant<int, 2>(), 3, acc);
+            if constexpr (R2) {
 #pragma unroll
-            for (int t = 0; t < 32; t++) {
-                const acc_t v = acc_max(acc_max(acc[0][t], acc[1][t]), keep[t * T]);
-                keep[t * T] = acc[1][t];
-                acc[0][t] = v;
+                for (int row = 3; row <= 4; row++) {
+                    acc_t one[1][32];
+                    rows(std::integral_constant<int, 1>(), row, one);
+#pragma unroll
+                    for (int t = 0; t < 32; t++) {
+                        if (row == 4)
+                            keep[t * T] = one[0][t];
+                        r2[t] = acc_max(r2[t], one[0][t]);
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < 32; t++)
+                    acc[0][t] = r2[t];
+            } else {
+                rows(std::integral_constant<int, 2>(), 3, acc);
+#pragma unroll
+                for (int t = 0; t < 32; t++) {
+                    const acc_t v = acc_max(acc_max(acc[0][t], acc[1][t]), keep[t * T]);
+                    keep[t * T] = acc[1][t];
+                    acc[0][t] = v;
+                }
             }
             // The barriers in stem_pool_out order the reads of xch and
             // stage above before these writes.
