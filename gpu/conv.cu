@@ -474,17 +474,17 @@ __device__ __forceinline__ void epilogue_rows_f16(const float *Cs, int ldc, int 
     }
 }
 
-// Every k tile of a CTA through the pipeline: the prologue's STAGES - 1
-// loads, then step(kt, loader) a tile. SCR: the shortcut's KTS tiles first
+// Every k tile of a CTA through the pipeline: the prologue's AHEAD loads
+// (the tiles the loads run ahead of the MMAs), then step(kt, loader) a tile. SCR: the shortcut's KTS tiles first
 // (load_tile loads either kind), at_switch() once their sums are complete,
 // then the taps' tiles in a loop of their own (load_main alone), which is
 // then the loop of the kernels without a shortcut.
-template <int STAGES, bool SCR, typename LT, typename LM, typename ST, typename SW>
+template <int AHEAD, bool SCR, typename LT, typename LM, typename ST, typename SW>
 __device__ __forceinline__ void run_k_tiles(int KT, int KTS, LT &&load_tile, LM &&load_main, ST &&step,
                                             SW &&at_switch)
 {
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; st++) {
+    for (int st = 0; st < AHEAD; st++) {
         if (st < KT)
             load_tile(st);
         cp_async_commit();
@@ -643,7 +643,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                     mma_16816(acc[mi][ni], a[mi], b[ni]);
         }
     };
-    run_k_tiles<STAGES, SCR>(KT, KTS, load_tile, load_main, step, [&] {  // the shortcut's sums: to the residual tile
+    // At the switch, the shortcut's sums go to the residual tile.
+    run_k_tiles<STAGES - 1, SCR>(KT, KTS, load_tile, load_main, step, [&] {
         if constexpr (SCR) {
             int8_t *rt = reinterpret_cast<int8_t *>(smem_raw + cfg::rt_off);
 #pragma unroll
@@ -870,26 +871,9 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     // every warpgroup waited for (wgmma_wait<1> in iteration kt - 1) before
     // the barrier that opens iteration kt: that barrier suffices, and the
     // loads are issued after this tile's MMAs.
+    constexpr int AHEAD = ONEBAR ? STAGES - 2 : STAGES - 1;  // tiles the loads run ahead
     auto step = [&](int kt, auto &&load) {
-        if constexpr (ONEBAR) {
-            cp_async_wait<STAGES - 3>();
-            fence_proxy_async_smem();
-            __syncthreads();
-            const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
-            const uint64_t da = wgmma_desc(as + wg * 64 * 128), db = wgmma_desc(as + BM * 128);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_op<BN, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
-            wgmma_commit();
-            if (kt + STAGES - 2 < KT)
-                load((kt + STAGES - 2) % STAGES);
-            cp_async_commit();
-            wgmma_wait<1>();
-            wgmma_pin(acc);
-            return;
-        }
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<AHEAD - 1>();
         fence_proxy_async_smem();
         __syncthreads();  // tile kt is visible to every warp
         const uint32_t as = sbase + (kt % STAGES) * cfg::stage_bytes;
@@ -899,15 +883,22 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         for (int kk = 0; kk < BK / 16; kk++)  // +32 bytes of K per step: +2 in descriptor units
             wgmma_op<BN, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
         wgmma_commit();
+        auto load_ahead = [&] {
+            if (kt + AHEAD < KT)
+                load((kt + AHEAD) % STAGES);
+            cp_async_commit();
+        };
+        if constexpr (ONEBAR)
+            load_ahead();
         wgmma_wait<1>();
         wgmma_pin(acc);
-        __syncthreads();
-        if (kt + STAGES - 1 < KT)
-            load((kt + STAGES - 1) % STAGES);
-        cp_async_commit();
+        if constexpr (!ONEBAR) {
+            __syncthreads();
+            load_ahead();
+        }
     };
-    // (run_k_tiles loads its first argument - 1 tiles before the loop.)
-    run_k_tiles<ONEBAR ? STAGES - 1 : STAGES, SCR>(KT, KTS, load_tile, load_main, step, [&] {  // the shortcut's sums: to the residual tile
+    // At the switch, the shortcut's sums go to the residual tile.
+    run_k_tiles<AHEAD, SCR>(KT, KTS, load_tile, load_main, step, [&] {
         if constexpr (SCR) {
             wgmma_wait<0>();
             wgmma_pin(acc);
@@ -1861,29 +1852,19 @@ struct f32_entry {
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0}
-#define WG_TILE(BM, BN, ST)                                                                                  \
-    {{"wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem,  \
-      0, 1, 0, 0},                                                                                           \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, false>, conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true>,      \
-     wg_tile<BM, BN, ST>::smem, 0}
-#define WG_S8_TILE(BM, BN, ST)                                                                                  \
-    {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, 128, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
-      0, 1, 0, 0},                                                                                              \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, true>, conv2d_igemm_wgmma_kernel<BM, BN, ST, true, true>,         \
-     wg_tile<BM, BN, ST>::sc_smem_s8, 0}
-// The one-barrier pipeline (ONEBAR), names ending "b1": the autotuner took
-// it for layer3's convs at 128 x 256 x 4 stages (gpu/NOTES.md), not at
-// 128 x 128, whose two CTAs an SM a fourth stage would cost.
-#define WG_TILE1(BM, BN, ST)                                                                                   \
-    {{"wgmma_" #BM "x" #BN "x64_s" #ST "b1", BM, BN, 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, \
-      0, 1, 0, 0},                                                                                              \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, false, false, true>,                                              \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, false, true, true>, wg_tile<BM, BN, ST>::smem, 0}
-#define WG_S8_TILE1(BM, BN, ST)                                                                                 \
-    {{"wgmma_s8_" #BM "x" #BN "x128_s" #ST "b1", BM, BN, 128, wg_tile<BM, BN, ST>::threads,                   \
-      wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0},                                                                   \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, true, false, true>,                                               \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, true, true, true>, wg_tile<BM, BN, ST>::sc_smem_s8, 0}
+// The wgmma tiles: INT8's shortcut kernels hold the residual tile beyond
+// the pipeline (sc_smem_s8). The one-barrier pipeline (ONEBAR), names
+// ending "b1": the autotuner took it for layer3's convs at 128 x 256 x 4
+// stages (gpu/NOTES.md), not at 128 x 128, whose two CTAs an SM a fourth
+// stage would cost.
+#define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                               \
+    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0},      \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>, conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>, \
+     (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0}
+#define WG_TILE(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, ST, false, false)
+#define WG_S8_TILE(BM, BN, ST) WG_TILE_OF("wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, ST, true, false)
+#define WG_TILE1(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST "b1", BM, BN, ST, false, true)
+#define WG_S8_TILE1(BM, BN, ST) WG_TILE_OF("wgmma_s8_" #BM "x" #BN "x128_s" #ST "b1", BM, BN, ST, true, true)
 // The patch kernel for C input channels at TP pixels a tile (the planner's
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \

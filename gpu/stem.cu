@@ -16,8 +16,10 @@
 // starts its run or its image: those it keeps (a ring of patch rows, and
 // the row's sums in shared memory), so that in a run it computes 2 stem
 // rows per pooled row, and fills 8 input rows of 15. The passes are of 2
-// stem rows (and row 0 alone where not kept), row 2's sums also kept in
-// shared memory for the second pooled row. There is no im2col copy:
+// stem rows (and row 0 alone where not kept; INT8's wgmma kernel: rows 3
+// and 4 one by one), row 2's sums kept for the second pooled row (in
+// shared memory; INT8's wgmma kernel: in registers). There is no im2col
+// copy:
 // ldmatrix takes a row address per lane, so each lane points straight at
 // its stem pixel's 16 bytes of taps in the patch. A 16-byte row must be
 // 16-byte aligned: FP16 pixels are 8 bytes and a pixel's first tap is at
@@ -69,8 +71,9 @@
 #define STEM_PROWS 15     // input rows under 5 stem rows: 2 * 4 + 7
 // The patch's rows in shared memory: a ring, where an item's row p lies in
 // slot p ^ base, base = 0 or 8 (stem_ring_base), so that an item after
-// the one above it (pooled rows two higher, input rows 8 lower) finds its
-// first 7 rows where the last one left them and fills only 8.
+// the one above it (pooled rows py + 2, its patch 8 input rows further
+// down) finds its first 7 rows where the last one left them and fills
+// only 8.
 #define STEM_RING 16
 #define STEM_KEEP 7  // patch rows an item shares with the one above
 
@@ -112,9 +115,12 @@ struct stem_cfg {
     static constexpr int w_bytes = WG ? ksteps * 2048 : STEM_K * wrow;
     static constexpr int x_off = w_off + w_bytes;                  // the warps' last columns, [warps][64] sums
     static constexpr int s_off = x_off + warps * STEM_K * 4;       // a pooled row, [56][srow]
-    static constexpr int k_off = s_off + STEM_SW / 2 * srow;       // stem row 2's sums, [32][threads]
+    static constexpr int k_off = s_off + STEM_SW / 2 * srow;       // kept stem row sums, [32][threads]
     static constexpr int f_off = k_off + 32 * threads * 4;  // bias, then INT8's multipliers: [2][64] floats
     static constexpr int smem = f_off + 2 * STEM_K * 4;
+    // Two CTAs an SM (__launch_bounds__ below), each with the 1 KB the
+    // driver reserves, in the SM's 228 KB.
+    static_assert(2 * (smem + 1024) <= 228 * 1024, "two CTAs an SM");
 };
 
 // Whether a thread's first accumulator row (e < 2) is the odd one of its
@@ -134,8 +140,10 @@ __device__ __forceinline__ int stem_ring_base(int py)
 }
 
 // A patch row's address from stem_a_rows' two bases: pr < 8 in slot pr +
-// base, else pr - base (pr ^ base for base 0 or 8), with pr known at
-// compile time in the unrolled loops, so that it is an immediate offset.
+// base, else pr - base (pr ^ base for base 0 or 8). In the wgmma kernels'
+// unrolled loops pr is known at compile time, so that this is an
+// immediate offset; mma.sync's filter-row loop is not unrolled (for its
+// registers) and computes it.
 template <bool S8>
 __device__ __forceinline__ uint32_t stem_row_addr(uint32_t lo, uint32_t hi, int pr)
 {
@@ -144,9 +152,9 @@ __device__ __forceinline__ uint32_t stem_row_addr(uint32_t lo, uint32_t hi, int 
 
 // This lane's ldmatrix row addresses (stem_row_addr's lo and hi; the
 // item's ring base) at its stem column of the 16 from 16 w16, and MT
-// tiles' accumulators zeroed. Rows i and i + 8 of each m16 tile (a thread's two
-// accumulator rows) are stem columns 2 i and 2 i + 1, so that the pool
-// takes them together (stem_pool_out). INT8: row i is the even one, so
+// tiles' accumulators zeroed. Rows i and i + 8 of each m16 tile (a
+// thread's two accumulator rows) are stem columns 2 i and 2 i + 1, so
+// that the pool takes them together (stem_pool_out). INT8: row i is the even one, so
 // each ldmatrix 8-row group reads 128 bytes of one copy. FP16 (8-byte
 // pixels): for i >= 4 row i is the odd one (stem_flip), so that a group's
 // 8 rows fall in 8 distinct 16-byte bank groups; all even, they were
@@ -170,8 +178,9 @@ __device__ __forceinline__ void stem_a_rows(int base, uint32_t sbase, int w16, i
 
 // The MMAs of MT stem rows, row0.. of the item's 5 (its patch at ring
 // base `base`), at this warp's 16 columns (warp w: stem columns 16 w ..):
-// m16 tile mi is stem row row0 + mi. Accumulator acc[mi][4 ni + e]: column 16 w + 2 (lane / 4) + ((e >=
-// 2) xor stem_flip), channel 8 ni + 2 (lane % 4) + e % 2.
+// m16 tile mi is stem row row0 + mi. Accumulator acc[mi][4 ni + e]:
+// column 16 w + 2 (lane / 4) + ((e >= 2) xor stem_flip), channel 8 ni +
+// 2 (lane % 4) + e % 2.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uint32_t brow, int warp, int lane,
                                          typename acc_type<S8>::type (&acc)[MT][32])
@@ -220,7 +229,7 @@ __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uin
 // second row's filter rows 0-4 are the first's 2-6 (the same patch rows):
 // each such fragment is loaded once, for the second row, and kept for the
 // first's k step 2 filter rows later, 9 ldmatrix a k step's column where
-// there were 14. The fragments live in a ring of W registers sets, W = the
+// there were 14. The fragments live in a ring of W register sets, W = the
 // reuse distance + 2, so that the set a step overwrites was last read by
 // MMAs at least two steps back, which wgmma_wait<1> has seen done.
 template <bool S8, int MT>
@@ -392,25 +401,25 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         *py = 2 * (item - img * pairs);
         return img;
     };
-    // The item's raw RGB rows from patch row first (0, or STEM_KEEP after
-    // the item above) inside the image into dst (none for an image read
+    // The item's raw RGB rows inside the image into dst, from patch row
+    // STEM_KEEP where it keeps the item above's (none for an image read
     // from `in`); returns whether it is read from `in`.
-    auto load_raw = [&](int item, int first, unsigned char *dst) {
+    auto load_raw = [&](int item, bool kept, unsigned char *dst) {
         constexpr int CPR = RAW / 16;
         int py;
         const int img = item_img(item, &py), iy0 = 4 * py - 5;
         if (__ldg(src.which + img) >= 0)
             return true;
         const unsigned char *src_img = src.rgb + (size_t)img * h * RAW;
-        for (int c = item_tid() + first * CPR; c < STEM_PROWS * CPR; c += T) {
+        for (int c = item_tid() + (kept ? STEM_KEEP : 0) * CPR; c < STEM_PROWS * CPR; c += T) {
             const int r = c / CPR, j = c - r * CPR, iy = iy0 + r;
             if ((unsigned)iy < (unsigned)h)
                 cp_async16(dst + r * RAW + j * 16, src_img + (size_t)iy * RAW + j * 16, true);
         }
         return false;
     };
-    // INT8: the item's patch from row FIRST (load_raw's first) into its
-    // ring slots, both copies, 4 pixels a step, from its raw rows through
+    // INT8: the item's patch from row FIRST (STEM_KEEP where it keeps the
+    // item above's) into its ring slots, both copies, 4 pixels a step, from its raw rows through
     // the table, or from `in` (from_in: load_raw's answer).
     auto fill_patch_s8 = [&](auto first_c, int item, const unsigned char *rows, bool from_in) {
         constexpr int FIRST = decltype(first_c)::value, NR = STEM_PROWS - FIRST;
@@ -490,6 +499,20 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         }
     };
     bool from_in = false;  // the next item's image is read from `in`
+    // The item's patch by its precision, all of it or (kept) the new rows.
+    auto fill = [&](int item, bool kept, const unsigned char *rows) {
+        if constexpr (S8) {
+            if (kept)
+                fill_patch_s8(std::integral_constant<int, STEM_KEEP>(), item, rows, from_in);
+            else
+                fill_patch_s8(std::integral_constant<int, 0>(), item, rows, from_in);
+        } else {
+            if (kept)
+                fill_patch_f16(std::integral_constant<int, STEM_KEEP>(), item, rows, from_in);
+            else
+                fill_patch_f16(std::integral_constant<int, 0>(), item, rows, from_in);
+        }
+    };
     for (int k = tid; k < 2 * STEM_K; k += T)
         fac[k] = k < STEM_K ? __ldg(bias + k) : S8 ? __ldg(q.mult + k - STEM_K) : 0.f;
     if constexpr (S8) {
@@ -528,14 +551,15 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     // pdl_sync; the first item's rows after it, in the weights' group.
     pdl_sync();
     if (first < last)
-        from_in = load_raw(first, 0, raw);
+        from_in = load_raw(first, false, raw);
     cp_async_commit();
 
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
     // B fragments: weight rows n (ldmatrix x4 gives two n8 tiles).
     const uint32_t brow = sbase + cfg::w_off + (((lane >> 4) * 8 + (lane & 7)) * cfg::wrow) + ((lane >> 3) & 1) * 16;
     // A stem row's sums (32 a thread), kept in shared memory for the next
-    // pooled row: in registers they would spill (128 a thread at most).
+    // pooled row or item: in registers, beside a two-row pass, they would
+    // spill (128 a thread at most).
     acc_t *const keep = reinterpret_cast<acc_t *>(smem + cfg::k_off) + tid;
     const uint32_t wbase = sbase + cfg::w_off;
     int buf = 0;
@@ -551,12 +575,9 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             if constexpr (WG)
                 fence_proxy_async_smem();  // the weights, read by wgmma (each item: cheap, and no first-item case)
             __syncthreads();
-            if (kept)
-                fill_patch_s8(std::integral_constant<int, STEM_KEEP>(), item, raw + buf * cfg::raw_bytes, from_in);
-            else
-                fill_patch_s8(std::integral_constant<int, 0>(), item, raw + buf * cfg::raw_bytes, from_in);
+            fill(item, kept, raw + buf * cfg::raw_bytes);
             if (next)
-                from_in = load_raw(item + 1, cont(item + 1) ? STEM_KEEP : 0, raw + (buf ^ 1) * cfg::raw_bytes);
+                from_in = load_raw(item + 1, cont(item + 1), raw + (buf ^ 1) * cfg::raw_bytes);
             cp_async_commit();
             buf ^= 1;
             __syncthreads();
@@ -567,13 +588,10 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
             if constexpr (WG)
                 fence_proxy_async_smem();
             __syncthreads();
-            if (kept)
-                fill_patch_f16(std::integral_constant<int, STEM_KEEP>(), item, raw, from_in);
-            else
-                fill_patch_f16(std::integral_constant<int, 0>(), item, raw, from_in);
+            fill(item, kept, raw);
             __syncthreads();
             if (next)
-                from_in = load_raw(item + 1, cont(item + 1) ? STEM_KEEP : 0, raw);
+                from_in = load_raw(item + 1, cont(item + 1), raw);
             cp_async_commit();
         }
 
@@ -600,7 +618,8 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         // Row 2 for pooled row py + 1: INT8's wgmma kernel holds it in
         // registers, and runs rows 3 and 4 as passes of one, folding each
         // into it (a pass of two beside it would spill); the others keep it
-        // in shared memory.
+        // in shared memory. At 128 registers ptxas serialises INT8's wgmmas
+        // again (C7512); it still measured faster (gpu/NOTES.md).
         constexpr bool R2 = WG && S8;
         acc_t r2[R2 ? 32 : 1];
         {
@@ -725,8 +744,11 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     // A persistent grid, unless a test caps it.
     const int cap = conv_persistent_cap();
     const int most = cap > 0 ? cap : g_stem_ctas[s8][wg].load();
-    // Runs of consecutive items (stem_pool_kernel), the fewest CTAs that
-    // take them in the same number of rounds.
+    // Runs of consecutive items (stem_pool_kernel): the fewest CTAs for
+    // runs of `run` items, a count from which the kernel's own run,
+    // ceil(items / ctas), comes out the same.
+    if (n < 1)
+        return cudaErrorInvalidValue;
     const int run = (items + most - 1) / most, ctas = (items + run - 1) / run;
     return launch_k(v->fn, ctas, v->threads, v->smem, st, n, h, in, *rgb, wgt, bias, s8 ? *q : none, out);
 }

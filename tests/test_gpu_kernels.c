@@ -618,11 +618,11 @@ static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int 
 }
 
 /* The conv, bias and ReLU (FP16: as FP16 values; INT8: int8.h's epilogue
- * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel.
- * Both normalise images 0 and 2 from RGB bytes through a table and read
- * image 1 as given (an FP32 input the engine normalised or quantised). */
-/* Image height H (its pooled rows h / 4, two an item: odd, the last item of
- * an image makes one). */
+ * and quantisation), then the 3x3/2 pad-1 max pool, against the kernel, at
+ * image height H (its pooled rows H / 4, two an item: odd, the last item of
+ * an image makes one). Both normalise images 0 and 2 from RGB bytes
+ * through a table and read image 1 as given (an FP32 input the engine
+ * normalised or quantised). */
 static void stem_pool_case(int H)
 {
     enum { N = 3, W = 224, K = 64 };
@@ -704,8 +704,8 @@ static void stem_pool_case(int H)
          * an image keeping what the one above left. One CTA through all the
          * items (its raw-row buffers each refilled after use, and not filled
          * for image 1's items), then 2 and 5 CTAs, runs of 5 and 2 of the 9
-         * items: runs that start inside an image and cross into the next. Both kernel families: mma.sync,
-         * and wgmma where the device has it. */
+         * items: runs that start inside an image and cross into the next.
+         * Both kernel families: mma.sync, and wgmma where the device has it. */
         for (int step = 0; step < 6; step++) {
             const int wgmma = step / 3, ctas = (const int[]){1, 2, 5}[step % 3];
             int rc = kind == 2 ? gpu_test_stem_pool(2, wgmma, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias,
