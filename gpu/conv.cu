@@ -475,10 +475,11 @@ __device__ __forceinline__ void epilogue_rows_f16(const float *Cs, int ldc, int 
 }
 
 // Every k tile of a CTA through the pipeline: the prologue's AHEAD loads
-// (the tiles the loads run ahead of the MMAs), then step(kt, loader) a tile. SCR: the shortcut's KTS tiles first
-// (load_tile loads either kind), at_switch() once their sums are complete,
-// then the taps' tiles in a loop of their own (load_main alone), which is
-// then the loop of the kernels without a shortcut.
+// (the tiles the loads run ahead of the MMAs), then step(kt, loader) a
+// tile. SCR: the shortcut's KTS tiles first (load_tile loads either kind),
+// at_switch() once their sums are complete, then the taps' tiles in a loop
+// of their own (load_main alone), which is then the loop of the kernels
+// without a shortcut.
 template <int AHEAD, bool SCR, typename LT, typename LM, typename ST, typename SW>
 __device__ __forceinline__ void run_k_tiles(int KT, int KTS, LT &&load_tile, LM &&load_main, ST &&step,
                                             SW &&at_switch)
@@ -1857,9 +1858,10 @@ struct f32_entry {
 // ending "b1": the autotuner took it for layer3's convs at 128 x 256 x 4
 // stages (gpu/NOTES.md), not at 128 x 128, whose two CTAs an SM a fourth
 // stage would cost.
-#define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                               \
-    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0},      \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>, conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>, \
+#define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                          \
+    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0}, \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                            \
+     conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>,                                             \
      (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0}
 #define WG_TILE(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, ST, false, false)
 #define WG_S8_TILE(BM, BN, ST) WG_TILE_OF("wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, ST, true, false)

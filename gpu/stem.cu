@@ -154,12 +154,12 @@ __device__ __forceinline__ uint32_t stem_row_addr(uint32_t lo, uint32_t hi, int 
 // item's ring base) at its stem column of the 16 from 16 w16, and MT
 // tiles' accumulators zeroed. Rows i and i + 8 of each m16 tile (a
 // thread's two accumulator rows) are stem columns 2 i and 2 i + 1, so
-// that the pool takes them together (stem_pool_out). INT8: row i is the even one, so
-// each ldmatrix 8-row group reads 128 bytes of one copy. FP16 (8-byte
-// pixels): for i >= 4 row i is the odd one (stem_flip), so that a group's
-// 8 rows fall in 8 distinct 16-byte bank groups; all even, they were
-// 2-way conflicts. Column x's taps of filter row r of stem row sy start at
-// patch row 2 sy + r, column 2x.
+// that the pool takes them together (stem_pool_out). INT8: row i is the
+// even one, so each ldmatrix 8-row group reads 128 bytes of one copy.
+// FP16 (8-byte pixels): for i >= 4 row i is the odd one (stem_flip), so
+// that a group's 8 rows fall in 8 distinct 16-byte bank groups; all even,
+// they were 2-way conflicts. Column x's taps of filter row r of stem row
+// sy start at patch row 2 sy + r, column 2x.
 template <bool S8, int MT>
 __device__ __forceinline__ void stem_a_rows(int base, uint32_t sbase, int w16, int lane, uint32_t &lo, uint32_t &hi,
                                             typename acc_type<S8>::type (&acc)[MT][32])
@@ -419,8 +419,9 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         return false;
     };
     // INT8: the item's patch from row FIRST (STEM_KEEP where it keeps the
-    // item above's) into its ring slots, both copies, 4 pixels a step, from its raw rows through
-    // the table, or from `in` (from_in: load_raw's answer).
+    // item above's) into its ring slots, both copies, 4 pixels a step, from
+    // its raw rows through the table, or from `in` (from_in: load_raw's
+    // answer).
     auto fill_patch_s8 = [&](auto first_c, int item, const unsigned char *rows, bool from_in) {
         constexpr int FIRST = decltype(first_c)::value, NR = STEM_PROWS - FIRST;
         constexpr int G = W / 4, U = (NR * G + T - 1) / T;  // steps a thread
@@ -604,10 +605,10 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
                 stem_mma<S8, MT>(row0, base, sbase, brow, warp, lane, acc);
         };
         // Stem row 0 (above the image at py = 0) into keep, unless the item
-        // above left it there as its row 4. Then pooled row py from rows 0-2,
-        // row 2 kept for pooled row py + 1 with rows 3 and 4, and row 4 for
-        // the next item: passes of two rows, 64 accumulators (three rows'
-        // 96 would not fit two CTAs an SM).
+        // above left it there as its row 4. Then pooled row py from rows
+        // 0-2, row 2 kept for pooled row py + 1 with rows 3 and 4, and row
+        // 4 for the next item: passes of two rows, 64 accumulators (three
+        // rows' 96 would not fit two CTAs an SM).
         if (!kept && py > 0) {
             acc_t acc[1][32];
             rows(std::integral_constant<int, 1>(), 0, acc);
