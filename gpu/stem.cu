@@ -733,8 +733,8 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
                              const float *bias, const conv_q8 *q, void *out, cudaStream_t st)
 {
     const int s8 = kind == CONV_INT8;
-    if (!stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || !rgb || kind == CONV_FP32 || !rgb->rgb ||
-        !rgb->lut || !rgb->which)
+    if (n < 1 || !stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || !rgb || kind == CONV_FP32 ||
+        !rgb->rgb || !rgb->lut || !rgb->which)
         return cudaErrorInvalidValue;
     if ((((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
         return cudaErrorMisalignedAddress;  // the images are read in 16-byte chunks
@@ -748,8 +748,6 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
     // Runs of consecutive items (stem_pool_kernel): the fewest CTAs for
     // runs of `run` items, a count from which the kernel's own run,
     // ceil(items / ctas), comes out the same.
-    if (n < 1)
-        return cudaErrorInvalidValue;
     const int run = (items + most - 1) / most, ctas = (items + run - 1) / run;
     return launch_k(v->fn, ctas, v->threads, v->smem, st, n, h, in, *rgb, wgt, bias, s8 ? *q : none, out);
 }
