@@ -189,8 +189,15 @@ __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uin
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
     uint32_t lo, hi;
     stem_a_rows<S8, MT>(base, sbase, warp, lane, lo, hi, acc);
+    // Each tile's row address, stepped a filter row at a time (the loop is
+    // not unrolled): + prow, and back 2 base rows where pr reaches 8.
+    uint32_t at[MT];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+        at[mi] = stem_row_addr<S8>(lo, hi, 2 * (row0 + mi));
+    const uint32_t wrap = lo - hi;
 #pragma unroll 1
-    for (int r = 0; r < 7; r++)
+    for (int r = 0; r < 7; r++) {
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
             const uint32_t kw = (r * KSTEPS + kk) * 32;
@@ -199,7 +206,7 @@ __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uin
             for (int mi = 0; mi < MT; mi++)
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                              : "=r"(a[mi][0]), "=r"(a[mi][1]), "=r"(a[mi][2]), "=r"(a[mi][3])
-                             : "r"(stem_row_addr<S8>(lo, hi, 2 * (row0 + mi) + r) + kk * 32));
+                             : "r"(at[mi] + kk * 32));
 #pragma unroll
             for (int nj = 0; nj < 4; nj++) {
                 uint32_t t[4];
@@ -217,6 +224,10 @@ __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uin
                 for (int ni = 0; ni < 8; ni++)
                     mma_16816(acc[mi] + 4 * ni, a[mi], b[ni]);
         }
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+            at[mi] += cfg::prow - (2 * (row0 + mi) + r + 1 == 8 ? wrap : 0);
+    }
 }
 
 // stem_mma on the tensor cores' warpgroup path (sm_90a): the same A
