@@ -103,6 +103,9 @@ static const gpu_test_conv_shape conv_shapes[] = {
     {2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0},
     /* two 64-channel output slices, each its own CTAs */
     {2, 7, 9, 64, 128, 3, 3, 1, 1, 1, 0, 0},
+    /* 12 patch-kernel tiles on 2 capped CTAs: each CTA's loop passes both
+     * buffers three times */
+    {4, 12, 20, 64, 64, 3, 3, 1, 1, 1, 0, 0},
 };
 #define NSHAPES ((int)(sizeof conv_shapes / sizeof conv_shapes[0]))
 
@@ -310,6 +313,9 @@ static const gpu_test_conv_shape s8_shapes[] = {
     {2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0},
     {2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0},
     {2, 7, 9, 64, 128, 3, 3, 1, 1, 1, 0, 0},
+    /* 12 patch-kernel tiles on 2 capped CTAs: each CTA's loop passes both
+     * buffers three times */
+    {4, 12, 20, 64, 64, 3, 3, 1, 1, 1, 0, 0},
     /* layer2's 128 -> 128 3x3 convs (the 128-channel patch kernel): width
      * 28, and a ragged last tile with three output slices */
     {2, 6, 28, 128, 128, 3, 3, 1, 1, 1, 0, 0},
