@@ -189,8 +189,9 @@ __device__ __forceinline__ void stem_mma(int row0, int base, uint32_t sbase, uin
     constexpr int PX = cfg::px, KSTEPS = PX / 4;  // 32-byte k steps per filter row
     uint32_t lo, hi;
     stem_a_rows<S8, MT>(base, sbase, warp, lane, lo, hi, acc);
-    // Each tile's row address, stepped a filter row at a time (the loop is
-    // not unrolled): + prow, and back 2 base rows where pr reaches 8.
+    // Each tile's row address (stem_row_addr's), stepped a filter row at a
+    // time, as the loop is not unrolled: + prow, and from base lo to base
+    // hi where the patch row reaches 8.
     uint32_t at[MT];
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
