@@ -142,8 +142,8 @@ __device__ __forceinline__ int stem_ring_base(int py)
 // A patch row's address from stem_a_rows' two bases: pr < 8 in slot pr +
 // base, else pr - base (pr ^ base for base 0 or 8). In the wgmma kernels'
 // unrolled loops pr is known at compile time, so that this is an
-// immediate offset; mma.sync's filter-row loop is not unrolled (for its
-// registers) and computes it.
+// immediate offset; mma.sync's filter-row loop, not unrolled (for its
+// registers), takes it once a tile and steps it (stem_mma).
 template <bool S8>
 __device__ __forceinline__ uint32_t stem_row_addr(uint32_t lo, uint32_t hi, int pr)
 {
