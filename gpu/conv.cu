@@ -354,11 +354,13 @@ __device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, co
         *reinterpret_cast<float4 *>(f + 4) = make_float4(v[4], v[5], v[6], v[7]);
         return;
     }
-    uint32_t w[2] = {0, 0};
+    int t[8];
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        w[j / 4] |= (uint32_t)(int8_requant_dev(v[j], q.out_inv, relu) & 0xff) << (8 * (j % 4));
-    *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w[0], w[1]);
+        t[j] = int8_requant_lo(v[j], q.out_inv, relu);
+    const uint32_t w0 = int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0)),
+                   w1 = int8_pack2(t[5], t[4], int8_pack2(t[7], t[6], 0));
+    *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w0, w1);
 }
 
 // INT8's shortcut: its sums a0, a1 of output channels col, col + 1
@@ -1301,12 +1303,12 @@ __global__ void __launch_bounds__(128, MINB)
                 for (int e = 0; e < 2; e++) {
                     const bool hr = SC || res_ != NULL;  // SC: the shortcut's output is the residual
                     const uint32_t r = hr ? *reinterpret_cast<const uint16_t *>(tb + 512 * j + 64 * e) : 0u;
-                    const int q0 = int8_requant_dev(
+                    const int q0 = int8_requant_lo(
                         s8_value(acc[4 * j + e], m2.x, bb2.x, (int8_t)(r & 0xff), q.res_scale, hr), q.out_inv, relu);
-                    const int q1 = int8_requant_dev(
+                    const int q1 = int8_requant_lo(
                         s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, hr),
                         q.out_inv, relu);
-                    *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)((q0 & 0xff) | (q1 & 0xff) << 8);
+                    *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)int8_pack2(q1, q0, 0);
                 }
             int o8[RPT];
             swap_offsets(s, tpi, TP, ntiles, tile, tid >> 2, 32, co0, o8);
@@ -1809,11 +1811,11 @@ __global__ void __launch_bounds__(256)
         *reinterpret_cast<float4 *>(reinterpret_cast<float *>(out) + i) = make_float4(v[0], v[1], v[2], v[3]);
         return;
     }
-    uint32_t w = 0;
+    int t[4];
 #pragma unroll
     for (int j = 0; j < 4; j++)
-        w |= (uint32_t)(int8_requant_dev(v[j], q.out_inv, relu) & 0xff) << (8 * j);
-    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = w;
+        t[j] = int8_requant_lo(v[j], q.out_inv, relu);
+    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0));
 }
 
 /* ===================================================================== */

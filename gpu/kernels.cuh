@@ -158,6 +158,22 @@ __device__ __forceinline__ int int8_requant_dev(float v, float inv, int relu)
     return min(max(__float2int_rn(__fmul_rn(v, inv)), relu ? 0 : -127), 127);
 }
 
+// int8_requant_dev without its upper clamp, for int8_pack2 to apply.
+__device__ __forceinline__ int int8_requant_lo(float v, float inv, int relu)
+{
+    return max(__float2int_rn(__fmul_rn(v, inv)), relu ? 0 : -127);
+}
+
+// Bytes a (bits 15:8) and b (7:0), each saturated to int8, above them c's
+// low 16 bits: the epilogues' upper clamp and packing in one instruction a
+// pair (cvt.pack.sat), where they took three (the epilogues are issue bound).
+__device__ __forceinline__ uint32_t int8_pack2(int a, int b, uint32_t c)
+{
+    uint32_t d;
+    asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 // INT8's epilogue (model/int8.h): v = acc * mult[c] + bias[c]
 // (+ res * res_scale), ReLU, then q(v) with out_inv into an int8 output, or
 // v itself into an FP32 one (out_f32: the last conv).
