@@ -946,6 +946,13 @@ START_TEST(softmax_topk_matches_reference)
 {
     enum { N = 7, C = 1000, K = 5 };
     float *logits = rand_array((size_t)N * C, 8.0f), *bias = rand_array(C, 2.0f);
+    /* Ties: integer bias, and whole-number logits in odd rows (a few values
+     * each many times), where the lower index must come first. */
+    for (int j = 0; j < C; j++)
+        bias[j] = roundf(bias[j]);
+    for (int b = 1; b < N; b += 2)
+        for (int j = 0; j < C; j++)
+            logits[(size_t)b * C + j] = roundf(logits[(size_t)b * C + j]);
     float *out = malloc((size_t)N * C * sizeof *out), prob[N * K];
     int idx[N * K];
     char err[256];
