@@ -1815,7 +1815,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 4; j++)
         t[j] = int8_requant_lo(v[j], q.out_inv, relu);
-    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0));
+    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) =
+        int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0));
 }
 
 /* ===================================================================== */
