@@ -6,6 +6,8 @@
 # check the pipeline, not accuracy: see README "INT8"); every refusal of a
 # missing, unreadable, partial or mismatched table, and of INT8 on CUDA,
 # gives its clear error in resnetd-classify and resnetd --check-config.
+# resnetd-calibrate --check must print the same figures as the independent
+# Python comparison of resnetd-classify's logits.
 # RESNETD_REAL_WEIGHTS=model.safetensors adds the real-weights figure and
 # requires >= 99% agreement there. Skips (77) without the reference data or
 # when the photo packages cannot be fetched.
@@ -61,14 +63,36 @@ grep -q "$out/none" "$out/err" || fail "calibrate error does not name the direct
 fp32() {    # weights: FP32 logits of the held-out photos into $out/f32.jsonl
   "$bin/resnetd-classify" --weights "$1" --device cpu --json --logits "$photos"/heldout/*.jpg >"$out/f32.jsonl"
 }
-agree() {   # weights table label min-agreement max-rel-l2, against $out/f32.jsonl
+# agree weights table label min-agreement max-rel-l2, against $out/f32.jsonl:
+# the Python figure from resnetd-classify's logits, and resnetd-calibrate
+# --check's own, which must print the same count and errors.
+agree() {
   "$bin/resnetd-classify" --weights "$1" --device cpu --precision int8 --calibration "$2" --json --logits \
     "$photos"/heldout/*.jpg >"$out/i8.jsonl"
-  "$TORCH_PYTHON" "$src/tests/int8_agreement.py" "$out/f32.jsonl" "$out/i8.jsonl" "$3" "$4" "$5"
+  rc=0
+  "$TORCH_PYTHON" "$src/tests/int8_agreement.py" "$out/f32.jsonl" "$out/i8.jsonl" "$3" "$4" "$5" >"$out/py" || rc=$?
+  cat "$out/py"
+  [ "$rc" = 0 ] || fail "$3: agreement or rel L2 out of bounds"
+  "$bin/resnetd-calibrate" --weights "$1" --table "$2" --check "$photos/heldout" >"$out/tool"
+  cat "$out/tool"
+  py=$(sed -n 's/.*\(agreement [0-9]*\/[0-9]*\).*\(rel L2 [0-9.]*\) (per image: \(.*\))$/\1 \2 \3/p' "$out/py")
+  tool=$(sed -n 's/.*\(agreement [0-9]*\/[0-9]*\).*\(rel L2 [0-9.]*\) (per image: \(.*\))$/\1 \2 \3/p' "$out/tool")
+  [ -n "$py" ] && [ "$py" = "$tool" ] || fail "resnetd-calibrate --check says '$tool', the Python check '$py'"
 }
 fp32 "$w"
 agree "$w" "$out/a.json" "seeded random weights, entropy" 0.75 0.15
 agree "$w" "$out/p.json" "seeded random weights, percentile 99.99" 0.75 0.15
+# --min-agreement: exit 3 below it, 0 at or above it; --table needs --check.
+set +e
+"$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" --check "$photos/heldout" --min-agreement 100 \
+  >/dev/null 2>"$out/err"
+rc=$?
+set -e
+[ "$rc" = 3 ] && grep -q "below --min-agreement 100%" "$out/err" || fail "--min-agreement 100: exit $rc, $(cat "$out/err")"
+"$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" --check "$photos/heldout" --min-agreement 50 >/dev/null ||
+  fail "--min-agreement 50 refused"
+if "$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" 2>"$out/err"; then fail "--table without --check"; fi
+grep -q "needs --check" "$out/err" || fail "--table without --check: $(cat "$out/err")"
 if [ -n "${RESNETD_REAL_WEIGHTS:-}" ]; then
   "$bin/resnetd-calibrate" --weights "$RESNETD_REAL_WEIGHTS" --images "$photos/calib" --out "$out/real.json"
   fp32 "$RESNETD_REAL_WEIGHTS"
@@ -95,6 +119,10 @@ expect_refusal() {
   grep -qF -- "$want" "$out/stderr" || fail "$what: error lacks '$want': $(cat "$out/stderr")"
   echo "refused, $what: $(grep -F -- "$want" "$out/stderr" | head -n 1)"
 }
+expect_refusal "calibrate --check, table of other weights" "was made for weights with SHA-256" \
+  "$bin/resnetd-calibrate" --weights "$ft" --table "$out/a.json" --check "$photos/heldout"
+expect_refusal "calibrate --check, truncated table" "$out/truncated.json:1: not JSON" \
+  "$bin/resnetd-calibrate" --weights "$w" --table "$out/truncated.json" --check "$photos/heldout"
 for tool in classify daemon; do
   if [ $tool = classify ]; then
     run() { "$bin/resnetd-classify" --device cpu "$@" "$img"; }

@@ -1,14 +1,20 @@
-/* resnetd-calibrate: makes the INT8 calibration table of a set of weights.
- * Runs the FP32 CPU engine on every JPEG of a directory (name order, with
- * the daemon's preprocessing), observes each tensor that INT8 quantises
- * (engine_cpu_observe), histograms |x| per tensor (model/calib.h), and
- * writes the scales chosen by KL-divergence (entropy) or a percentile.
- * The same weights, images, method and batch give the same table, byte for
- * byte: the images are read in strcmp order and the statistics are exact
- * counts. */
+/* resnetd-calibrate: makes the INT8 calibration table of a set of weights,
+ * and checks a table against FP32.
+ * Calibration runs the FP32 CPU engine on every JPEG of a directory (name
+ * order, with the daemon's preprocessing), observes each tensor that INT8
+ * quantises (engine_cpu_observe), histograms |x| per tensor
+ * (model/calib.h), and writes the scales chosen by KL-divergence (entropy)
+ * or a percentile. The same weights, images, method and batch give the
+ * same table, byte for byte: the images are read in strcmp order and the
+ * statistics are exact counts.
+ * The check runs the CPU engine at FP32 and at INT8 on held-out JPEGs and
+ * prints their top-1 agreement and the logits' relative L2 error: the CUDA
+ * engine's INT8 activations equal the CPU engine's bit for bit
+ * (model/int8.h), so the figure holds for both. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,35 +28,52 @@
 
 typedef struct calibrate_opts {
     const char *weights, *images, *out;
+    const char *table;          /* check this table instead of making one */
+    const char *check;          /* held-out JPEGs for the check, or NULL */
+    double min_agreement;       /* percent; < 0: none */
     calib_method method;
     double percentile;
     int threads;
 } calibrate_opts;
 
+/* Exit status when the check falls below --min-agreement. */
+#define EXIT_BELOW_MIN 3
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: resnetd-calibrate --weights FILE|synthetic --images DIR --out TABLE.json [OPTION]...\n"
+            "       resnetd-calibrate --weights FILE|synthetic --table TABLE.json --check DIR [OPTION]...\n"
             "Make the INT8 calibration table (per-tensor activation scales) of ResNet18 weights\n"
-            "from the JPEGs in DIR, for resnetd --precision int8 --calibration TABLE.json.\n\n"
+            "from the JPEGs in DIR, for resnetd --precision int8 --calibration TABLE.json;\n"
+            "or check a table: INT8 against FP32 on held-out JPEGs.\n\n"
             "  --weights FILE       safetensors weights (torchvision names); 'synthetic' for random\n"
             "  --images DIR         calibration JPEGs (*.jpg, *.jpeg); a few hundred typical inputs\n"
             "  --method M           entropy (KL divergence, TensorRT's; default) or percentile\n"
             "  --percentile P       with --method percentile: the percentile of |x| (default 99.99)\n"
             "  --out FILE           the table to write (JSON)\n"
+            "  --table FILE         check this table instead of making one (needs --check)\n"
+            "  --check DIR          run FP32 and INT8 on the JPEGs in DIR (not the calibration\n"
+            "                       images) and print top-1 agreement and the logits' rel L2\n"
+            "  --min-agreement PCT  with --check: exit 3 when top-1 agreement is below PCT percent\n"
+            "                       (a table made here is written all the same)\n"
             "  --threads N          CPU engine threads (default: all cores)\n"
             "  --help, --version\n");
 }
 
 static int parse_args(int argc, char **argv, calibrate_opts *o)
 {
-    enum { OPT_WEIGHTS = 256, OPT_IMAGES, OPT_METHOD, OPT_PCT, OPT_OUT, OPT_THREADS, OPT_HELP, OPT_VERSION };
+    enum { OPT_WEIGHTS = 256, OPT_IMAGES, OPT_METHOD, OPT_PCT, OPT_OUT, OPT_TABLE, OPT_CHECK, OPT_MIN_AGREE,
+           OPT_THREADS, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {
         {"weights", required_argument, NULL, OPT_WEIGHTS},
         {"images", required_argument, NULL, OPT_IMAGES},
         {"method", required_argument, NULL, OPT_METHOD},
         {"percentile", required_argument, NULL, OPT_PCT},
         {"out", required_argument, NULL, OPT_OUT},
+        {"table", required_argument, NULL, OPT_TABLE},
+        {"check", required_argument, NULL, OPT_CHECK},
+        {"min-agreement", required_argument, NULL, OPT_MIN_AGREE},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -59,14 +82,26 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
     memset(o, 0, sizeof *o);
     o->method = CALIB_ENTROPY;
     o->percentile = 99.99;
-    int c, pct_given = 0;
+    o->min_agreement = -1;
+    int c, pct_given = 0, method_given = 0;
     char *end;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_IMAGES: o->images = optarg; break;
         case OPT_OUT: o->out = optarg; break;
+        case OPT_TABLE: o->table = optarg; break;
+        case OPT_CHECK: o->check = optarg; break;
+        case OPT_MIN_AGREE:
+            errno = 0;
+            o->min_agreement = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(o->min_agreement >= 0 && o->min_agreement <= 100)) {
+                fprintf(stderr, "resnetd-calibrate: --min-agreement must be in [0, 100], got '%s'\n", optarg);
+                return -1;
+            }
+            break;
         case OPT_METHOD:
+            method_given = 1;
             if (calib_parse_method(optarg, &o->method) != 0) {
                 fprintf(stderr, "resnetd-calibrate: --method must be entropy or percentile, got '%s'\n", optarg);
                 return -1;
@@ -96,8 +131,22 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
         default: usage(stderr); return -1;
         }
     }
-    if (!o->weights || !o->images || !o->out) {
-        fprintf(stderr, "resnetd-calibrate: --weights, --images and --out are required\n");
+    if (!o->weights) {
+        fprintf(stderr, "resnetd-calibrate: --weights is required\n");
+        return -1;
+    }
+    if (o->table) {
+        if (o->images || o->out || method_given || pct_given || !o->check) {
+            fprintf(stderr, "resnetd-calibrate: --table checks a table: it needs --check, and takes no --images, "
+                            "--out, --method or --percentile\n");
+            return -1;
+        }
+    } else if (!o->images || !o->out) {
+        fprintf(stderr, "resnetd-calibrate: --images and --out are required (or --table and --check)\n");
+        return -1;
+    }
+    if (o->min_agreement >= 0 && !o->check) {
+        fprintf(stderr, "resnetd-calibrate: --min-agreement needs --check\n");
         return -1;
     }
     if (optind < argc) {
@@ -193,18 +242,198 @@ static long read_file(const char *path, uint8_t **buf)
     return -1;
 }
 
+/* Preprocesses JPEGs files[*next..] of dir into dst (up to max images),
+ * advancing *next. Returns the count, or -1 with a message printed. */
+static int load_batch(preprocess_ctx *pp, const char *dir, char **files, int nfiles, int *next, uint8_t *dst,
+                      int max)
+{
+    char err[1024];
+    int n = 0;
+    for (; *next < nfiles && n < max; (*next)++) {
+        char path[4096];
+        uint8_t *buf;
+        long len;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, files[*next]) >= sizeof path ||
+            (len = read_file(path, &buf)) < 0) {
+            fprintf(stderr, "resnetd-calibrate: %s/%s: cannot read\n", dir, files[*next]);
+            return -1;
+        }
+        preprocess_status ps =
+            preprocess_jpeg(pp, buf, (size_t)len, dst + (size_t)n * RESNET18_INPUT_BYTES, err, sizeof err);
+        free(buf);
+        if (ps != PREP_OK) {
+            fprintf(stderr, "resnetd-calibrate: %s: %s\n", path, err);
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+static void free_names(char **files, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(files[i]);
+    free(files);
+}
+
+/* Makes the table of o->images with the FP32 engine e into *t. */
+static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o,
+                     calib_table *t)
+{
+    char err[1024];
+    int nfiles = 0, used = 0, rc = -1;
+    char **files = list_jpegs(o->images, &nfiles);
+    calib_hist *hist = calloc(CALIB_NTENSORS, sizeof *hist);
+    if (!files || !hist) {
+        if (!hist)
+            fprintf(stderr, "resnetd-calibrate: out of memory\n");
+        goto out;
+    }
+    if (nfiles == 0) {
+        fprintf(stderr, "resnetd-calibrate: no JPEG files (*.jpg, *.jpeg) in %s\n", o->images);
+        goto out;
+    }
+    if (engine_cpu_observe(e, observe, hist, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd-calibrate: %s\n", err);
+        goto out;
+    }
+    for (int next = 0; next < nfiles;) {
+        int n = load_batch(pp, o->images, files, nfiles, &next, e->input[0], e->max_batch);
+        if (n < 0)
+            goto out;
+        if (engine_submit(e, 0, n, err, sizeof err) != 0 || engine_wait(e, 0, err, sizeof err) != 0) {
+            fprintf(stderr, "resnetd-calibrate: inference failed: %s\n", err);
+            goto out;
+        }
+        used += n;
+    }
+    if (engine_cpu_observe(e, NULL, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd-calibrate: %s\n", err);
+        goto out;
+    }
+    memset(t, 0, sizeof *t);
+    snprintf(t->weights_sha256, sizeof t->weights_sha256, "%s", calib_weights_id(w));
+    t->method = o->method;
+    t->percentile = o->method == CALIB_PERCENTILE ? o->percentile : 0;
+    t->images = used;
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t->scale[i] = o->method == CALIB_ENTROPY ? calib_scale_entropy(&hist[i])
+                                                 : calib_scale_percentile(&hist[i], o->percentile);
+    rc = 0;
+out:
+    free_names(files, nfiles);
+    free(hist);
+    return rc;
+}
+
+/* The first index of the largest value, as numpy's argmax. */
+static int argmax(const float *v, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* INT8 (table t) against the FP32 engine f32 on every JPEG of o->check:
+ * prints top-1 agreement and the logits' relative L2 error, overall and
+ * per image (tests/int8_agreement.py computes the same from
+ * resnetd-classify's output). Returns 0, EXIT_BELOW_MIN, or -1. */
+static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, const calib_table *t,
+                 const calibrate_opts *o)
+{
+    char err[1024];
+    int nfiles = 0, rc = -1, agree = 0, done = 0;
+    engine *i8 = NULL;
+    uint8_t *images = NULL;
+    float *a = NULL, *b = NULL;
+    double *rel = NULL, diff2 = 0, ref2 = 0;
+    char **files = list_jpegs(o->check, &nfiles);
+    if (!files)
+        goto out;
+    if (nfiles == 0) {
+        fprintf(stderr, "resnetd-calibrate: no JPEG files (*.jpg, *.jpeg) in %s\n", o->check);
+        goto out;
+    }
+    engine_config ec = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
+                        .max_batch = f32->max_batch, .nslots = 1, .threads = o->threads, .calib = t};
+    if (!(i8 = engine_create(w, &ec, err, sizeof err))) {
+        fprintf(stderr, "resnetd-calibrate: %s\n", err);
+        goto out;
+    }
+    const int classes = f32->classes, max = f32->max_batch;
+    images = malloc((size_t)max * RESNET18_INPUT_BYTES);
+    a = malloc((size_t)max * (size_t)classes * sizeof *a);
+    b = malloc((size_t)max * (size_t)classes * sizeof *b);
+    rel = malloc((size_t)nfiles * sizeof *rel);
+    if (!images || !a || !b || !rel) {
+        fprintf(stderr, "resnetd-calibrate: out of memory\n");
+        goto out;
+    }
+    for (int next = 0; next < nfiles;) {
+        int n = load_batch(pp, o->check, files, nfiles, &next, images, max);
+        if (n < 0)
+            goto out;
+        if (engine_infer(f32, images, n, a, err, sizeof err) != 0 ||
+            engine_infer(i8, images, n, b, err, sizeof err) != 0) {
+            fprintf(stderr, "resnetd-calibrate: inference failed: %s\n", err);
+            goto out;
+        }
+        for (int i = 0; i < n; i++, done++) {
+            const float *x = a + (size_t)i * classes, *y = b + (size_t)i * classes;
+            double d2 = 0, r2 = 0;
+            for (int k = 0; k < classes; k++) {
+                double d = (double)y[k] - (double)x[k];
+                d2 += d * d;
+                r2 += (double)x[k] * (double)x[k];
+            }
+            agree += argmax(x, classes) == argmax(y, classes);
+            rel[done] = r2 > 0 ? sqrt(d2 / r2) : (d2 > 0 ? INFINITY : 0);
+            diff2 += d2;
+            ref2 += r2;
+        }
+    }
+    qsort(rel, (size_t)done, sizeof *rel, cmp_double);
+    const double median = done % 2 ? rel[done / 2] : 0.5 * (rel[done / 2 - 1] + rel[done / 2]);
+    const double pct = 100.0 * agree / done;
+    printf("check: INT8 vs FP32 on %d images of %s: top-1 agreement %d/%d (%.1f%%), logits rel L2 %.4f "
+           "(per image: median %.4f, max %.4f)\n",
+           done, o->check, agree, done, pct, ref2 > 0 ? sqrt(diff2 / ref2) : 0.0, median, rel[done - 1]);
+    rc = 0;
+    if (o->min_agreement >= 0 && pct < o->min_agreement) {
+        fprintf(stderr, "resnetd-calibrate: top-1 agreement %.1f%% is below --min-agreement %g%%\n", pct,
+                o->min_agreement);
+        rc = EXIT_BELOW_MIN;
+    }
+out:
+    free_names(files, nfiles);
+    free(images);
+    free(a);
+    free(b);
+    free(rel);
+    engine_destroy(i8);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     calibrate_opts o;
     if (parse_args(argc, argv, &o) != 0)
         return 2;
     char err[1024];
-    int status = 1, nfiles = 0, used = 0;
-    char **files = NULL;
+    int status = 1;
     engine *e = NULL;
     preprocess_ctx *pp = NULL;
-    calib_hist *hist = NULL;
     resnet18_weights w;
+    calib_table t;
     memset(&w, 0, sizeof w);
 
     int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
@@ -213,76 +442,36 @@ int main(int argc, char **argv)
         fprintf(stderr, "resnetd-calibrate: %s\n", err);
         return 1;
     }
-    if (!(files = list_jpegs(o.images, &nfiles)))
-        goto out;
-    if (nfiles == 0) {
-        fprintf(stderr, "resnetd-calibrate: no JPEG files (*.jpg, *.jpeg) in %s\n", o.images);
+    if (o.table && (calib_load(o.table, &t, err, sizeof err) != 0 ||
+                    calib_check_weights(&t, o.table, &w, o.weights, err, sizeof err) != 0)) {
+        fprintf(stderr, "resnetd-calibrate: %s\n", err);
         goto out;
     }
     engine_config ec = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32,
                         .max_batch = CALIBRATE_BATCH, .nslots = 1, .threads = o.threads};
+    preprocess_options popt = {.max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS};
     if (!(e = engine_create(&w, &ec, err, sizeof err))) {
         fprintf(stderr, "resnetd-calibrate: %s\n", err);
         goto out;
     }
-    hist = calloc(CALIB_NTENSORS, sizeof *hist);
-    preprocess_options popt = {.max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS};
-    pp = preprocess_create(&popt);
-    if (!hist || !pp) {
+    if (!(pp = preprocess_create(&popt))) {
         fprintf(stderr, "resnetd-calibrate: out of memory\n");
         goto out;
     }
-    if (engine_cpu_observe(e, observe, hist, err, sizeof err) != 0) {
-        fprintf(stderr, "resnetd-calibrate: %s\n", err);
-        goto out;
-    }
-    for (int next = 0; next < nfiles;) {
-        int n = 0;
-        for (; next < nfiles && n < e->max_batch; next++) {
-            char path[4096];
-            uint8_t *buf;
-            long len;
-            if ((size_t)snprintf(path, sizeof path, "%s/%s", o.images, files[next]) >= sizeof path ||
-                (len = read_file(path, &buf)) < 0) {
-                fprintf(stderr, "resnetd-calibrate: %s/%s: cannot read\n", o.images, files[next]);
-                goto out;
-            }
-            preprocess_status ps = preprocess_jpeg(pp, buf, (size_t)len, e->input[0] + (size_t)n * RESNET18_INPUT_BYTES,
-                                                   err, sizeof err);
-            free(buf);
-            if (ps != PREP_OK) {
-                fprintf(stderr, "resnetd-calibrate: %s: %s\n", path, err);
-                goto out;
-            }
-            n++;
-        }
-        if (engine_submit(e, 0, n, err, sizeof err) != 0 || engine_wait(e, 0, err, sizeof err) != 0) {
-            fprintf(stderr, "resnetd-calibrate: inference failed: %s\n", err);
+    if (!o.table) {
+        if (calibrate(e, pp, &w, &o, &t) != 0)
+            goto out;
+        if (calib_save(o.out, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "resnetd-calibrate: %s\n", err);
             goto out;
         }
-        used += n;
+        fprintf(stderr, "resnetd-calibrate: %d images, %s: wrote %s\n", t.images, calib_method_name(t.method),
+                o.out);
     }
-
-    calib_table t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", calib_weights_id(&w));
-    t.method = o.method;
-    t.percentile = o.method == CALIB_PERCENTILE ? o.percentile : 0;
-    t.images = used;
-    for (int i = 0; i < CALIB_NTENSORS; i++)
-        t.scale[i] = o.method == CALIB_ENTROPY ? calib_scale_entropy(&hist[i])
-                                               : calib_scale_percentile(&hist[i], o.percentile);
-    if (calib_save(o.out, &t, err, sizeof err) != 0) {
-        fprintf(stderr, "resnetd-calibrate: %s\n", err);
-        goto out;
-    }
-    fprintf(stderr, "resnetd-calibrate: %d images, %s: wrote %s\n", used, calib_method_name(o.method), o.out);
-    status = 0;
+    status = o.check ? check(e, pp, &w, &t, &o) : 0;
+    if (status < 0)
+        status = 1;
 out:
-    for (int i = 0; i < nfiles; i++)
-        free(files[i]);
-    free(files);
-    free(hist);
     preprocess_destroy(pp);
     engine_destroy(e);
     weights_free(&w);
