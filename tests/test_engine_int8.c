@@ -188,6 +188,60 @@ START_TEST(fp32_input_tensors_match_the_torch_int8_emulation)
 }
 END_TEST
 
+/* The VNNI tile (vectorised epilogue included) and the generic one give
+ * the same bits: the last conv's FP32 output, which every int8 tensor
+ * before it feeds, and the logits. Random and smooth images plus a
+ * non-finite FP32 one, with the reference table and with its scales
+ * divided by 8 (so that most values clamp at +-127). */
+START_TEST(vnni_and_generic_tiles_give_the_same_bits)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    calib_table t;
+    load_weights(&w);
+    load_table(&t);
+    npy_array img;
+    load_npy("random_u8.npy", "|u1", &img);
+    const int n = (int)img.shape[0] + 1, C = w.classes;
+    const size_t last_n = (size_t)n * 7 * 7 * 512;
+    static float bad[3 * RESNET18_IMG * RESNET18_IMG];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        bad[i] = i % 5 == 0 ? NAN : i % 5 == 1 ? INFINITY : i % 5 == 2 ? -INFINITY : (float)(i % 7) - 3.0f;
+    float *want_last = malloc(last_n * sizeof(float)), *want_logits = malloc((size_t)n * C * sizeof(float));
+    ck_assert(want_last && want_logits);
+    for (int coarse = 0; coarse < 2; coarse++) {
+        if (coarse)
+            for (int i = 0; i < CALIB_NTENSORS; i++)
+                t.scale[i] /= 8;
+        for (int k = 0; k < NKERNELS; k++) {
+            engine *e = make_kernel_engine(k, &w, &t, n);
+            if (!e)
+                continue;
+            memcpy(e->input[0], img.data, (size_t)(n - 1) * RESNET18_INPUT_BYTES);
+            e->input_f32[0][n - 1] = bad;
+            run(e, n);
+            const float *last = engine_cpu_int8_last_conv(e);
+            ck_assert_ptr_nonnull(last);
+            if (k == 0) {
+                memcpy(want_last, last, last_n * sizeof(float));
+                memcpy(want_logits, e->logits[0], (size_t)n * C * sizeof(float));
+            } else {
+                ck_assert_msg(memcmp(last, want_last, last_n * sizeof(float)) == 0,
+                              "%s table: the last conv's output differs between the tiles",
+                              coarse ? "coarse" : "reference");
+                ck_assert_msg(memcmp(e->logits[0], want_logits, (size_t)n * C * sizeof(float)) == 0,
+                              "%s table: the logits differ between the tiles", coarse ? "coarse" : "reference");
+            }
+            engine_destroy(e);
+        }
+    }
+    free(want_last);
+    free(want_logits);
+    weights_free(&w);
+    npy_free(&img);
+}
+END_TEST
+
 /* Per-image results do not depend on the batch or the threads: bit for bit. */
 START_TEST(batch_size_and_threads_change_nothing)
 {
@@ -419,6 +473,7 @@ static Suite *engine_int8_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, uint8_images_match_the_torch_int8_emulation, 0, NKERNELS);
     tcase_add_loop_test(tc, fp32_input_tensors_match_the_torch_int8_emulation, 0, NKERNELS);
+    tcase_add_test(tc, vnni_and_generic_tiles_give_the_same_bits);
     tcase_add_test(tc, batch_size_and_threads_change_nothing);
     tcase_add_test(tc, int8_is_refused_without_a_table_or_with_another_weights_table);
     tcase_add_test(tc, non_finite_fp32_input_gives_finite_logits);
