@@ -16,12 +16,13 @@
  * order padded with zeros to Kp, a multiple of KBLK. A conv is a GEMM: rows
  * are output pixels, built by im2col into a per-thread workspace of RB
  * rows; a unit of work is RB rows times a range of output channels,
- * claimed by the pool threads (model/cpu_pool.h). Two tiles compute the
- * int32 sums, chosen at create: an AVX512-VNNI one (vpdpbusd, weights
- * repacked for it) where the CPU has it, else a plain C one whose fixed
- * inner trip count GCC vectorises at -O2 (multi-versioned for AVX-512 and
- * AVX2). RESNETD_CPU_INT8_GEMM=generic|vnni forces one; both give the same
- * integers, and the tests run both.
+ * claimed by the pool threads (model/cpu_pool.h). Three tiles compute the
+ * int32 sums, chosen at create: an AMX one (tdpbssd on 16 x 16 int32
+ * tiles) where the CPU and the kernel allow it, else an AVX512-VNNI one
+ * (vpdpbusd), both on weights repacked for them, else a plain C one whose
+ * fixed inner trip count GCC vectorises at -O2 (multi-versioned for
+ * AVX-512 and AVX2). RESNETD_CPU_INT8_GEMM=generic|vnni|amx forces one;
+ * all give the same integers, and the tests run each the CPU has.
  *
  * Every buffer is allocated at create for max_batch; submit computes under
  * a mutex (the activations are shared by the slots) and wait has nothing
@@ -42,7 +43,8 @@
 #define NR 4                    /* output channels per tile */
 #define VR 8                    /* rows per VNNI tile */
 #define CG 32                   /* output channels per work-unit step (a VNNI tile's) */
-#define RB 64                   /* im2col rows per work unit (a multiple of MR and VR) */
+#define AR 32                   /* rows per AMX tile: two 16-row A tiles */
+#define RB 64                   /* im2col rows per work unit (a multiple of MR, VR and AR) */
 #define I8_MAX_BATCH 4096            /* conv1 has n * 12544 / RB work units: < 2^20 (cpu_pool) */
 #define NT R18_NTENSORS           /* tensors: conv outputs, image, pool */
 #define T_IMAGE R18_T_IMAGE
@@ -50,15 +52,20 @@
 #define LAST (RESNET18_NUM_CONVS - 1)
 #define STEM_C 64               /* the stem's output channels (resnet18_convs[0].cout) */
 
-/* The AVX512-VNNI tile is x86-64 only, used when the CPU has it (and
- * RESNETD_CPU_INT8_GEMM is not "generic"); it gives the same integers as
- * the generic tile, which the tests check. */
+/* The AVX512-VNNI and AMX tiles are x86-64 only, used when the CPU has
+ * them (and RESNETD_CPU_INT8_GEMM does not say otherwise); they give the
+ * same integers as the generic tile, which the tests check. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
 #define HAVE_VNNI_KERNEL 1
 #else
 #define HAVE_VNNI_KERNEL 0
 #endif
+
+typedef enum { TILE_GENERIC, TILE_VNNI, TILE_AMX } i8_tile;
+static const char *const tile_names[] = {"generic", "vnni", "amx"};
 
 /* GCC's function multi-versioning picks the widest vector ISA at load
  * time; the loops are plain C either way. */
@@ -72,7 +79,7 @@ typedef struct i8_layer {
     const resnet18_conv_desc *d;
     int K, Kp;              /* k*k*cin; padded to a multiple of KBLK */
     int8_t *w;              /* [cout][Kp] */
-    int8_t *wv;             /* VNNI: [cout/16][Kp/4][16][4]; NULL without it */
+    int8_t *wv;             /* VNNI, AMX: [cout/16][Kp/4][16][4]; NULL without them */
     int32_t *corr;          /* VNNI: [cout], 128 * sum_k w[c][k] */
     float *mult;            /* [cout]: s_in * s_w[c] */
     float *b;               /* [cout], BN folded */
@@ -84,7 +91,7 @@ typedef struct i8_layer {
 typedef struct i8_engine {
     engine pub;
     int nthreads;
-    int vnni;                   /* which tile: AVX512-VNNI or the generic one */
+    i8_tile tile;               /* which tile computes the sums */
     i8_layer layer[RESNET18_NUM_CONVS];
     int pool_h;
     int th[NT], tc[NT];         /* tensor -> height (= width), channels */
@@ -154,24 +161,48 @@ static void im2col_i8(const resnet18_conv_desc *d, const int8_t *in, int m0, int
 {
     const int oh = d->out_h, ih = d->in_h, cin = d->cin, k = d->k, s = d->stride, p = d->pad;
     const size_t seg = (size_t)k * cin;
+    /* Only the bytes no copy writes are zeroed (a whole-row memset before
+     * the copies cost as much as the copies), the pixel is stepped rather
+     * than divided out, and the stem's 21-byte copies (7 taps of 3
+     * channels) have a constant size, which GCC inlines. */
+    int img = m0 / (oh * oh), rem = m0 % (oh * oh), oy = rem / oh, ox = rem % oh;
     for (int r = 0; r < rows; r++) {
         int8_t *row = dst + (size_t)r * Kp;
-        int m = m0 + r;
-        memset(row, 0, Kp);
-        if (m >= M)
+        if (m0 + r >= M) {
+            memset(row, 0, Kp);
             continue;
-        int img = m / (oh * oh), rem = m % (oh * oh), oy = rem / oh, ox = rem % oh;
+        }
         const int8_t *base = in + (size_t)img * ih * ih * cin;
         int x0 = ox * s - p;
         int kx0 = x0 < 0 ? -x0 : 0, kx1 = imin(k, ih - x0);
-        if (kx1 <= kx0)
-            continue;
+        if (kx1 < kx0)
+            kx1 = kx0;
+        const size_t left = (size_t)kx0 * cin, mid = (size_t)(kx1 - kx0) * cin;
         for (int ky = 0; ky < k; ky++) {
+            int8_t *seg_dst = row + ky * seg;
             int iy = oy * s - p + ky;
-            if (iy < 0 || iy >= ih)
+            if (iy < 0 || iy >= ih || mid == 0) {
+                memset(seg_dst, 0, seg);
                 continue;
-            memcpy(row + ky * seg + (size_t)kx0 * cin, base + ((size_t)iy * ih + x0 + kx0) * cin,
-                   (size_t)(kx1 - kx0) * cin);
+            }
+            if (left)
+                memset(seg_dst, 0, left);
+            const int8_t *src = base + ((size_t)iy * ih + x0 + kx0) * cin;
+            if (mid == 7 * 3)
+                memcpy(seg_dst + left, src, 7 * 3);
+            else
+                memcpy(seg_dst + left, src, mid);
+            if (left + mid < seg)
+                memset(seg_dst + left + mid, 0, seg - left - mid);
+        }
+        if ((size_t)k * seg < Kp)
+            memset(row + (size_t)k * seg, 0, Kp - (size_t)k * seg);
+        if (++ox == oh) {
+            ox = 0;
+            if (++oy == oh) {
+                oy = 0;
+                img++;
+            }
         }
     }
 }
@@ -245,17 +276,78 @@ static void bias_a(int8_t *a, size_t n)
         _mm512_store_si512(a + i, _mm512_xor_si512(_mm512_load_si512(a + i), bias));
 }
 
-/* epilogue() for a VNNI tile, 16 channels a step: the same float
- * operations in the same order (-ffp-contract=off keeps each multiply and
- * add apart; rounding to nearest even; NaN to 0 before the clamp), so the
- * same bytes. The scalar form took half the engine's time. */
+/* AMX's tile configuration: tmm0-3 the int32 sums of 32 rows x 32
+ * channels, tmm4-5 two 16-row A tiles of 64 bytes, tmm6-7 two 16-channel
+ * weight panels of 16 rows of 4 bytes a channel (the VNNI layout). */
+typedef struct __attribute__((aligned(64))) amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* A constant object: GCC 12 drops stores to a local one before
+ * ldtilecfg, whose 64-byte read it does not see. */
+static const amx_config amx_cfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+/* Loads the configuration on the calling thread (tile state is per thread). */
+__attribute__((target("amx-tile")))
+static void amx_begin(void)
+{
+    _tile_loadconfig(&amx_cfg);
+}
+
+__attribute__((target("amx-tile")))
+static void amx_end(void)
+{
+    _tile_release();
+}
+
+/* acc[AR][CG] = A[AR][Kp] * W^T with AMX: tdpbssd multiplies signed bytes,
+ * so neither A's bias nor vnni_tile's correction is needed. wv as for
+ * vnni_tile; each 64-byte k step is 16 of its rows. */
+__attribute__((target("amx-tile,amx-int8")))
+static void amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int32_t acc[AR][CG])
+{
+    const int8_t *w1 = wv + (size_t)Kp * 16;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int k = 0; k < Kp; k += 64) {
+        _tile_loadd(4, a + k, lda);
+        _tile_loadd(5, a + 16 * lda + k, lda);
+        _tile_loadd(6, wv + (size_t)k * 16, 64);
+        _tile_loadd(7, w1 + (size_t)k * 16, 64);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, acc[0], CG * 4);
+    _tile_stored(1, acc[0] + 16, CG * 4);
+    _tile_stored(2, acc[16], CG * 4);
+    _tile_stored(3, acc[16] + 16, CG * 4);
+}
+
+/* epilogue() for the VNNI and AMX tiles, 16 channels a step: the same
+ * float operations in the same order (-ffp-contract=off keeps each
+ * multiply and add apart; rounding to nearest even; NaN to 0 before the
+ * clamp), so the same bytes. The scalar form took half the engine's time. */
 __attribute__((target("avx512f,avx512bw")))
-static void epilogue_vnni(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t acc[VR][CG])
+static void epilogue_vnni(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
 {
     const int N = L->d->cout;
     const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
     int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
-    const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    /* With an int8 output the ReLU is the clamp's lower bound: v < 0 gives
+     * rint(v * inv) <= 0, so 0 either way; -0 and NaN give 0 as well. */
+    const int relu_in_clamp = L->d->relu && out8;
+    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(127.0f);
+    const __m512 lo = relu_in_clamp ? zero : _mm512_set1_ps(-127.0f);
     const __m512 res_scale = _mm512_set1_ps(L->res_scale), inv = _mm512_set1_ps(L->out_inv);
     for (int h = 0; h < CG; h += 16) {
         const __m512 mult = _mm512_loadu_ps(L->mult + c + h), b = _mm512_loadu_ps(L->b + c + h);
@@ -267,16 +359,16 @@ static void epilogue_vnni(i8_engine *e, const i8_layer *L, int m, int nrows, int
                 __m128i r8 = _mm_loadu_si128((const __m128i *)(res + o));
                 v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r8)), res_scale));
             }
-            if (L->d->relu) /* v < 0 only: NaN and -0 pass, as in epilogue() */
-                v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
             if (!out8) {
+                if (L->d->relu) /* v < 0 only: NaN and -0 pass, as in epilogue() */
+                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
                 _mm512_storeu_ps(e->last + o, v);
                 continue;
             }
             __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), zero);
+            const __mmask16 ordered = _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q); /* NaN lanes convert to 0 */
             q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
-            _mm_storeu_si128((__m128i *)(out8 + o), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
+            _mm_storeu_si128((__m128i *)(out8 + o), _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ordered, q)));
         }
     }
 }
@@ -296,10 +388,21 @@ static void conv_unit(void *ctx, int u, int tid)
     c1 *= CG;
     const int m0 = blk * RB, rows = imin(RB, M - m0);
     int8_t *ws = e->ws + (size_t)tid * RB * e->ws_stride;
-    const int padded = (rows + VR - 1) / VR * VR;
+    const int step = e->tile == TILE_AMX ? AR : VR, padded = (rows + step - 1) / step * step;
     im2col_i8(L->d, e->act[e->buf[L->src]], m0, padded, M, ws, Kp);
 #if HAVE_VNNI_KERNEL
-    if (e->vnni) {
+    if (e->tile == TILE_AMX) {
+        amx_begin();
+        for (int c = c0; c < c1; c += CG)
+            for (int r = 0; r < rows; r += AR) {
+                int32_t acc[AR][CG];
+                amx_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, acc);
+                epilogue_vnni(e, L, m0 + r, imin(AR, rows - r), c, acc);
+            }
+        amx_end();
+        return;
+    }
+    if (e->tile == TILE_VNNI) {
         bias_a(ws, (size_t)padded * Kp);
         for (int r = 0; r < rows; r += VR)
             for (int c = c0; c < c1; c += CG) {
@@ -383,7 +486,12 @@ static void maxpool_unit(void *ctx, int u, int tid)
 }
 
 /* Average pool of image `img` of the last conv's FP32 output, then the FC,
- * as model/int8.h says (plain loops: small beside the convs). */
+ * as model/int8.h says. The FC sums each class in 16 partial sums (lane j
+ * takes features j, j + 16, ...) added in a fixed order at the end:
+ * int8.h leaves the FC's order free, and independent lanes let GCC
+ * vectorise without reassociating (one sum a class took 8% of the engine's
+ * time once the convs ran on AMX). */
+VECTOR_CLONES
 static void head_unit(void *ctx, int img, int tid)
 {
     i8_engine *e = ctx;
@@ -399,11 +507,16 @@ static void head_unit(void *ctx, int img, int tid)
         f[c] = int8_round_half((float)(s / hw));
     }
     float *logits = e->pub.logits[e->slot] + (size_t)img * classes;
+    enum { LANES = 16 };
     for (int k = 0; k < classes; k++) {
-        const float *w = e->fc_w + (size_t)k * C;
+        const float *w = e->fc_w + (size_t)k * RESNET18_FEATURES;
+        float part[LANES] = {0};
+        for (int c = 0; c < RESNET18_FEATURES; c += LANES)
+            for (int j = 0; j < LANES; j++)
+                part[j] += f[c + j] * w[c + j];
         float s = 0.0f;
-        for (int c = 0; c < C; c++)
-            s += f[c] * w[c];
+        for (int j = 0; j < LANES; j++)
+            s += part[j];
         logits[k] = s + e->fc_b[k];
     }
 }
@@ -520,7 +633,23 @@ static int cpu_has_vnni(void)
 #endif
 }
 
-/* L->w into the VNNI tile's layout, and its bias corrections. */
+/* AMX-INT8 in the CPU (CPUID.7.0:EDX bits 24, 25) and tile data allowed
+ * for this process: Linux hands it out on request (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18), and refuses where the
+ * kernel or a hypervisor does not support it. */
+static int cpu_has_amx(void)
+{
+#if HAVE_VNNI_KERNEL && defined(SYS_arch_prctl)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+        return 0;
+    return cpu_has_vnni() && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* L->w into the VNNI and AMX tiles' layout, and VNNI's bias corrections. */
 static int pack_vnni(i8_layer *L)
 {
     const int N = L->d->cout, Kp = L->Kp;
@@ -578,14 +707,23 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     e->pub.classes = w->classes;
     e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     const char *force = getenv("RESNETD_CPU_INT8_GEMM");
-    if (force && strcmp(force, "generic") != 0 && strcmp(force, "vnni") != 0) {
-        snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic or vnni (got '%s')", force);
-        goto fail;
-    }
-    e->vnni = cpu_has_vnni() && !(force && strcmp(force, "generic") == 0);
-    if (force && strcmp(force, "vnni") == 0 && !e->vnni) {
-        snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=vnni but this CPU lacks AVX512-VNNI");
-        goto fail;
+    if (force && *force) {
+        int k = 0;
+        while (k < 3 && strcmp(force, tile_names[k]) != 0)
+            k++;
+        if (k == 3) {
+            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic, vnni or amx (got '%s')",
+                     force);
+            goto fail;
+        }
+        e->tile = (i8_tile)k;
+        if ((e->tile == TILE_VNNI && !cpu_has_vnni()) || (e->tile == TILE_AMX && !cpu_has_amx())) {
+            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=%s but this CPU lacks %s", force,
+                     e->tile == TILE_AMX ? "AMX-INT8 (or the kernel does not allow it)" : "AVX512-VNNI");
+            goto fail;
+        }
+    } else {
+        e->tile = cpu_has_amx() ? TILE_AMX : cpu_has_vnni() ? TILE_VNNI : TILE_GENERIC;
     }
 
     size_t per_image[NT];
@@ -650,7 +788,7 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
             memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
         free(q);
         memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
-        if (e->vnni && pack_vnni(L) != 0)
+        if (e->tile != TILE_GENERIC && pack_vnni(L) != 0)
             goto oom;
         if ((size_t)L->Kp > e->ws_stride)
             e->ws_stride = (size_t)L->Kp;

@@ -25,7 +25,8 @@ Writes into --out:
     logits.npy               float32 [N,10]: logits of input/*, jpegs.txt order
     random_logits.npy        float32 [R,10]: logits of random_u8.npy
 
-With --bench, times PyTorch on the CPU instead (the anchor for resnetd-bench).
+With --bench, times PyTorch on the CPU instead (the anchor for resnetd-bench);
+with --bench --int8, PyTorch's quantized INT8 resnet18 on the same weights.
 Runs under Debian's python3-torch / python3-torchvision (/usr/bin/python3).
 """
 import argparse
@@ -395,11 +396,37 @@ def write_int8(out, model, inputs, random_x):
         np.save(os.path.join(out, "int8", "random_logits.npy"), forward_int8(sd, random_x, scales).numpy())
 
 
-def bench(batches, threads, iters):
+def quantized_model(calib_images=16):
+    """The same network as PyTorch serves it at INT8 on a CPU: torchvision's
+    quantizable resnet18 with make_model's weights, conv + BN + ReLU fused,
+    the x86 backend's default qconfig (per-channel weights, histogram
+    observers), calibrated on photo-like images, converted."""
+    from torchvision.models.quantization import resnet18 as quantizable_resnet18
+    engines = torch.backends.quantized.supported_engines
+    qengine = next(e for e in ("x86", "fbgemm", "onednn") if e in engines)
+    torch.backends.quantized.engine = qengine
+    model = quantizable_resnet18(weights=None, quantize=False)
+    model.load_state_dict(make_model().state_dict())
+    model.eval()
+    model.fuse_model()
+    model.qconfig = torch.ao.quantization.get_default_qconfig(qengine)
+    torch.ao.quantization.prepare(model, inplace=True)
+    rng = np.random.default_rng(SEED + 3)
+    u8 = np.stack([np.asarray(photo_like(224, 224, rng)) for _ in range(calib_images)]).astype(np.uint8)
+    with torch.inference_mode():
+        model(normalise_u8(u8))
+    torch.ao.quantization.convert(model, inplace=True)
+    return model, qengine
+
+
+def bench(batches, threads, iters, int8=False):
     """PyTorch CPU img/s per batch size: median of repeats after warm-up."""
     torch.set_num_threads(threads)
-    model = make_model()
-    res = {"torch": torch.__version__, "threads": threads}
+    res = {"torch": torch.__version__, "threads": threads, "precision": "int8" if int8 else "fp32"}
+    if int8:
+        model, res["qengine"] = quantized_model()
+    else:
+        model = make_model()
     with torch.inference_mode():
         for b in batches:
             x = torch.randn(b, 3, 224, 224)
@@ -421,9 +448,10 @@ def main():
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--int8", action="store_true", help="with --bench: PyTorch's quantized INT8 resnet18")
     a = ap.parse_args()
     if a.bench:
-        bench([int(b) for b in a.batches.split(",")], a.threads, a.iters)
+        bench([int(b) for b in a.batches.split(",")], a.threads, a.iters, a.int8)
     else:
         generate(a.out)
 

@@ -28,10 +28,10 @@
 #include "tests/testutil.h"
 
 #define REL_L2_MAX 1e-5
-#define NKERNELS 2
+#define NKERNELS 3
 
-/* The GEMM tiles (RESNETD_CPU_INT8_GEMM): both must give the same integers. */
-static const char *const kernels[NKERNELS] = {"vnni", "generic"};
+/* The GEMM tiles (RESNETD_CPU_INT8_GEMM): all must give the same integers. */
+static const char *const kernels[NKERNELS] = {"amx", "vnni", "generic"};
 
 static void load_weights(resnet18_weights *w)
 {
@@ -61,8 +61,8 @@ static engine *make_kernel_engine(int k, const resnet18_weights *w, const calib_
                          .max_batch = max_batch, .calib = t};
     char err[512] = "";
     engine *e = engine_create(w, &cfg, err, sizeof err);
-    if (!e && k == 0 && strstr(err, "lacks AVX512-VNNI")) {
-        fprintf(stderr, "%s: vnni tile not tested\n", err);
+    if (!e && k < NKERNELS - 1 && strstr(err, "but this CPU lacks")) {
+        fprintf(stderr, "%s: %s tile not tested\n", err, kernels[k]);
         return NULL;
     }
     ck_assert_msg(e != NULL, "engine_create(int8, %s): %s", kernels[k], err);
@@ -188,12 +188,12 @@ START_TEST(fp32_input_tensors_match_the_torch_int8_emulation)
 }
 END_TEST
 
-/* The VNNI tile (vectorised epilogue included) and the generic one give
+/* The AMX, VNNI (vectorised epilogue included) and generic tiles give
  * the same bits: the last conv's FP32 output, which every int8 tensor
  * before it feeds, and the logits. Random and smooth images plus a
  * non-finite FP32 one, with the reference table and with its scales
  * divided by 8 (so that most values clamp at +-127). */
-START_TEST(vnni_and_generic_tiles_give_the_same_bits)
+START_TEST(every_int8_tile_gives_the_same_bits)
 {
     testutil_require_reference();
     resnet18_weights w;
@@ -213,6 +213,7 @@ START_TEST(vnni_and_generic_tiles_give_the_same_bits)
         if (coarse)
             for (int i = 0; i < CALIB_NTENSORS; i++)
                 t.scale[i] /= 8;
+        int first = 1;
         for (int k = 0; k < NKERNELS; k++) {
             engine *e = make_kernel_engine(k, &w, &t, n);
             if (!e)
@@ -222,15 +223,17 @@ START_TEST(vnni_and_generic_tiles_give_the_same_bits)
             run(e, n);
             const float *last = engine_cpu_int8_last_conv(e);
             ck_assert_ptr_nonnull(last);
-            if (k == 0) {
+            if (first) {
                 memcpy(want_last, last, last_n * sizeof(float));
                 memcpy(want_logits, e->logits[0], (size_t)n * C * sizeof(float));
+                first = 0;
             } else {
                 ck_assert_msg(memcmp(last, want_last, last_n * sizeof(float)) == 0,
-                              "%s table: the last conv's output differs between the tiles",
-                              coarse ? "coarse" : "reference");
+                              "%s table: the last conv's output of the %s tile differs",
+                              coarse ? "coarse" : "reference", kernels[k]);
                 ck_assert_msg(memcmp(e->logits[0], want_logits, (size_t)n * C * sizeof(float)) == 0,
-                              "%s table: the logits differ between the tiles", coarse ? "coarse" : "reference");
+                              "%s table: the logits of the %s tile differ", coarse ? "coarse" : "reference",
+                              kernels[k]);
             }
             engine_destroy(e);
         }
@@ -473,7 +476,7 @@ static Suite *engine_int8_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, uint8_images_match_the_torch_int8_emulation, 0, NKERNELS);
     tcase_add_loop_test(tc, fp32_input_tensors_match_the_torch_int8_emulation, 0, NKERNELS);
-    tcase_add_test(tc, vnni_and_generic_tiles_give_the_same_bits);
+    tcase_add_test(tc, every_int8_tile_gives_the_same_bits);
     tcase_add_test(tc, batch_size_and_threads_change_nothing);
     tcase_add_test(tc, int8_is_refused_without_a_table_or_with_another_weights_table);
     tcase_add_test(tc, non_finite_fp32_input_gives_finite_logits);
