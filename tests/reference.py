@@ -403,7 +403,9 @@ def quantized_model(calib_images=16):
     observers), calibrated on photo-like images, converted."""
     from torchvision.models.quantization import resnet18 as quantizable_resnet18
     engines = torch.backends.quantized.supported_engines
-    qengine = next(e for e in ("x86", "fbgemm", "onednn") if e in engines)
+    qengine = next((e for e in ("x86", "fbgemm", "onednn") if e in engines), None)
+    if qengine is None:
+        raise SystemExit(f"reference.py: no x86 quantized engine in this torch (it has {engines})")
     torch.backends.quantized.engine = qengine
     model = quantizable_resnet18(weights=None, quantize=False)
     model.load_state_dict(make_model().state_dict())

@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     --batches) batches=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "cpu-bench.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -53,26 +53,35 @@ case $precision in fp32|int8) ;; *) echo "cpu-bench.sh: --precision must be fp32
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out=$tmp/results
-ours="--precision $precision"
-theirs=
 if [ "$precision" = int8 ]; then
     bindir=$(dirname "$bench")
     "$bindir/tools/make-corpus" --out "$tmp/corpus" --count 64 >/dev/null &&
-        "$bindir/resnetd-calibrate" --weights synthetic --images "$tmp/corpus" --out "$tmp/table.json" 2>/dev/null || {
+        "$bindir/resnetd-calibrate" --weights synthetic --images "$tmp/corpus" --out "$tmp/table.json" || {
         echo "cpu-bench.sh: cannot make a calibration table with $bindir/tools/make-corpus and resnetd-calibrate" >&2
         exit 1; }
-    ours="$ours --calibration $tmp/table.json"
-    theirs=--int8
 fi
+# ours / theirs ARGS...: one timing of resnetd-bench / PyTorch at $precision.
+ours() {
+    if [ "$precision" = int8 ]; then
+        "$bench" --device cpu --precision int8 --calibration "$tmp/table.json" "$@"
+    else
+        "$bench" --device cpu --precision fp32 "$@"
+    fi
+}
+theirs() {
+    if [ "$precision" = int8 ]; then
+        "$py" -W ignore "$ref" --bench --int8 "$@"
+    else
+        "$py" "$ref" --bench "$@"
+    fi
+}
 r=1
 while [ "$r" -le "$rounds" ]; do
     for b in $(echo "$batches" | tr , ' '); do
         printf 'resnetd %s ' "$b" >>"$out"
-        # shellcheck disable=SC2086
-        "$bench" --device cpu $ours --threads "$threads" --batches "$b" --iters "$iters" --json >>"$out"
+        ours --threads "$threads" --batches "$b" --iters "$iters" --json >>"$out"
         printf 'torch %s ' "$b" >>"$out"
-        # shellcheck disable=SC2086
-        "$py" -W ignore "$ref" --bench $theirs --threads "$threads" --batches "$b" --iters "$iters" >>"$out"
+        theirs --threads "$threads" --batches "$b" --iters "$iters" >>"$out"
     done
     r=$((r + 1))
 done

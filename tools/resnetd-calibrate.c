@@ -208,6 +208,10 @@ static char **list_jpegs(const char *dir, int *n)
         free(names);
         return NULL;
     }
+    if (!names && !(names = malloc(sizeof *names))) { /* no JPEGs: an empty list, not an error */
+        fprintf(stderr, "resnetd-calibrate: out of memory listing %s\n", dir);
+        return NULL;
+    }
     qsort(names, (size_t)count, sizeof *names, cmp_str);
     *n = count;
     return names;
