@@ -16,13 +16,14 @@
  * order padded with zeros to Kp, a multiple of KBLK. A conv is a GEMM: rows
  * are output pixels, built by im2col into a per-thread workspace of RB
  * rows; a unit of work is RB rows times a range of output channels,
- * claimed by the pool threads (model/cpu_pool.h). Three tiles compute the
+ * claimed by the pool threads (model/cpu_pool.h). Four tiles compute the
  * int32 sums, chosen at create: an AMX one (tdpbssd on 16 x 16 int32
  * tiles) where the CPU and the kernel allow it, else an AVX512-VNNI one
- * (vpdpbusd), both on weights repacked for them, else a plain C one whose
- * fixed inner trip count GCC vectorises at -O2 (multi-versioned for
- * AVX-512 and AVX2). RESNETD_CPU_INT8_GEMM=generic|vnni|amx forces one;
- * all give the same integers, and the tests run each the CPU has.
+ * (vpdpbusd), else an AVX2 one (vpmaddwd on bytes widened to 16 bits, for
+ * CPUs without AVX-512), all on weights repacked for them, else a plain C
+ * one whose fixed inner trip count GCC vectorises at -O2.
+ * RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one; all give the
+ * same integers, and the tests run each the CPU has.
  *
  * Every buffer is allocated at create for max_batch; submit computes under
  * a mutex (the activations are shared by the slots) and wait has nothing
@@ -63,9 +64,15 @@
 #else
 #define HAVE_VNNI_KERNEL 0
 #endif
+/* AMX intrinsics: GCC 11, clang 12. */
+#if HAVE_VNNI_KERNEL && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define HAVE_AMX_KERNEL 1
+#else
+#define HAVE_AMX_KERNEL 0
+#endif
 
-typedef enum { TILE_GENERIC, TILE_VNNI, TILE_AMX } i8_tile;
-static const char *const tile_names[] = {"generic", "vnni", "amx"};
+typedef enum { TILE_GENERIC, TILE_AVX2, TILE_VNNI, TILE_AMX, NTILES } i8_tile;
+static const char *const tile_names[NTILES] = {"generic", "avx2", "vnni", "amx"};
 
 /* GCC's function multi-versioning picks the widest vector ISA at load
  * time; the loops are plain C either way. */
@@ -81,6 +88,7 @@ typedef struct i8_layer {
     int8_t *w;              /* [cout][Kp] */
     int8_t *wv;             /* VNNI, AMX: [cout/16][Kp/4][16][4]; NULL without them */
     int32_t *corr;          /* VNNI: [cout], 128 * sum_k w[c][k] */
+    int16_t *w16;           /* AVX2: wv's layout, each byte widened to 16 bits; NULL without it */
     float *mult;            /* [cout]: s_in * s_w[c] */
     float *b;               /* [cout], BN folded */
     int src, res;           /* tensors read (res -1: none) */
@@ -276,6 +284,7 @@ static void bias_a(int8_t *a, size_t n)
         _mm512_store_si512(a + i, _mm512_xor_si512(_mm512_load_si512(a + i), bias));
 }
 
+#if HAVE_AMX_KERNEL
 /* AMX's tile configuration: tmm0-3 the int32 sums of 32 rows x 32
  * channels, tmm4-5 two 16-row A tiles of 64 bytes, tmm6-7 two 16-channel
  * weight panels of 16 rows of 4 bytes a channel (the VNNI layout). */
@@ -332,6 +341,7 @@ static void amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int3
     _tile_stored(2, acc[16], CG * 4);
     _tile_stored(3, acc[16] + 16, CG * 4);
 }
+#endif
 
 /* epilogue() for the VNNI and AMX tiles, 16 channels a step: the same
  * float operations in the same order (-ffp-contract=off keeps each
@@ -344,7 +354,8 @@ static void epilogue_vnni(i8_engine *e, const i8_layer *L, int m, int nrows, int
     const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
     int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
     /* With an int8 output the ReLU is the clamp's lower bound: v < 0 gives
-     * rint(v * inv) <= 0, so 0 either way; -0 and NaN give 0 as well. */
+     * rint(v * inv) <= 0 since inv > 0 (calib_load refuses scales <= 0),
+     * so 0 either way; -0 and NaN give 0 as well. */
     const int relu_in_clamp = L->d->relu && out8;
     const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(127.0f);
     const __m512 lo = relu_in_clamp ? zero : _mm512_set1_ps(-127.0f);
@@ -374,6 +385,83 @@ static void epilogue_vnni(i8_engine *e, const i8_layer *L, int m, int nrows, int
 }
 #endif
 
+/* out[r][j] (row stride ldo) = A[r][Kp] * W^T for 2 rows and 16 channels
+ * with AVX2: vpmaddwd multiplies 16-bit values and adds pairs, exactly
+ * (no saturation, unlike vpmaddubsw on bytes). A's 4 bytes of a k step
+ * are widened and broadcast; w16 is the 16 channels' weights as
+ * [Kp/4][16][4] int16, so one 32-byte row holds 4 channels' 4 values and
+ * each sum comes out as two partials, added at the end. */
+__attribute__((target("avx2")))
+static void avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp, int32_t *out, int ldo)
+{
+    /* Eight named accumulators: with an array GCC kept them in memory. */
+    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s03 = s00;
+    __m256i s10 = s00, s11 = s00, s12 = s00, s13 = s00;
+    const int8_t *a1 = a + lda;
+    for (int k = 0; k < Kp; k += 4) {
+        const __m256i *w = (const __m256i *)(w16 + (size_t)k * 16);
+        const __m256i w0 = _mm256_load_si256(w), w1 = _mm256_load_si256(w + 1);
+        const __m256i w2 = _mm256_load_si256(w + 2), w3 = _mm256_load_si256(w + 3);
+        int32_t x0, x1;
+        memcpy(&x0, a + k, 4);
+        memcpy(&x1, a1 + k, 4);
+        const __m256i v0 = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(x0)));
+        const __m256i v1 = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(x1)));
+        s00 = _mm256_add_epi32(s00, _mm256_madd_epi16(v0, w0));
+        s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(v0, w1));
+        s02 = _mm256_add_epi32(s02, _mm256_madd_epi16(v0, w2));
+        s03 = _mm256_add_epi32(s03, _mm256_madd_epi16(v0, w3));
+        s10 = _mm256_add_epi32(s10, _mm256_madd_epi16(v1, w0));
+        s11 = _mm256_add_epi32(s11, _mm256_madd_epi16(v1, w1));
+        s12 = _mm256_add_epi32(s12, _mm256_madd_epi16(v1, w2));
+        s13 = _mm256_add_epi32(s13, _mm256_madd_epi16(v1, w3));
+    }
+    /* hadd pairs within 128-bit lanes gives channels {0, 1, 4, 5 | 2, 3,
+     * 6, 7} of the eight; the permute puts them in order. */
+    _mm256_storeu_si256((__m256i *)out, _mm256_permute4x64_epi64(_mm256_hadd_epi32(s00, s01), 0xD8));
+    _mm256_storeu_si256((__m256i *)(out + 8), _mm256_permute4x64_epi64(_mm256_hadd_epi32(s02, s03), 0xD8));
+    _mm256_storeu_si256((__m256i *)(out + ldo), _mm256_permute4x64_epi64(_mm256_hadd_epi32(s10, s11), 0xD8));
+    _mm256_storeu_si256((__m256i *)(out + ldo + 8), _mm256_permute4x64_epi64(_mm256_hadd_epi32(s12, s13), 0xD8));
+}
+
+/* epilogue() with AVX2, 8 channels a step, for the AVX2 tile: the same
+ * float operations as epilogue_vnni. */
+__attribute__((target("avx2")))
+static void epilogue_avx2(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
+{
+    const int N = L->d->cout;
+    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
+    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
+    const int relu_in_clamp = L->d->relu && out8; /* see epilogue_vnni */
+    const __m256 zero = _mm256_setzero_ps(), hi = _mm256_set1_ps(127.0f);
+    const __m256 lo = relu_in_clamp ? zero : _mm256_set1_ps(-127.0f);
+    const __m256 res_scale = _mm256_set1_ps(L->res_scale), inv = _mm256_set1_ps(L->out_inv);
+    for (int h = 0; h < CG; h += 8) {
+        const __m256 mult = _mm256_loadu_ps(L->mult + c + h), b = _mm256_loadu_ps(L->b + c + h);
+        for (int i = 0; i < nrows; i++) {
+            const size_t o = (size_t)(m + i) * N + c + h;
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(acc[i] + h))), mult);
+            v = _mm256_add_ps(v, b);
+            if (res) {
+                __m256i r32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(res + o)));
+                v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(r32), res_scale));
+            }
+            if (!out8) {
+                if (L->d->relu) /* v < 0 only: NaN and -0 pass, as in epilogue() */
+                    v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+                _mm256_storeu_ps(e->last + o, v);
+                continue;
+            }
+            __m256 q = _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            const __m256 ordered = _mm256_cmp_ps(q, q, _CMP_ORD_Q);
+            q = _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(q, lo), hi), ordered); /* NaN lanes to +0 */
+            const __m256i q32 = _mm256_cvtps_epi32(q);
+            const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+            _mm_storel_epi64((__m128i *)(out8 + o), _mm_packs_epi16(q16, q16));
+        }
+    }
+}
+
 /* One unit of the current conv: row block u / cparts, channel range
  * u % cparts (in groups of CG channels). */
 static void conv_unit(void *ctx, int u, int tid)
@@ -390,7 +478,7 @@ static void conv_unit(void *ctx, int u, int tid)
     int8_t *ws = e->ws + (size_t)tid * RB * e->ws_stride;
     const int step = e->tile == TILE_AMX ? AR : VR, padded = (rows + step - 1) / step * step;
     im2col_i8(L->d, e->act[e->buf[L->src]], m0, padded, M, ws, Kp);
-#if HAVE_VNNI_KERNEL
+#if HAVE_AMX_KERNEL
     if (e->tile == TILE_AMX) {
         amx_begin();
         for (int c = c0; c < c1; c += CG)
@@ -400,6 +488,20 @@ static void conv_unit(void *ctx, int u, int tid)
                 epilogue_vnni(e, L, m0 + r, imin(AR, rows - r), c, acc);
             }
         amx_end();
+        return;
+    }
+#endif
+#if HAVE_VNNI_KERNEL
+    if (e->tile == TILE_AVX2) {
+        for (int r = 0; r < rows; r += VR)
+            for (int c = c0; c < c1; c += CG) {
+                int32_t acc[VR][CG];
+                for (int rr = 0; rr < VR; rr += 2)
+                    for (int p = 0; p < CG; p += 16)
+                        avx2_tile(ws + (size_t)(r + rr) * Kp, Kp, L->w16 + (size_t)(c + p) * Kp, (int)Kp,
+                                  &acc[rr][p], CG);
+                epilogue_avx2(e, L, m0 + r, imin(VR, rows - r), c, acc);
+            }
         return;
     }
     if (e->tile == TILE_VNNI) {
@@ -567,6 +669,7 @@ static void i8_destroy(void *ctx)
         free(e->layer[i].w);
         free(e->layer[i].wv);
         free(e->layer[i].corr);
+        free(e->layer[i].w16);
         free(e->layer[i].mult);
         free(e->layer[i].b);
     }
@@ -624,6 +727,15 @@ static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t er
     return nbuf;
 }
 
+static int cpu_has_avx2(void)
+{
+#if HAVE_VNNI_KERNEL
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
 static int cpu_has_vnni(void)
 {
 #if HAVE_VNNI_KERNEL
@@ -639,7 +751,7 @@ static int cpu_has_vnni(void)
  * kernel or a hypervisor does not support it. */
 static int cpu_has_amx(void)
 {
-#if HAVE_VNNI_KERNEL && defined(SYS_arch_prctl)
+#if HAVE_AMX_KERNEL && defined(SYS_arch_prctl)
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
         return 0;
@@ -649,13 +761,16 @@ static int cpu_has_amx(void)
 #endif
 }
 
-/* L->w into the VNNI and AMX tiles' layout, and VNNI's bias corrections. */
-static int pack_vnni(i8_layer *L)
+/* L->w into the VNNI and AMX tiles' layout and VNNI's bias corrections,
+ * or (avx2) that layout widened to 16 bits. */
+static int pack_vnni(i8_layer *L, int avx2)
 {
     const int N = L->d->cout, Kp = L->Kp;
     L->wv = alloc_bytes((size_t)N * Kp);
     L->corr = alloc_bytes((size_t)N * sizeof(int32_t));
     if (!L->wv || !L->corr)
+        return -1;
+    if (avx2 && !(L->w16 = alloc_bytes((size_t)N * Kp * sizeof(int16_t))))
         return -1;
     for (int c = 0; c < N; c++) {
         int32_t sum = 0;
@@ -666,6 +781,8 @@ static int pack_vnni(i8_layer *L)
         }
         L->corr[c] = 128 * sum;
     }
+    for (size_t i = 0; avx2 && i < (size_t)N * Kp; i++)
+        L->w16[i] = L->wv[i];
     return 0;
 }
 
@@ -680,11 +797,6 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 || cfg->threads > CPU_POOL_MAX_THREADS) {
         snprintf(err, errlen, "cpu int8 engine: max batch must be 1..%d, slots 0..%d, threads 0..%d",
                  I8_MAX_BATCH, ENGINE_MAX_SLOTS, CPU_POOL_MAX_THREADS);
-        return NULL;
-    }
-    if (resnet18_convs[0].cout != STEM_C) {
-        snprintf(err, errlen, "cpu int8 engine: built for a stem of %d channels, the network has %d", STEM_C,
-                 resnet18_convs[0].cout);
         return NULL;
     }
     i8_engine *e = calloc(1, sizeof *e);
@@ -709,21 +821,27 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     const char *force = getenv("RESNETD_CPU_INT8_GEMM");
     if (force && *force) {
         int k = 0;
-        while (k < 3 && strcmp(force, tile_names[k]) != 0)
+        while (k < NTILES && strcmp(force, tile_names[k]) != 0)
             k++;
-        if (k == 3) {
-            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic, vnni or amx (got '%s')",
-                     force);
+        if (k == NTILES) {
+            snprintf(err, errlen,
+                     "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic, avx2, vnni or amx (got '%s')", force);
             goto fail;
         }
         e->tile = (i8_tile)k;
-        if ((e->tile == TILE_VNNI && !cpu_has_vnni()) || (e->tile == TILE_AMX && !cpu_has_amx())) {
-            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=%s but this CPU lacks %s", force,
-                     e->tile == TILE_AMX ? "AMX-INT8 (or the kernel does not allow it)" : "AVX512-VNNI");
+        const char *lacks = e->tile == TILE_AMX && !cpu_has_amx()     ? "AMX-INT8 (or the kernel does not allow it)"
+                            : e->tile == TILE_VNNI && !cpu_has_vnni() ? "AVX512-VNNI"
+                            : e->tile == TILE_AVX2 && !cpu_has_avx2() ? "AVX2"
+                                                                      : NULL;
+        if (lacks) {
+            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=%s but this CPU lacks %s", force, lacks);
             goto fail;
         }
     } else {
-        e->tile = cpu_has_amx() ? TILE_AMX : cpu_has_vnni() ? TILE_VNNI : TILE_GENERIC;
+        e->tile = cpu_has_amx()    ? TILE_AMX
+                  : cpu_has_vnni() ? TILE_VNNI
+                  : cpu_has_avx2() ? TILE_AVX2
+                                   : TILE_GENERIC;
     }
 
     size_t per_image[NT];
@@ -788,7 +906,7 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
             memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
         free(q);
         memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
-        if (e->tile != TILE_GENERIC && pack_vnni(L) != 0)
+        if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2) != 0)
             goto oom;
         if ((size_t)L->Kp > e->ws_stride)
             e->ws_stride = (size_t)L->Kp;
