@@ -19,8 +19,10 @@
  * claimed by the pool threads (model/cpu_pool.h). Four tiles compute the
  * int32 sums, chosen at create: an AMX one (tdpbssd on 16 x 16 int32
  * tiles) where the CPU and the kernel allow it, else an AVX512-VNNI one
- * (vpdpbusd), else an AVX2 one (vpmaddwd on bytes widened to 16 bits, for
- * CPUs without AVX-512), all on weights repacked for them, else a plain C
+ * (vpdpbusd), else an AVX2 one for CPUs without AVX-512 (vpmaddubsw on
+ * the non-negative inputs of every conv but the stem, vpmaddwd on bytes
+ * widened to 16 bits for the stem), all on weights repacked for them, else
+ * a plain C
  * one whose fixed inner trip count GCC vectorises at -O2.
  * RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one; all give the
  * same integers, and the tests run each the CPU has.
@@ -88,7 +90,7 @@ typedef struct i8_layer {
     int8_t *w;              /* [cout][Kp] */
     int8_t *wv;             /* VNNI, AMX: [cout/16][Kp/4][16][4]; NULL without them */
     int32_t *corr;          /* VNNI: [cout], 128 * sum_k w[c][k] */
-    int16_t *w16;           /* AVX2: wv's layout, each byte widened to 16 bits; NULL without it */
+    int16_t *w16;           /* AVX2, the stem: wv's layout widened to 16 bits; NULL elsewhere */
     float *mult;            /* [cout]: s_in * s_w[c] */
     float *b;               /* [cout], BN folded */
     int src, res;           /* tensors read (res -1: none) */
@@ -424,6 +426,46 @@ static void avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp, i
     _mm256_storeu_si256((__m256i *)(out + ldo + 8), _mm256_permute4x64_epi64(_mm256_hadd_epi32(s12, s13), 0xD8));
 }
 
+/* out[r][j] (row stride ldo) = A[r][Kp] * W^T for 4 rows and 16 channels
+ * whose A bytes are all in [0, 127], as every conv's input is but the
+ * stem's (it reads a ReLU's output): vpmaddubsw then multiplies them as
+ * unsigned by the signed weights and adds pairs without saturating
+ * (2 * 127 * 127 < 2^15), and vpmaddwd by ones widens the pairs to
+ * 32 bits: 3 instructions for 32 products where avx2_tile takes 2 for 16.
+ * wv is the VNNI layout of the 16 channels. */
+__attribute__((target("avx2")))
+static void avx2_u8_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int32_t *out, int ldo)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;
+    __m256i s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+#define U8_STEP(acc0, acc1, row)                                                                   \
+    do {                                                                                           \
+        int32_t x;                                                                                 \
+        memcpy(&x, a + (row) * lda + k, 4);                                                        \
+        const __m256i av = _mm256_set1_epi32(x);                                                   \
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones));      \
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones));      \
+    } while (0)
+    for (int k = 0; k < Kp; k += 4) {
+        const __m256i *w = (const __m256i *)(wv + (size_t)k * 16);
+        const __m256i w0 = _mm256_load_si256(w), w1 = _mm256_load_si256(w + 1);
+        U8_STEP(s00, s01, 0);
+        U8_STEP(s10, s11, 1);
+        U8_STEP(s20, s21, 2);
+        U8_STEP(s30, s31, 3);
+    }
+#undef U8_STEP
+    _mm256_storeu_si256((__m256i *)out, s00);
+    _mm256_storeu_si256((__m256i *)(out + 8), s01);
+    _mm256_storeu_si256((__m256i *)(out + ldo), s10);
+    _mm256_storeu_si256((__m256i *)(out + ldo + 8), s11);
+    _mm256_storeu_si256((__m256i *)(out + 2 * ldo), s20);
+    _mm256_storeu_si256((__m256i *)(out + 2 * ldo + 8), s21);
+    _mm256_storeu_si256((__m256i *)(out + 3 * ldo), s30);
+    _mm256_storeu_si256((__m256i *)(out + 3 * ldo + 8), s31);
+}
+
 /* epilogue() with AVX2, 8 channels a step, for the AVX2 tile: the same
  * float operations as epilogue_vnni. */
 __attribute__((target("avx2")))
@@ -496,10 +538,15 @@ static void conv_unit(void *ctx, int u, int tid)
         for (int r = 0; r < rows; r += VR)
             for (int c = c0; c < c1; c += CG) {
                 int32_t acc[VR][CG];
-                for (int rr = 0; rr < VR; rr += 2)
-                    for (int p = 0; p < CG; p += 16)
-                        avx2_tile(ws + (size_t)(r + rr) * Kp, Kp, L->w16 + (size_t)(c + p) * Kp, (int)Kp,
-                                  &acc[rr][p], CG);
+                for (int p = 0; p < CG; p += 16)
+                    if (L->w16) /* the stem: signed input */
+                        for (int rr = 0; rr < VR; rr += 2)
+                            avx2_tile(ws + (size_t)(r + rr) * Kp, Kp, L->w16 + (size_t)(c + p) * Kp, (int)Kp,
+                                      &acc[rr][p], CG);
+                    else
+                        for (int rr = 0; rr < VR; rr += 4)
+                            avx2_u8_tile(ws + (size_t)(r + rr) * Kp, Kp, L->wv + (size_t)(c + p) * Kp, (int)Kp,
+                                         &acc[rr][p], CG);
                 epilogue_avx2(e, L, m0 + r, imin(VR, rows - r), c, acc);
             }
         return;
@@ -906,7 +953,11 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
             memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
         free(q);
         memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
-        if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2) != 0)
+        /* AVX2: 16-bit weights where the input may be negative (the
+         * stem's image); a ReLU's or the pool's output takes avx2_u8_tile. */
+        const int signed_in = L->src == T_IMAGE || (L->src >= 0 && L->src < RESNET18_NUM_CONVS &&
+                                                    !resnet18_convs[L->src].relu);
+        if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2 && signed_in) != 0)
             goto oom;
         if ((size_t)L->Kp > e->ws_stride)
             e->ws_stride = (size_t)L->Kp;
