@@ -195,15 +195,21 @@ END_TEST
  * by 8 (most values clamp at +-127), and with subnormal scales, whose
  * inverses are +inf: every nonzero value quantises to +-127 and every
  * zero to NaN, which must give 0 (the epilogues' NaN paths). */
-START_TEST(every_int8_tile_gives_the_same_bits)
+/* The reference weights, table and random uint8 images. */
+static void load_reference(resnet18_weights *w, calib_table *t, npy_array *img)
 {
     testutil_require_reference();
+    load_weights(w);
+    load_table(t);
+    load_npy("random_u8.npy", "|u1", img);
+}
+
+START_TEST(every_int8_tile_gives_the_same_bits)
+{
     resnet18_weights w;
     calib_table t;
-    load_weights(&w);
-    load_table(&t);
     npy_array img;
-    load_npy("random_u8.npy", "|u1", &img);
+    load_reference(&w, &t, &img);
     const int n = (int)img.shape[0] + 1, C = w.classes;
     const size_t last_n = (size_t)n * 7 * 7 * 512;
     static float bad[3 * RESNET18_IMG * RESNET18_IMG];
@@ -253,13 +259,10 @@ END_TEST
 /* Per-image results do not depend on the batch or the threads: bit for bit. */
 START_TEST(batch_size_and_threads_change_nothing)
 {
-    testutil_require_reference();
     resnet18_weights w;
     calib_table t;
-    load_weights(&w);
-    load_table(&t);
     npy_array img;
-    load_npy("random_u8.npy", "|u1", &img);
+    load_reference(&w, &t, &img);
     const int n = 4, C = w.classes;
     float *alone = malloc((size_t)n * C * sizeof(float));
     ck_assert_ptr_nonnull(alone);

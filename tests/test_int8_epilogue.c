@@ -19,10 +19,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15u;
 
 static uint32_t next_u32(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
+    return testutil_rand_u32(&rng);
 }
 
 /* A float that is ordinary most of the time and special now and then. */

@@ -55,6 +55,14 @@ uint8_t *testutil_read_file(const char *path, size_t *len)
     return buf;
 }
 
+uint32_t testutil_rand_u32(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 16);
+}
+
 double testutil_rel_l2(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;

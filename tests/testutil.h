@@ -23,6 +23,10 @@ double testutil_rel_l2(const float *a, const float *b, size_t n);
 /* Indices of the k largest values, best first. */
 void testutil_topk(const float *v, int n, int k, int *idx);
 
+/* xorshift64: the next 32 random bits of *state (seeded non-zero); the
+ * same sequence on every machine, so a failing trial can be replayed. */
+uint32_t testutil_rand_u32(uint64_t *state);
+
 /* Runs s without forking when CK_FORK=no, returns main()'s exit status. */
 int testutil_run(Suite *s);
 
