@@ -372,6 +372,10 @@ int main(int argc, char **argv)
                                                                    : "GPU (nvJPEG hardware)")
                                  : "CPU (libjpeg-turbo)");
 
+    const char *tile = engine_cpu_int8_tile(e);
+    if (tile)
+        log_info("int8 on the cpu: the %s tile (RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one)", tile);
+
     uint64_t t0 = clock_now_us();
     for (int i = 0; i < ndev; i++) {
         if (engine_warm_up(eng[i], err, sizeof err) != 0) {

@@ -119,6 +119,11 @@ int engine_cpu_observe(engine *e, engine_observer_fn *fn, void *ctx, char *err, 
  * [n][7][7][512]) of its latest batch; NULL for any other engine. */
 const float *engine_cpu_int8_last_conv(engine *e);
 
+/* The CPU INT8 engine's GEMM tile ("amx", "vnni", "avx2" or "generic":
+ * the CPU's, or RESNETD_CPU_INT8_GEMM's), for logs and benchmark records;
+ * NULL for any other engine. */
+const char *engine_cpu_int8_tile(const engine *e);
+
 /* Engines. engine_cuda_create and gpu_device_count live in gpu/ and exist
  * only when built with CUDA; gpu_device_count returns 0 without a device. */
 engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);

@@ -982,3 +982,8 @@ const float *engine_cpu_int8_last_conv(engine *pub)
 {
     return pub && pub->ops == &i8_ops ? ((i8_engine *)pub->ctx)->last : NULL;
 }
+
+const char *engine_cpu_int8_tile(const engine *pub)
+{
+    return pub && pub->ops == &i8_ops ? tile_names[((const i8_engine *)pub->ctx)->tile] : NULL;
+}

@@ -107,6 +107,7 @@ typedef struct layer_result {
 /* What the engine part measured, besides the per-batch rows. */
 typedef struct engine_extras {
     size_t device_bytes, pinned_bytes;
+    const char *int8_tile;      /* the CPU INT8 engine's GEMM tile, else NULL */
     int has_pipeline;
     pipeline_result pipe;
     layer_result layers[BENCH_MAX_BATCHES];
@@ -447,6 +448,7 @@ static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_r
     int rc = 0;
     for (int i = 0; i < o->nbatches && rc == 0; i++)
         rc = bench_engine_batch(e, o->batches[i], o->iters, &res[i], err, errlen);
+    x->int8_tile = engine_cpu_int8_tile(e);
     x->device_bytes = e->ops->device_memory ? e->ops->device_memory(e->ctx) : 0;
     x->pinned_bytes = e->ops->pinned_memory ? e->ops->pinned_memory(e->ctx) : 0;
     if (rc == 0 && o->pipeline_batch > 0) {
@@ -902,9 +904,10 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
 {
     if (!o->decode_only) {
         int cuda = info->device == ENGINE_DEVICE_CUDA;
-        printf("engine: %s, %s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
-               engine_device_name(info->device), engine_precision_name(info->precision), o->weights, info->classes,
-               BENCH_WARMUP, o->iters);
+        const char *tile = x->int8_tile;
+        printf("engine: %s, %s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
+               engine_device_name(info->device), engine_precision_name(info->precision), tile ? " (" : "",
+               tile ? tile : "", tile ? " tile)" : "", o->weights, info->classes, BENCH_WARMUP, o->iters);
         if (cuda)
             printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU;\n"
                    " pdl: its kernels launched programmatically, where timed faster)\n");
@@ -972,6 +975,8 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_t *rows = json_array();
         json_object_set_new(root, "device", json_string(engine_device_name(info->device)));
         json_object_set_new(root, "precision", json_string(engine_precision_name(info->precision)));
+        if (x->int8_tile)
+            json_object_set_new(root, "int8_tile", json_string(x->int8_tile));
         json_object_set_new(root, "weights", json_string(o->weights));
         json_object_set_new(root, "classes", json_integer(info->classes));
         json_object_set_new(root, "threads", json_integer(o->ecfg.threads));
