@@ -22,8 +22,7 @@
  * (vpdpbusd), else an AVX2 one for CPUs without AVX-512 (vpmaddubsw on
  * the non-negative inputs of every conv but the stem, vpmaddwd on bytes
  * widened to 16 bits for the stem), all on weights repacked for them, else
- * a plain C
- * one whose fixed inner trip count GCC vectorises at -O2.
+ * a plain C one whose fixed inner trip count GCC vectorises at -O2.
  * RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one; all give the
  * same integers, and the tests run each the CPU has.
  *
@@ -217,6 +216,14 @@ static void im2col_i8(const resnet18_conv_desc *d, const int8_t *in, int m0, int
     }
 }
 
+/* The residual an epilogue of L adds (NULL: none) and its int8 output
+ * (NULL: the last conv, whose FP32 output goes to e->last). */
+static void epilogue_tensors(const i8_engine *e, const i8_layer *L, const int8_t **res, int8_t **out8)
+{
+    *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
+    *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
+}
+
 /* The epilogue of int8.h for rows [r0, r0 + nrows) of the unit's block,
  * channels [c, c + ncols): acc[i][j] is row r0 + i, channel c + j (row
  * stride lda). */
@@ -224,8 +231,9 @@ static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, i
                      int lda)
 {
     const int N = L->d->cout;
-    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
-    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
+    const int8_t *res;
+    int8_t *out8;
+    epilogue_tensors(e, L, &res, &out8);
     for (int i = 0; i < nrows; i++) {
         const size_t o = (size_t)(m + i) * N + c;
         for (int j = 0; j < ncols; j++) {
@@ -345,16 +353,17 @@ static void amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int3
 }
 #endif
 
-/* epilogue() for the VNNI and AMX tiles, 16 channels a step: the same
+/* epilogue() on AVX-512 for the VNNI and AMX tiles, 16 channels a step: the same
  * float operations in the same order (-ffp-contract=off keeps each
  * multiply and add apart; rounding to nearest even; NaN to 0 before the
  * clamp), so the same bytes. The scalar form took half the engine's time. */
 __attribute__((target("avx512f,avx512bw")))
-static void epilogue_vnni(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
+static void epilogue_avx512(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
 {
     const int N = L->d->cout;
-    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
-    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
+    const int8_t *res;
+    int8_t *out8;
+    epilogue_tensors(e, L, &res, &out8);
     /* With an int8 output the ReLU is the clamp's lower bound: v < 0 gives
      * rint(v * inv) <= 0 since inv > 0 (calib_load refuses scales <= 0),
      * so 0 either way; -0 and NaN give 0 as well. */
@@ -467,14 +476,15 @@ static void avx2_u8_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, 
 }
 
 /* epilogue() with AVX2, 8 channels a step, for the AVX2 tile: the same
- * float operations as epilogue_vnni. */
+ * float operations as epilogue_avx512. */
 __attribute__((target("avx2")))
 static void epilogue_avx2(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
 {
     const int N = L->d->cout;
-    const int8_t *res = L->res >= 0 ? e->act[e->buf[L->res]] : NULL;
-    int8_t *out8 = L - e->layer == LAST ? NULL : e->act[e->buf[L - e->layer]];
-    const int relu_in_clamp = L->d->relu && out8; /* see epilogue_vnni */
+    const int8_t *res;
+    int8_t *out8;
+    epilogue_tensors(e, L, &res, &out8);
+    const int relu_in_clamp = L->d->relu && out8; /* see epilogue_avx512 */
     const __m256 zero = _mm256_setzero_ps(), hi = _mm256_set1_ps(127.0f);
     const __m256 lo = relu_in_clamp ? zero : _mm256_set1_ps(-127.0f);
     const __m256 res_scale = _mm256_set1_ps(L->res_scale), inv = _mm256_set1_ps(L->out_inv);
@@ -527,7 +537,7 @@ static void conv_unit(void *ctx, int u, int tid)
             for (int r = 0; r < rows; r += AR) {
                 int32_t acc[AR][CG];
                 amx_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, acc);
-                epilogue_vnni(e, L, m0 + r, imin(AR, rows - r), c, acc);
+                epilogue_avx512(e, L, m0 + r, imin(AR, rows - r), c, acc);
             }
         amx_end();
         return;
@@ -557,7 +567,7 @@ static void conv_unit(void *ctx, int u, int tid)
             for (int c = c0; c < c1; c += CG) {
                 int32_t acc[VR][CG];
                 vnni_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, L->corr + c, acc);
-                epilogue_vnni(e, L, m0 + r, imin(VR, rows - r), c, acc);
+                epilogue_avx512(e, L, m0 + r, imin(VR, rows - r), c, acc);
             }
         return;
     }

@@ -63,6 +63,10 @@ grep -q "$out/none" "$out/err" || fail "calibrate error does not name the direct
 fp32() {    # weights: FP32 logits of the held-out photos into $out/f32.jsonl
   "$bin/resnetd-classify" --weights "$1" --device cpu --json --logits "$photos"/heldout/*.jpg >"$out/f32.jsonl"
 }
+# figures FILE: the agreement count and the rel L2 figures of a check's line.
+figures() {
+  sed -n 's/.*\(agreement [0-9]*\/[0-9]*\).*\(rel L2 [0-9.]*\) (per image: \(.*\))$/\1 \2 \3/p' "$1"
+}
 # agree weights table label min-agreement max-rel-l2, against $out/f32.jsonl:
 # the Python figure from resnetd-classify's logits, and resnetd-calibrate
 # --check's own, which must print the same count and errors.
@@ -75,8 +79,8 @@ agree() {
   [ "$rc" = 0 ] || fail "$3: agreement or rel L2 out of bounds"
   "$bin/resnetd-calibrate" --weights "$1" --table "$2" --check "$photos/heldout" >"$out/tool"
   cat "$out/tool"
-  py=$(sed -n 's/.*\(agreement [0-9]*\/[0-9]*\).*\(rel L2 [0-9.]*\) (per image: \(.*\))$/\1 \2 \3/p' "$out/py")
-  tool=$(sed -n 's/.*\(agreement [0-9]*\/[0-9]*\).*\(rel L2 [0-9.]*\) (per image: \(.*\))$/\1 \2 \3/p' "$out/tool")
+  py=$(figures "$out/py")
+  tool=$(figures "$out/tool")
   [ -n "$py" ] && [ "$py" = "$tool" ] || fail "resnetd-calibrate --check says '$tool', the Python check '$py'"
 }
 fp32 "$w"

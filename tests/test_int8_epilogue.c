@@ -1,5 +1,5 @@
 /* Tests the CPU INT8 engine's vector epilogues (model/engine_cpu_int8.c:
- * epilogue_vnni on AVX-512, epilogue_avx2) against its scalar epilogue(),
+ * epilogue_avx512 on AVX-512, epilogue_avx2) against its scalar epilogue(),
  * which is model/int8.h written out: byte for byte on int8 outputs and
  * bit for bit on the last conv's FP32 output, on random sums, factors,
  * biases and residuals with NaN, +-inf, +-0, subnormal and huge values
@@ -124,7 +124,7 @@ START_TEST(vector_epilogues_equal_the_scalar_one)
 {
     const int layer = conv_of(_i / 2), with_res = _i % 2;
 #if HAVE_VNNI_KERNEL
-    compare(layer, with_res, have_avx512, epilogue_vnni, "epilogue_vnni (AVX-512)");
+    compare(layer, with_res, have_avx512, epilogue_avx512, "epilogue_avx512 (AVX-512)");
     compare(layer, with_res, cpu_has_avx2, epilogue_avx2, "epilogue_avx2");
 #else
     (void)layer;
