@@ -330,14 +330,14 @@ __device__ __forceinline__ s8_chan8 s8_chan8_load(const float *bias, const conv_
 }
 
 // Eight int32 sums of one output row, channels f's: the epilogue, then 8
-// int8 values (one 8-byte store) or, for the last conv, 8 floats. rbits:
-// the 8 residual values (res: there is one); o: the output's element index.
-__device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, const conv_q8 &q, uint2 rbits,
+// int8 values (one 8-byte store) or, for the last conv, 8 floats (OUT:
+// which, or q.out_f32 at run time). rbits: the 8 residual values (res:
+// there is one); o: the output's element index.
+enum { S8_OUT_RUNTIME, S8_OUT_I8, S8_OUT_F32 };
+template <int OUT>
+__device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, const conv_q8 &q, uint2 rbits,
                                           bool res, int relu, void *out, size_t o)
 {
-    int a[8];
-    *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(sums);
-    *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(sums + 4);
     const float *m = f.m, *b = f.b;
     float v[8];
 #pragma unroll
@@ -345,7 +345,7 @@ __device__ __forceinline__ void store8_s8(const int *sums, const s8_chan8 &f, co
         const int r = (int)(int8_t)(((j < 4 ? rbits.x : rbits.y) >> (8 * (j % 4))) & 0xff);
         v[j] = s8_value(a[j], m[j], b[j], r, q.res_scale, res);  // ReLU below
     }
-    if (q.out_f32) {
+    if (OUT == S8_OUT_F32 || (OUT == S8_OUT_RUNTIME && q.out_f32)) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[j] = s8_relu(v[j], relu);
@@ -393,10 +393,15 @@ struct s8_rt {
     static_assert(BN % 64 == 0, "a row holds 8 chunks to swizzle");
     __device__ static __forceinline__ int at(int r, int c) { return r * BN + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)); }
 };
-template <int BM, int BN, int T, bool RT = false>
-__device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
-                                                 const float *bias, const conv_q8 &q, const int8_t *res, int relu,
-                                                 void *out, int tid)
+// HOIST: each pass reads its R rows' sums (as well as their residuals)
+// before its first store, with the output type fixed (OUT) rather than a
+// branch in each row, so that no row's shared-memory loads wait on the
+// row before. Faster at one CTA an SM (128 x 256: two warps a scheduler
+// to hide that latency), slower at two (gpu/NOTES.md).
+template <int BM, int BN, int T, bool RT, int OUT, bool HOIST>
+__device__ __forceinline__ void epilogue_rows_s8_as(const int *Cs, int ldc, int m0, int n0, int M, int N,
+                                                    const float *bias, const conv_q8 &q, const int8_t *res, int relu,
+                                                    void *out, int tid)
 {
     constexpr bool FIXED = T % (BN / 8) == 0;
     constexpr int IDS = BM * BN / 8, R = 4;
@@ -406,12 +411,19 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
         f0 = s8_chan8_load(bias, q, n0 + c0);
     for (int id0 = tid; id0 < IDS; id0 += R * T) {
         uint2 rv[R];
+        int a[R][8];
 #pragma unroll
         for (int k = 0; k < R; k++) {
-            const int id = id0 + k * T, r = id / (BN / 8), col = n0 + (id % (BN / 8)) * 8;
+            // HOIST: rows past the tile's last read its last row's (not stored).
+            const int id = HOIST ? min(id0 + k * T, IDS - 1) : id0 + k * T, r = id / (BN / 8),
+                      c = (id % (BN / 8)) * 8, col = n0 + c;
+            if constexpr (HOIST) {
+                *reinterpret_cast<int4 *>(a[k]) = *reinterpret_cast<const int4 *>(Cs + r * ldc + c);
+                *reinterpret_cast<int4 *>(a[k] + 4) = *reinterpret_cast<const int4 *>(Cs + r * ldc + c + 4);
+            }
             rv[k] = make_uint2(0, 0);
             if (RT && id < IDS)
-                rv[k] = *reinterpret_cast<const uint2 *>(res + s8_rt<BN>::at(r, (id % (BN / 8)) * 8));
+                rv[k] = *reinterpret_cast<const uint2 *>(res + s8_rt<BN>::at(r, c));
             else if (!RT && res && id < IDS && m0 + r < M && col < N)
                 rv[k] = *reinterpret_cast<const uint2 *>(res + (size_t)(m0 + r) * N + col);
         }
@@ -421,11 +433,28 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
             const int row = m0 + r, col = n0 + c;
             if (id >= IDS || row >= M || col >= N)
                 continue;
+            if constexpr (!HOIST) {
+                *reinterpret_cast<int4 *>(a[k]) = *reinterpret_cast<const int4 *>(Cs + r * ldc + c);
+                *reinterpret_cast<int4 *>(a[k] + 4) = *reinterpret_cast<const int4 *>(Cs + r * ldc + c + 4);
+            }
             const size_t o = (size_t)row * N + col;
-            store8_s8(Cs + r * ldc + c, FIXED ? f0 : s8_chan8_load(bias, q, col), q, rv[k], res != NULL, relu, out,
-                      o);
+            store8_s8<OUT>(a[k], FIXED ? f0 : s8_chan8_load(bias, q, col), q, rv[k], res != NULL, relu, out, o);
         }
     }
+}
+
+template <int BM, int BN, int T, bool RT = false, bool HOIST = false>
+__device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0, int n0, int M, int N,
+                                                 const float *bias, const conv_q8 &q, const int8_t *res, int relu,
+                                                 void *out, int tid)
+{
+    if (!HOIST)
+        epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_RUNTIME, false>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out,
+                                                                  tid);
+    else if (q.out_f32)
+        epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_F32, HOIST>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out, tid);
+    else
+        epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_I8, HOIST>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out, tid);
 }
 
 // Eight FP32 sums of one output row (bias added) + 8 residual halves (res,
@@ -791,8 +820,11 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     typedef wg_tile<BM, BN, STAGES> cfg;
     constexpr bool SCR = S8 && SC;
     constexpr int T = cfg::threads, BK = cfg::bk, KCH = BK / 8, ROW_STEP = T / KCH;
-    constexpr int A_PER = BM / ROW_STEP, B_PER = BN / ROW_STEP, NACC = BN / 2;
-    static_assert(BM % 64 == 0 && BM % ROW_STEP == 0 && BN % ROW_STEP == 0 && STAGES >= 3, "tile shape");
+    // B_PER rounds up: at 192 rows (384 threads, 48 loader rows a pass) a
+    // thread's last weight row may lie past BN, and is then never loaded.
+    constexpr int A_PER = BM / ROW_STEP, B_PER = (BN + ROW_STEP - 1) / ROW_STEP, NACC = BN / 2;
+    constexpr bool B_PART = BN % ROW_STEP != 0;
+    static_assert(BM % 64 == 0 && BM % ROW_STEP == 0 && STAGES >= 3, "tile shape");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     // Swizzled tiles must start on 1024-byte boundaries.
@@ -809,6 +841,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     const __half *brow[B_PER];
     bool bvalid[B_PER];
     igemm_rows_make<__half, A_PER, B_PER, SC>(s, in, wgt, m0, n0, row0, ROW_STEP, arow, brow, bvalid);
+    if constexpr (B_PART)
+        bvalid[B_PER - 1] = bvalid[B_PER - 1] && row0 + (B_PER - 1) * ROW_STEP < BN;
     int kt0;
     int KT = igemm_ktiles(K, BK, partial, kt_per_split, &kt0);
     prefetch_weights<B_PER, STAGES - 1>(brow, bvalid, SCR ? KM : kt0 * BK, K, BK, kc);
@@ -827,6 +861,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 #pragma unroll
         for (int i = 0; i < B_PER; i++) {
             int r = row0 + i * ROW_STEP;
+            if (B_PART && i == B_PER - 1 && r >= BN)
+                break;  // past the tile (its smem is the next stage's A)
             bool v = kvalid && bvalid[i];
             cp_async16(bs + r * 128 + ((kc ^ (r & 7)) << 4), v ? brow[i] + k : wgt, v);
         }
@@ -960,7 +996,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         __syncthreads();
         const int8_t *r8 =
             SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
-        epilogue_rows_s8<BM, BN, T, SCR>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out, tid);
+        epilogue_rows_s8<BM, BN, T, SCR, !(BM <= 128 && BN <= 128)>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out,
+                                                                   tid);
         return;
     }
     float *Cs = reinterpret_cast<float *>(smem);
@@ -1908,6 +1945,10 @@ static f16_entry kTilesF16[] = {
     WG_TILE(128, 256, 3),
     WG_TILE(256, 64, 4),
     WG_TILE1(128, 256, 4),
+    // Three warpgroups: layer4 at batch 256 in one wave (66 x 2 CTAs on
+    // 132 SMs), where 128 x 128 took 1.5. FP16 only: INT8's 128 x 128
+    // stayed faster there (gpu/NOTES.md).
+    WG_TILE(192, 256, 3),
     SWAP_TILE(false, 64, 128, 2),
 };
 // The FP16 shapes again; the patch kernel for 64 (64-byte rows) and 128
