@@ -145,11 +145,21 @@ static int check_conv(int fp16, int tile, int splits, int shape, int with_res, i
 
 /* RESNETD_GPU_TEST_QUICK=1 (for compute-sanitizer) skips the two large shapes. */
 static int quick;
+/* RESNETD_GPU_TEST_TILES=TEXT: only the tiles whose names contain it (a
+ * racecheck of one new tile in minutes rather than of all in an hour). */
+static const char *only_tiles;
+
+static int tile_selected(int kind, int t)
+{
+    return !only_tiles || strstr(gpu_test_conv_tile_name(kind, t), only_tiles) != NULL;
+}
 
 static void check_all_conv(int fp16)
 {
     int checked = 0;
     for (int t = 0; t < gpu_test_conv_tiles(fp16); t++) {
+        if (!tile_selected(fp16, t))
+            continue;
         int usable = gpu_test_conv_tile_usable(fp16, t);
         ck_assert_int_ge(usable, 0);
         if (!usable) {
@@ -169,7 +179,7 @@ static void check_all_conv(int fp16)
                gpu_test_conv_tile_name(fp16, t), ran);
         checked++;
     }
-    ck_assert_int_gt(checked, 0);
+    ck_assert_msg(checked > 0 || only_tiles, "no tile checked");
 }
 
 START_TEST(conv_fp32_matches_reference_on_ragged_shapes_every_tile)
@@ -249,6 +259,8 @@ START_TEST(conv_fp16_with_a_shortcut_matches_reference_every_general_tile)
 {
     int checked = 0;
     for (int t = 0; t < gpu_test_conv_tiles(1); t++) {
+        if (!tile_selected(1, t))
+            continue;
         if (gpu_test_conv_tile_usable(1, t) != 1)
             continue;
         int ran = 0;
@@ -266,7 +278,7 @@ START_TEST(conv_fp16_with_a_shortcut_matches_reference_every_general_tile)
             checked++;
         }
     }
-    ck_assert_int_gt(checked, 0);
+    ck_assert_msg(checked > 0 || only_tiles, "no tile checked");
 }
 END_TEST
 
@@ -428,6 +440,8 @@ START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
 {
     int checked = 0;
     for (int t = 0; t < gpu_test_conv_tiles(2); t++) {
+        if (!tile_selected(2, t))
+            continue;
         int usable = gpu_test_conv_tile_usable(2, t);
         ck_assert_int_ge(usable, 0);
         if (!usable) {
@@ -449,7 +463,7 @@ START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
         printf("conv int8 tile %s: %d runs bit-exact\n", gpu_test_conv_tile_name(2, t), ran);
         checked++;
     }
-    ck_assert_int_gt(checked, 0);
+    ck_assert_msg(checked > 0 || only_tiles, "no tile checked");
 }
 END_TEST
 
@@ -548,6 +562,8 @@ START_TEST(conv_int8_with_a_shortcut_matches_model_int8_every_general_tile)
 {
     int checked = 0;
     for (int t = 0; t < gpu_test_conv_tiles(2); t++) {
+        if (!tile_selected(2, t))
+            continue;
         if (gpu_test_conv_tile_usable(2, t) != 1)
             continue;
         int ran = 0;
@@ -568,7 +584,7 @@ START_TEST(conv_int8_with_a_shortcut_matches_model_int8_every_general_tile)
             checked++;
         }
     }
-    ck_assert_int_gt(checked, 0);
+    ck_assert_msg(checked > 0 || only_tiles, "no tile checked");
 }
 END_TEST
 
@@ -990,6 +1006,7 @@ int main(void)
     }
     const char *q = getenv("RESNETD_GPU_TEST_QUICK");
     quick = q && strcmp(q, "1") == 0;
+    only_tiles = getenv("RESNETD_GPU_TEST_TILES");
     setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
     Suite *s = suite_create("gpu_kernels");
     TCase *tc = tcase_create("kernels");
