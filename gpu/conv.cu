@@ -448,7 +448,7 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
                                                  const float *bias, const conv_q8 &q, const int8_t *res, int relu,
                                                  void *out, int tid)
 {
-    if (!HOIST)
+    if constexpr (!HOIST)
         epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_RUNTIME, false>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out,
                                                                   tid);
     else if (q.out_f32)

@@ -17,9 +17,10 @@
 #           CPU decodes (~4 min; not part of all)
 #   all     tests, bench and engine (default; ~7 min on an H100)
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
-# tools/e2e-bench.sh options), SKIP_MEMCHECK=1, GPU_TESTS (the tests stage's
-# list), BATCHES (the engine stage's, default 256), COMPILE= (the engine
-# stage without torch.compile).
+# tools/e2e-bench.sh options), SKIP_MEMCHECK=1, RACE_TILES (the racecheck's
+# tiles, as RESNETD_GPU_TEST_TILES: all of them outlast its 200 s),
+# GPU_TESTS (the tests stage's list), BATCHES (the engine stage's, default
+# 256), COMPILE= (the engine stage without torch.compile).
 set -u
 what=${1:-all}
 # A comma list of stages runs each: bench,mixed
@@ -61,7 +62,8 @@ if run tests; then
             compute-sanitizer --tool memcheck --leak-check full ./tests/test_gpu_decode >"$OUT/memcheck.txt" 2>&1
         say "memcheck test_gpu_decode: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck.txt")"
         t0=$(date +%s)
-        RESNETD_GPU_TEST_QUICK=1 timeout 200 compute-sanitizer --tool racecheck ./tests/test_gpu_kernels >racecheck.txt 2>&1
+        RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TEST_TILES=${RACE_TILES:-} timeout 200 \
+            compute-sanitizer --tool racecheck ./tests/test_gpu_kernels >racecheck.txt 2>&1
         say "racecheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 racecheck.txt)"
         { echo "=== racecheck test_gpu_kernels"; cat racecheck.txt; } >>"$OUT/memcheck.txt"
     fi
