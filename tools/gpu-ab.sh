@@ -9,7 +9,10 @@
 # From the checkout root, after `. .devdeps/device-env.sh` (../shared/GPU.md):
 #   bash tools/gpu-ab.sh
 # Environment: OUT (default ./gpu-ab-out), BASE (HEAD), ROUNDS (3),
-# PRECISIONS ("int8 fp16"), TESTS (1; 0 skips the tests), JOBS (8 a tree).
+# PRECISIONS ("int8 fp16"), TESTS (1; 0 skips the tests), JOBS (8 a tree),
+# SANITIZE_TILES (after the tests: the new tree's kernel test under
+# memcheck and racecheck with those tiles, as RESNETD_GPU_TEST_TILES, and
+# the INT8 engine test under memcheck).
 set -u
 OUT=${OUT:-$PWD/gpu-ab-out}
 BASE=${BASE:-HEAD}
@@ -24,7 +27,7 @@ trap 'rm -rf "$work"' EXIT
 # old: BASE's tracked files; new: the working tree's tracked and untracked
 # (not ignored) files, as the change stands.
 git archive "$BASE" | tar -x -C "$work/old" || { echo "gpu-ab: no tree for $BASE" >&2; exit 2; }
-git ls-files -z -co --exclude-standard | xargs -0 cp --parents -t "$work/new" || exit 2
+git ls-files -z -co --exclude-standard -- . ':!.devdeps' | xargs -0 cp --parents -t "$work/new" || exit 2
 git diff "$BASE" >"$OUT/change.diff"
 # Link the libjpeg whose header the build uses (device-env.sh's), as gpu-check.sh does.
 ldflags=
@@ -55,6 +58,19 @@ if [ "${TESTS:-1}" = 1 ]; then
     t0=$(date +%s)
     RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no timeout 200 ./tests/test_engine_cuda >"$OUT/engine-test.txt" 2>&1
     echo "engine test (new): rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E '^[0-9]+%' "$OUT/engine-test.txt" | tail -1)"
+fi
+if [ -n "${SANITIZE_TILES:-}" ]; then
+    for tool in memcheck racecheck; do
+        t0=$(date +%s)
+        RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TEST_TILES=$SANITIZE_TILES CK_FORK=no timeout 200 \
+            compute-sanitizer --tool $tool ./tests/test_gpu_kernels >"$OUT/$tool-kernels.txt" 2>&1
+        echo "$tool kernel tests ($SANITIZE_TILES): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/$tool-kernels.txt")"
+    done
+    t0=$(date +%s)
+    RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no \
+        timeout 200 compute-sanitizer --tool memcheck --leak-check full ./tests/test_engine_cuda \
+        >"$OUT/memcheck-engine.txt" 2>&1
+    echo "memcheck engine test (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck-engine.txt")"
 fi
 
 bench() {  # tree precision extra-args...
