@@ -457,6 +457,99 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
         epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_I8, HOIST>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out, tid);
 }
 
+// INT8's last conv with the average pool inside (conv_q8.pool_out): each
+// (row, 8 channels) of the staged sums finished in FP32 in place, then
+// each image's rows in the tile summed per channel in float64 (in row
+// order; model/int8.h's sums are exact, so any order gives its bits). An
+// image wholly in the tile gets its mean here; one split between two tiles
+// leaves its part's sums in pool_part, and the CTA that arrives second
+// adds the two, always part 0 + part 1. That saves the last conv's FP32
+// store (25.7 MB at batch 256) and the pool's kernel, which read it back.
+template <int BM, int BN, int T>
+__device__ __forceinline__ void epilogue_pool_s8(int *Ci, int ldc, int m0, int n0, int M, int N, const float *bias,
+                                                 const conv_q8 &q, const int8_t *res, int relu, int tid)
+{
+    static_assert(BN % 64 == 0, "the pool's counters are per 64 channels");
+    // As epilogue_rows_s8_as: the residual loads of R rows issued first.
+    float *Cf = reinterpret_cast<float *>(Ci);
+    constexpr bool FIXED = T % (BN / 8) == 0;
+    constexpr int IDS = BM * BN / 8, R = 4;
+    const int c0 = (tid % (BN / 8)) * 8;
+    s8_chan8 f0{};
+    if (FIXED && n0 + c0 < N)
+        f0 = s8_chan8_load(bias, q, n0 + c0);
+    for (int id0 = tid; id0 < IDS; id0 += R * T) {
+        uint2 rv[R];
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int id = id0 + k * T, row = m0 + id / (BN / 8), col = n0 + (id % (BN / 8)) * 8;
+            rv[k] = make_uint2(0, 0);
+            if (res && id < IDS && row < M && col < N)
+                rv[k] = *reinterpret_cast<const uint2 *>(res + (size_t)row * N + col);
+        }
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int id = id0 + k * T, r = id / (BN / 8), c = (id % (BN / 8)) * 8;
+            if (id >= IDS || m0 + r >= M || n0 + c >= N)
+                continue;
+            int a[8];
+            *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(Ci + r * ldc + c);
+            *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(Ci + r * ldc + c + 4);
+            const s8_chan8 f = FIXED ? f0 : s8_chan8_load(bias, q, n0 + c);
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int rb = (int)(int8_t)(((j < 4 ? rv[k].x : rv[k].y) >> (8 * (j % 4))) & 0xff);
+                v[j] = s8_relu(s8_value(a[j], f.m[j], f.b[j], rb, q.res_scale, res != NULL), relu);
+            }
+            *reinterpret_cast<float4 *>(Cf + r * ldc + c) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4 *>(Cf + r * ldc + c + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        }
+    }
+    __syncthreads();
+    const int hw = q.pool_hw, mend = min(m0 + BM, M), img0 = m0 / hw, nseg = (mend - 1) / hw - img0 + 1;
+    for (int t = tid; t < nseg * BN; t += T) {
+        const int img = img0 + t / BN, c = t % BN, col = n0 + c;
+        const int lo = max(img * hw, m0), hi = min(img * hw + hw, mend);
+        if (col >= N)
+            continue;
+        double sum = 0;
+#pragma unroll 7
+        for (int row = lo; row < hi; row++)
+            sum += Cf[(row - m0) * ldc + c];
+        if (lo == img * hw && hi == img * hw + hw)
+            q.pool_out[(size_t)img * N + col] = __float2half_rn((float)(sum / hw));
+        else
+            q.pool_part[((size_t)img * 2 + (lo == img * hw ? 0 : 1)) * N + col] = sum;
+    }
+    // A split image can only be the tile's first or last (hw <= BM).
+    const bool split_first = m0 % hw != 0 || (nseg == 1 && mend < img0 * hw + hw);
+    const bool split_last = nseg > 1 && mend < (img0 + nseg - 1) * hw + hw;
+    if (!split_first && !split_last)
+        return;
+    __shared__ int second[2];
+    __threadfence();  // this CTA's parts, seen by the other CTA before its count
+    __syncthreads();
+    if (tid < 2) {
+        const bool split = tid == 0 ? split_first : split_last;
+        int *cnt = q.pool_cnt + (size_t)(img0 + (tid == 0 ? 0 : nseg - 1)) * (N / 64) + n0 / 64;
+        second[tid] = split && atomicAdd(cnt, 1) == 1;
+        if (second[tid])
+            *cnt = 0;  // for the next pass
+    }
+    __syncthreads();
+    for (int t = tid; t < 2 * BN; t += T) {
+        const int g = t / BN, c = t % BN, col = n0 + c;
+        if (!second[g] || col >= N)
+            continue;
+        __threadfence();  // the other CTA's parts, after its count
+        const int img = img0 + (g == 0 ? 0 : nseg - 1);
+        const double *pp = q.pool_part + (size_t)img * 2 * N + col;
+        const double sum = __ldcg(pp) + __ldcg(pp + N);
+        q.pool_out[(size_t)img * N + col] = __float2half_rn((float)(sum / hw));
+    }
+}
+
 // Eight FP32 sums of one output row (bias added) + 8 residual halves (res,
 // may be NULL), ReLU, stored as 8 halves at out: 16-byte accesses.
 __device__ __forceinline__ void store8_f16(const float *sums, const __half *res, int relu, __half *out)
@@ -807,8 +900,10 @@ struct wg_tile {
 // Tiles up to 128 x 128 ask for two CTAs per SM (128 registers a thread)
 // where their shared memory allows it, so that one CTA's epilogue overlaps
 // the other's main loop. ONEBAR: one barrier a k step instead of two, the
-// loads STAGES - 2 tiles ahead instead of STAGES - 1 (step, below).
-template <int BM, int BN, int STAGES, bool S8, bool SC = false, bool ONEBAR = false>
+// loads STAGES - 2 tiles ahead instead of STAGES - 1 (step, below). POOL
+// (INT8, no shortcut): the average pool inside (epilogue_pool_s8), as
+// kernels of their own, so that the others' code stays as it was.
+template <int BM, int BN, int STAGES, bool S8, bool SC = false, bool ONEBAR = false, bool POOL = false>
 __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
                               const __half *__restrict__ wgt, const float *__restrict__ bias,
@@ -825,6 +920,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     constexpr int A_PER = BM / ROW_STEP, B_PER = (BN + ROW_STEP - 1) / ROW_STEP, NACC = BN / 2;
     constexpr bool B_PART = BN % ROW_STEP != 0;
     static_assert(BM % 64 == 0 && BM % ROW_STEP == 0 && STAGES >= 3, "tile shape");
+    static_assert(!POOL || (S8 && !SC), "the pool inside: INT8 without a shortcut");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     // Swizzled tiles must start on 1024-byte boundaries.
@@ -994,6 +1090,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
                 *reinterpret_cast<int2 *>(Ci + (rbase + 8 * h) * LDC + 8 * j + cbase) =
                     make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         __syncthreads();
+        if constexpr (POOL) {
+            epilogue_pool_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, tid);
+            return;
+        }
         const int8_t *r8 =
             SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
         epilogue_rows_s8<BM, BN, T, SCR, !(BM <= 128 && BN <= 128)>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out,
@@ -1873,6 +1973,16 @@ struct f16_entry {
     f16_kernel_fn fn_sc;  // the general tiles and INT8's 128-channel patch kernel: with a shortcut, else NULL
     int smem_sc;          // its dynamic shared memory (INT8's holds the residual tile too)
     int ctas_sc;          // filled by conv_init: its CTAs per SM
+    f16_kernel_fn fn_pool;  // INT8's general wgmma tiles: with the average pool inside, else NULL
+};
+// fn_pool of a wgmma tile: INT8's only.
+template <int BM, int BN, int ST, bool S8, bool ONEBAR>
+struct wg_pool_fn {
+    static f16_kernel_fn get() { return NULL; }
+};
+template <int BM, int BN, int ST, bool ONEBAR>
+struct wg_pool_fn<BM, BN, ST, true, ONEBAR> {
+    static f16_kernel_fn get() { return conv2d_igemm_wgmma_kernel<BM, BN, ST, true, false, ONEBAR, true>; }
 };
 struct f32_entry {
     conv_tile_info info;
@@ -1886,13 +1996,13 @@ struct f32_entry {
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>,                                       \
-     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0}
+     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, NULL}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
       f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
-     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0}
+     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0, NULL}
 // The wgmma tiles: INT8's shortcut kernels hold the residual tile beyond
 // the pipeline (sc_smem_s8). The one-barrier pipeline (ONEBAR), names
 // ending "b1": the autotuner took it for layer3's convs at 128 x 256 x 4
@@ -1902,7 +2012,8 @@ struct f32_entry {
     {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0}, \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                            \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>,                                             \
-     (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0}
+     (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0,                               \
+     wg_pool_fn<BM, BN, ST, S8, ONEBAR>::get()}
 #define WG_TILE(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, ST, false, false)
 #define WG_S8_TILE(BM, BN, ST) WG_TILE_OF("wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, ST, true, false)
 #define WG_TILE1(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST "b1", BM, BN, ST, false, true)
@@ -1912,13 +2023,13 @@ struct f32_entry {
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
       SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
-     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0}
+     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0, NULL}
 // INT8's 128-channel patch kernel, also with the shortcut (its pixels and
 // weights in shared memory after the byte tiles).
 #define SWAP_SC_TILE(TP, MINB)                                                                                   \
     {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0},                   \
      conv3x3_swap_kernel<true, TP, MINB, 128>, conv3x3_swap_kernel<true, TP, MINB, 128, true>,                    \
-     SWAP_SMEM(true, TP, 128) + 2 * (TP) * 64 + 64 * 64, 0}
+     SWAP_SMEM(true, TP, 128) + 2 * (TP) * 64 + 64 * 64, 0, NULL}
 #define F32_TILE(BM, BN) \
     {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
@@ -2100,6 +2211,8 @@ cudaError_t conv_init(void)
             e = cudaFuncSetAttribute(tab[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
             if (e == cudaSuccess && tab[i].fn_sc)
                 e = cudaFuncSetAttribute(tab[i].fn_sc, cudaFuncAttributeMaxDynamicSharedMemorySize, tab[i].smem_sc);
+            if (e == cudaSuccess && tab[i].fn_pool)
+                e = cudaFuncSetAttribute(tab[i].fn_pool, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem);
             if (e == cudaSuccess)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, tab[i].fn, t->threads, t->smem);
             if (e == cudaSuccess && tab[i].fn_sc)
@@ -2211,6 +2324,12 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         (s->c2 > 0 && (!in2 || !conv_tile_fits(kind, p->tile, s))) ||
         (kind == CONV_INT8 && s->c2 > 0 && (p->splits != 1 || res || !q->sc_mult || !q->sc_bias)))
         return cudaErrorInvalidValue;
+    // The pool inside: the general wgmma tiles' epilogue only, whole tiles
+    // of 64 channels, an image at most two tiles.
+    if (kind == CONV_INT8 && q->pool_out &&
+        (!t->sm90a || t->halo || p->splits != 1 || s->c2 > 0 || !q->out_f32 || !q->pool_part || !q->pool_cnt ||
+         q->pool_hw != s->oh * s->ow || q->pool_hw > t->bm || s->k % 64 != 0))
+        return cudaErrorInvalidValue;
     if (kind == CONV_INT8 && ((((uintptr_t)bias | (uintptr_t)q->mult) & 15) != 0 ||
                               (((uintptr_t)q->sc_mult | (uintptr_t)q->sc_bias) & 7) != 0))
         return cudaErrorMisalignedAddress;  // the epilogue reads them as float4, the shortcut's as float2
@@ -2226,7 +2345,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         long ctas = (tiles < most ? tiles : most) / nh * nh;
         grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }
-    const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f};
+    const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
     cudaError_t e;
     if (kind != CONV_FP32) {
         conv_shape h = *s;
@@ -2237,7 +2356,10 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         h.in2 = in2;
         int n;
         const f16_entry &en = half_table(kind, &n)[p->tile];
-        e = launch_k(s->c2 > 0 ? en.fn_sc : en.fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h,
+        const f16_kernel_fn fn = s->c2 > 0 ? en.fn_sc : q && q->pool_out ? en.fn_pool : en.fn;
+        if (!fn)
+            return cudaErrorInvalidValue;
+        e = launch_k(fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h,
                      (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split,
                      q ? *q : none);
     } else {

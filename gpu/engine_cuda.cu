@@ -50,6 +50,12 @@
 // RESNETD_GPU_DOWNSAMPLE=separate: every downsample as a conv of its own;
 // =fused: INT8's inside at every bucket too (to compare; the tests run each).
 //
+// The average pool. At INT8 it runs inside the last conv wherever that
+// conv's plan is a general wgmma tile without split-K (conv_q8.pool_out):
+// the conv's FP32 output, 25.7 MB at batch 256, is then never stored and
+// read back. The autotuner times the other plans with the pool's kernel
+// after them. RESNETD_GPU_POOL=separate: always the pool's own kernel.
+//
 // Plans. Each conv at each bucket runs with one entry of gpu/conv.cu's tile
 // table, with split-K where a layer has too few tiles to fill the GPU. At
 // creation the engine times every candidate on random input and keeps the
@@ -108,6 +114,9 @@ typedef struct cuda_engine {
     int s8_ds;        // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 always inside
     unsigned char ds_in[MAX_BUCKETS][NCONV];  // INT8: at this bucket conv i runs its downsample inside
     int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
+    int pool_mode;    // INT8: the average pool inside the last conv where its plan allows (pool_inside)
+    double *pool_part;  // [max_batch][2][512]: the pool's sums of images split between two tiles
+    int *pool_cnt;      // [max_batch][512 / 64]: their meeting counts, 0 between passes
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
@@ -227,6 +236,16 @@ static int s8_inside_at(const cuda_engine *ce, int b, int i)
 static int conv_runs_at(const cuda_engine *ce, int b, int i)
 {
     return conv_runs(ce, i) && !(is_downsample(i) && i + 1 < NCONV && s8_inside_at(ce, b, i + 1));
+}
+
+// INT8: the average pool runs inside the last conv with plan p (the
+// general wgmma tiles without split-K whose tile holds an image; conv_launch
+// checks the same).
+static int pool_inside(const cuda_engine *ce, const conv_plan *p)
+{
+    const resnet18_conv_desc *d = &resnet18_convs[NCONV - 1];
+    const conv_tile_info *t = conv_tile_get(ce->kind, p->tile);
+    return ce->pool_mode && t && t->sm90a && !t->halo && p->splits == 1 && t->bm >= d->out_h * d->out_h;
 }
 
 // Copies n floats to a new device array in the engine's precision.
@@ -592,6 +611,12 @@ static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p
     const void *res = d->residual == R18_NONE || ds >= 0 ? NULL : tensor_ptr(ce, source_tensor(d->residual));
     const void *in2 = ds >= 0 ? tensor_ptr(ce, source_tensor(resnet18_convs[ds].src)) : NULL;
     conv_q8 q = ce->q8[i];
+    if (i == NCONV - 1 && pool_inside(ce, p)) {  // its output: the features
+        q.pool_out = (__half *)ce->feat;
+        q.pool_part = ce->pool_part;
+        q.pool_cnt = ce->pool_cnt;
+        q.pool_hw = d->out_h * d->out_h;
+    }
     if (s8_sc) {  // the downsample's own epilogue, then conv i's with its output as the residual
         q.sc_mult = ce->mult[ds];
         q.sc_bias = ce->b[ds];
@@ -602,6 +627,14 @@ static cudaError_t launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p
 }
 
 static int bucket_for(const cuda_engine *ce, int n);
+
+// The average pool's own kernel, on the last conv's output.
+static cudaError_t avgpool_launch_last(cuda_engine *ce, int n, cudaStream_t st)
+{
+    const resnet18_conv_desc *last = &resnet18_convs[NCONV - 1];
+    return avgpool_launch(ce->kind, tensor_ptr(ce, NCONV - 1), ce->feat, n, last->out_h * last->out_h,
+                          RESNET18_FEATURES, st);
+}
 
 // Enqueues the forward pass of n images of slot s on stream st. When marks
 // is given, records marks[op] after each op (for per-layer timing).
@@ -659,12 +692,9 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
             MARK();
         }
     }
-    {
-        const resnet18_conv_desc *last = &resnet18_convs[NCONV - 1];
-        CUDA_TRY(avgpool_launch(ce->kind, tensor_ptr(ce, NCONV - 1), ce->feat, n, last->out_h * last->out_h,
-                                RESNET18_FEATURES, st));
-        MARK();
-    }
+    if (!pool_inside(ce, &plan[NCONV - 1]))
+        CUDA_TRY(avgpool_launch_last(ce, n, st));
+    MARK();
     CUBLAS_TRY(cublasSetStream(ce->blas, st));
     {
         cudaDataType_t t = ce->fc16 ? CUDA_R_16F : CUDA_R_32F;
@@ -731,15 +761,19 @@ fail:
 // The best of 3 timings of conv i at batch n with plan p (s8_sc: with its
 // downsample inside), after conv pre with plan pp in the same timing when
 // pre >= 0: two convs back to back, as a graph runs them (timed alone,
-// each would pay its own launch latency).
+// each would pay its own launch latency). The last conv's plans that
+// leave the pool to its own kernel are timed with it where others take it
+// inside.
 static int time_conv(cuda_engine *ce, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int n, int pre,
                      const conv_plan *pp, int i, const conv_plan *p, int s8_sc, float *best, char *err, size_t errlen)
 {
+    const int pool_after = i == NCONV - 1 && ce->pool_mode && !pool_inside(ce, p);
     return best_time(
         st, e0, e1, 3,
         [&]() {
             cudaError_t e = pre >= 0 ? launch_conv(ce, pre, n, pp, 0, st) : cudaSuccess;
-            return e == cudaSuccess ? launch_conv(ce, i, n, p, s8_sc, st) : e;
+            e = e == cudaSuccess ? launch_conv(ce, i, n, p, s8_sc, st) : e;
+            return e == cudaSuccess && pool_after ? avgpool_launch_last(ce, n, st) : e;
         },
         best, err, errlen);
 }
@@ -1077,6 +1111,8 @@ static void cuda_destroy(void *ctx)
     cudaFree(ce->fc_w);
     cudaFree(ce->fc_b);
     cudaFree(ce->feat);
+    cudaFree(ce->pool_part);
+    cudaFree(ce->pool_cnt);
     cudaFree(ce->workspace);
     if (ce->blas)
         cublasDestroy(ce->blas);
@@ -1187,6 +1223,15 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         ce->fused_ds = ce->kind == CONV_FP16 && !separate;
         ce->s8_ds = ce->kind != CONV_INT8 || separate ? 0 : how ? 2 : 1;
     }
+    {
+        // The average pool (see the top of the file).
+        const char *how = getenv("RESNETD_GPU_POOL");
+        if (how && strcmp(how, "inside") != 0 && strcmp(how, "separate") != 0) {
+            snprintf(err, errlen, "RESNETD_GPU_POOL must be inside or separate (got '%s')", how);
+            goto fail;
+        }
+        ce->pool_mode = ce->kind == CONV_INT8 && !(how && strcmp(how, "separate") == 0);
+    }
     for (int i = 0; i < NCONV; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         const int ds = ce->fused_ds ? shortcut_of(ce, i) : s8_shortcut_of(ce, i);
@@ -1237,6 +1282,11 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     for (int b = 0; b < ce->nbuf; b++)
         CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_bytes[b]));
     CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * (ce->fc16 ? sizeof(__half) : sizeof(float))));
+    if (ce->pool_mode) {
+        CUDA_TRY(dev_alloc(ce, (void **)&ce->pool_part, nb * 2 * RESNET18_FEATURES * sizeof(double)));
+        CUDA_TRY(dev_alloc(ce, (void **)&ce->pool_cnt, nb * (RESNET18_FEATURES / 64) * sizeof(int)));
+        CUDA_TRY(cudaMemset(ce->pool_cnt, 0, nb * (RESNET18_FEATURES / 64) * sizeof(int)));
+    }
     CUDA_TRY(dev_alloc(ce, &ce->blas_ws, BLAS_WORKSPACE));
     CUBLAS_TRY(cublasCreate(&ce->blas));
     CUBLAS_TRY(cublasSetWorkspace(ce->blas, ce->blas_ws, BLAS_WORKSPACE));
@@ -1333,6 +1383,8 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         } else if (op == 1 && ce->fused_stem) {
             out[op].tile = "direct stem + max pool + normalise";
             out[op].splits = 1;
+        } else if (op == NCONV + 2 && pool_inside(ce, &ce->plan[bucket_for(ce, n)][NCONV - 1])) {
+            out[op].tile = "inside the last conv";
         } else if (op >= 3 && op < NCONV + 2 && !conv_runs_at(ce, bucket_for(ce, n), op - 2)) {
             out[op].tile = "fused into the next conv (its shortcut)";
         } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
@@ -1365,9 +1417,25 @@ extern "C" int engine_cuda_last_conv(engine *e, int n, float *out, char *err, si
         snprintf(err, errlen, "the last conv's output needs an INT8 CUDA engine and 1..max_batch images");
         return -1;
     }
+    if (pool_inside(ce, &ce->plan[bucket_for(ce, n)][NCONV - 1]))
+        return 1;  // never stored: the pool runs inside the conv
     CUDA_TRY(cudaSetDevice(e->device_index));
     CUDA_TRY(cudaMemcpy(out, tensor_ptr(ce, NCONV - 1), (size_t)n * d->out_h * d->out_h * d->cout * sizeof(float),
                         cudaMemcpyDeviceToHost));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int engine_cuda_features(engine *e, int n, uint16_t *out, char *err, size_t errlen)
+{
+    cuda_engine *ce = as_cuda(e);
+    if (!ce || !ce->fc16 || n < 1 || n > e->max_batch) {
+        snprintf(err, errlen, "the features need an FP16 or INT8 CUDA engine and 1..max_batch images");
+        return -1;
+    }
+    CUDA_TRY(cudaSetDevice(e->device_index));
+    CUDA_TRY(cudaMemcpy(out, ce->feat, (size_t)n * RESNET18_FEATURES * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     return 0;
 fail:
     return -1;

@@ -4,6 +4,7 @@
 #define RESNETD_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "model/devjpeg.h"
 #include "model/engine.h"
 
@@ -63,8 +64,14 @@ int engine_cuda_programmatic(engine *e, int n);
 
 /* Tests: after engine_wait, the last conv's output of the latest batch
  * (activations are shared by the slots) for its first n images, INT8
- * engines only, where it is FP32: out[n][7][7][512]. */
+ * engines only, where it is FP32: out[n][7][7][512]. Returns 1 (out
+ * untouched) where the graph for n images never stores it: the average
+ * pool runs inside that conv (gpu/engine_cuda.cu). */
 int engine_cuda_last_conv(engine *e, int n, float *out, char *err, size_t errlen);
+
+/* Tests: after engine_wait, the FC's input of the latest batch for its
+ * first n images, FP16 and INT8 engines: out[n][512] FP16 bits. */
+int engine_cuda_features(engine *e, int n, uint16_t *out, char *err, size_t errlen);
 
 /* The nvJPEG hardware decoder bound to CUDA engine e (gpu/nvjpeg_decode.cu,
  * built only with nvJPEG); model/devjpeg.c calls it. exact: libjpeg-exact

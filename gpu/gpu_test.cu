@@ -197,13 +197,17 @@ extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_c
     return test_conv(kind, tile, splits, t, sc, in, w, bias, NULL, relu, out, err, errlen);
 }
 
-// gpu_test_conv_s8, and with sc8 gpu_test_conv_s8_shortcut.
+// gpu_test_conv_s8, with sc8 gpu_test_conv_s8_shortcut, with feat (the
+// pool inside, out unused) gpu_test_conv_s8_pool.
 static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc8,
                         const int8_t *in, const int8_t *w, const float *bias, const float *mult, float res_scale,
-                        float out_inv, int out_f32, const int8_t *res, int relu, void *out, char *err, size_t errlen)
+                        float out_inv, int out_f32, const int8_t *res, int relu, void *out, uint16_t *feat,
+                        char *err, size_t errlen)
 {
-    void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
+    void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL, *dfeat = NULL;
     float *dbias = NULL, *dmult = NULL, *dws = NULL, *dmult2 = NULL, *dbias2 = NULL;
+    double *dpart = NULL;
+    int *dcnt = NULL, *cnt = NULL;
     int8_t *cat = NULL;
     const conv_tile_info *info = conv_tile_get(CONV_INT8, tile);
     const gpu_test_shortcut geo = {sc8 ? sc8->c : 0, sc8 ? sc8->h : 0, sc8 ? sc8->w : 0, sc8 ? sc8->stride : 1,
@@ -216,12 +220,13 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
         return -1;
     }
-    if (!conv_tile_fits(CONV_INT8, tile, &s) || (info->halo && out_f32))
-        return 1;  // the patch kernel writes int8 only
+    if (!conv_tile_fits(CONV_INT8, tile, &s) || (info->halo && out_f32) ||
+        (feat && (!info->sm90a || info->halo || info->bm < s.oh * s.ow)))
+        return 1;  // the patch kernel writes int8 only; the pool runs in the general wgmma tiles
     const conv_plan plan = test_plan(info, tile, splits, &s);
     const size_t k1 = (size_t)s.kh * s.kw * s.c, nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * conv_k(s);
     const size_t nout = (size_t)s.n * s.oh * s.ow * s.k, obytes = nout * (out_f32 ? 4 : 1);
-    conv_q8 q = {NULL, res_scale, out_inv, out_f32, NULL, NULL, 0.f};
+    conv_q8 q = {NULL, res_scale, out_inv, out_f32, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
     CUDA_TRY(conv_init());
     CUDA_TRY(cudaMalloc(&din, nin));
     CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
@@ -257,14 +262,43 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
         CUDA_TRY(cudaMalloc(&dres, nout));
         CUDA_TRY(cudaMemcpy(dres, res, nout, cudaMemcpyHostToDevice));
     }
-    CUDA_TRY(poisoned(0, (obytes + 3) / 4, &dout));
+    if (feat) {  // no output tensor; the features poisoned, the parts NaN, the counters 0
+        const size_t ncnt = (size_t)s.n * (s.k / 64);
+        CUDA_TRY(poisoned(1, (size_t)s.n * s.k, &dfeat));
+        CUDA_TRY(cudaMalloc((void **)&dpart, (size_t)s.n * 2 * s.k * sizeof(double)));
+        CUDA_TRY(cudaMemset(dpart, 0xff, (size_t)s.n * 2 * s.k * sizeof(double)));
+        CUDA_TRY(cudaMalloc((void **)&dcnt, ncnt * sizeof(int)));
+        CUDA_TRY(cudaMemset(dcnt, 0, ncnt * sizeof(int)));
+        q.pool_out = (__half *)dfeat;
+        q.pool_part = dpart;
+        q.pool_cnt = dcnt;
+        q.pool_hw = s.oh * s.ow;
+        q.out_f32 = 1;
+    } else {
+        CUDA_TRY(poisoned(0, (obytes + 3) / 4, &dout));
+    }
     if (plan.splits > 1)
         CUDA_TRY(poisoned(0, conv_workspace_bytes(&s, &plan) / sizeof(float), (void **)&dws));
     conv_set_persistent_cap(info->halo ? 2 * (s.k / 64) : 0);
     CUDA_TRY(conv_launch(CONV_INT8, &plan, &s, din, din2, dw, dbias, dres, relu, dout, dws, &q, 0));
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
-    CUDA_TRY(cudaMemcpy(out, dout, obytes, cudaMemcpyDeviceToHost));
+    if (feat) {
+        const size_t ncnt = (size_t)s.n * (s.k / 64);
+        CUDA_TRY(cudaMemcpy(feat, dfeat, (size_t)s.n * s.k * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        if (!(cnt = (int *)malloc(ncnt * sizeof(int)))) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        CUDA_TRY(cudaMemcpy(cnt, dcnt, ncnt * sizeof(int), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < ncnt; i++)
+            if (cnt[i] != 0) {
+                snprintf(err, errlen, "the pool's counter %zu left at %d", i, cnt[i]);
+                goto fail;
+            }
+    } else {
+        CUDA_TRY(cudaMemcpy(out, dout, obytes, cudaMemcpyDeviceToHost));
+    }
     rc = 0;
 fail:
     conv_set_persistent_cap(0);
@@ -279,6 +313,10 @@ fail:
     cudaFree(dres);
     cudaFree(dout);
     cudaFree(dws);
+    cudaFree(dfeat);
+    cudaFree(dpart);
+    cudaFree(dcnt);
+    free(cnt);
     return rc;
 }
 
@@ -286,8 +324,15 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
                                 const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
                                 const int8_t *res, int relu, void *out, char *err, size_t errlen)
 {
-    return test_conv_s8(tile, splits, t, NULL, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, err,
-                        errlen);
+    return test_conv_s8(tile, splits, t, NULL, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, NULL,
+                        err, errlen);
+}
+
+extern "C" int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
+                                     const float *bias, const float *mult, float res_scale, const int8_t *res,
+                                     int relu, uint16_t *feat, char *err, size_t errlen)
+{
+    return test_conv_s8(tile, 1, t, NULL, in, w, bias, mult, res_scale, 0.f, 1, res, relu, NULL, feat, err, errlen);
 }
 
 extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc,
@@ -295,8 +340,8 @@ extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_sha
                                          float res_scale, float out_inv, int out_f32, int relu, void *out, char *err,
                                          size_t errlen)
 {
-    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, relu, out, err,
-                        errlen);
+    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, relu, out, NULL,
+                        err, errlen);
 }
 
 extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, void *in, const uint8_t *rgb,
@@ -311,7 +356,7 @@ extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, v
     unsigned char *before = (unsigned char *)malloc(guard * ebytes), *after = (unsigned char *)malloc(guard * ebytes);
     void *din = NULL, *dw = NULL, *dout = NULL;
     float *dbias = NULL, *dmult = NULL;
-    conv_q8 q = {NULL, 0.f, out_inv, 0, NULL, NULL, 0.f};
+    conv_q8 q = {NULL, 0.f, out_inv, 0, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
     stem_rgb src = {NULL, NULL, NULL};
     uint8_t *drgb = NULL;
     void *dlut = NULL;

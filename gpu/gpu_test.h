@@ -62,6 +62,14 @@ int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *
 int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w,
                      const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
                      const int8_t *res, int relu, void *out, char *err, size_t errlen);
+/* INT8's last conv with the average pool inside (conv_q8.pool_out): as
+ * gpu_test_conv_s8 into FP32, but each image's channel means land in feat
+ * [n][k] as FP16 bits (model/int8.h) and no output is stored. Returns 1
+ * for tiles without it (not general wgmma tiles, or fewer rows than an
+ * image's oh * ow), -1 with err when a counter is not left at 0. */
+int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w, const float *bias,
+                          const float *mult, float res_scale, const int8_t *res, int relu, uint16_t *feat, char *err,
+                          size_t errlen);
 /* INT8 with a shortcut (conv_shape.c2): as gpu_test_conv_s8, the residual
  * (scale res_scale) being the shortcut's 1x1 conv of sc->in (n x h x w x c
  * int8, weights sc->wgt [k][c] int8) finished by its own epilogue with

@@ -187,6 +187,18 @@ struct conv_q8 {
     // aligned), 1 / its output's scale.
     const float *sc_mult, *sc_bias;
     float sc_inv;
+    // The last conv with the average pool inside (pool_out non-NULL; the
+    // general wgmma tiles, no split-K, out_f32): its FP32 values are not
+    // stored but summed per image (float64, model/int8.h), and each image's
+    // mean goes to pool_out [n][k] as FP16. pool_hw: an image's output
+    // pixels (<= the tile's rows, so an image spans at most two tiles). An
+    // image split between two tiles meets in pool_part [n][2][k] (its first
+    // part's sums, then its second's); the second CTA to arrive at
+    // pool_cnt [n][k / 64] (all 0 before; left 0) adds them.
+    __half *pool_out;
+    double *pool_part;
+    int *pool_cnt;
+    int pool_hw;
 };
 // out = relu?(conv(in, w) + bias (+ res)). res may be NULL; workspace may be
 // NULL when p->splits == 1. q: INT8's epilogue, NULL for the other kinds;

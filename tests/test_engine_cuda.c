@@ -7,7 +7,10 @@
  * the GPU's softmax top-k against the logits it returned. The same for
  * reference.py's 10-class fine-tune and a 3-class head (its first 3 rows:
  * fewer classes than the GPU's top-k), batches of 1, 3 and 17. INT8 against
- * the CPU INT8 engine: the last conv's output equal bit for bit. FP16 and
+ * the CPU INT8 engine: the last conv's output (where the graph stores it)
+ * and the average pool's features equal bit for bit, the pool inside the
+ * last conv where its plan allows and (small batches)
+ * RESNETD_GPU_POOL=separate. FP16 and
  * INT8 run with the fused stem and (small batches) RESNETD_GPU_STEM=unfused;
  * FP16 with its downsamples inside the convs that add them and (small
  * batches) RESNETD_GPU_DOWNSAMPLE=separate; INT8 with them inside where
@@ -27,6 +30,7 @@
 #include "gpu/gpu.h"
 #include "model/calib.h"
 #include "model/engine.h"
+#include "model/int8.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
 #include "tests/testutil.h"
@@ -319,11 +323,12 @@ static void run_int8(int small_batches)
     const resnet18_conv_desc *last = &resnet18_convs[RESNET18_NUM_CONVS - 1];
     const size_t per = (size_t)last->out_h * last->out_h * last->cout, C = (size_t)e->classes;
     float *gpu_last = malloc((size_t)max * per * sizeof(float));
+    uint16_t *feat = malloc((size_t)max * last->cout * sizeof *feat);
     int *which = malloc(sizeof(int) * max);
     /* An FP32 input with values no photo has: NaN quantises to 0, +-inf and
      * 1e30 clamp to +-127 (model/int8.h), on both engines. */
     float *odd = malloc(RESNET18_INPUT_BYTES * sizeof(float));
-    ck_assert(gpu_last && which && odd);
+    ck_assert(gpu_last && feat && which && odd);
     memcpy(odd, pool_f32, RESNET18_INPUT_BYTES * sizeof(float));
     for (int c = 0; c < 3; c++) {
         float *plane = odd + (size_t)c * RESNET18_IMG * RESNET18_IMG;
@@ -343,19 +348,35 @@ static void run_int8(int small_batches)
             cpu->input_f32[0][i] = e->input_f32[s][i];
         ck_assert_msg(engine_submit(e, s, n, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_wait(e, s, err, sizeof err) == 0, "%s", err);
-        ck_assert_msg(engine_cuda_last_conv(e, n, gpu_last, err, sizeof err) == 0, "%s", err);
+        const int kept = engine_cuda_last_conv(e, n, gpu_last, err, sizeof err);
+        ck_assert_msg(kept >= 0, "%s", err);
+        ck_assert_msg(engine_cuda_features(e, n, feat, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_submit(cpu, 0, n, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_wait(cpu, 0, err, sizeof err) == 0, "%s", err);
         const float *cpu_last = engine_cpu_int8_last_conv(cpu);
         ck_assert_ptr_nonnull(cpu_last);
-        size_t differ = 0, nonzero = 0;
+        size_t differ = 0, nonzero = 0, fdiffer = 0;
         for (size_t i = 0; i < (size_t)n * per; i++) {
-            differ += memcmp(&gpu_last[i], &cpu_last[i], sizeof(float)) != 0;
+            differ += kept == 0 && memcmp(&gpu_last[i], &cpu_last[i], sizeof(float)) != 0;
             nonzero += cpu_last[i] != 0.0f;
         }
         ck_assert_msg(differ == 0, "int8 n=%d: %zu of %zu last-conv values differ from the CPU INT8 engine's", n,
                       differ, (size_t)n * per);
         ck_assert_msg(nonzero > (size_t)n * per / 10, "int8 n=%d: only %zu non-zero outputs", n, nonzero);
+        /* The features (the pool of model/int8.h on the CPU's last conv),
+         * bit for bit, whether the pool ran inside the last conv or not. */
+        const int hw = last->out_h * last->out_h, C8 = last->cout;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < C8; c++) {
+                double sum = 0;
+                for (int p = 0; p < hw; p++)
+                    sum += cpu_last[((size_t)i * hw + p) * C8 + c];
+                const float want = int8_round_half((float)(sum / hw)),
+                            got = testutil_half_bits(feat[(size_t)i * C8 + c]);
+                fdiffer += memcmp(&want, &got, sizeof want) != 0;
+            }
+        ck_assert_msg(fdiffer == 0, "int8 n=%d: %zu of %d features differ from model/int8.h's pool", n, fdiffer,
+                      n * C8);
         double worst = 0;
         for (int i = 0; i < n; i++) {
             const float *got = e->logits[s] + i * C, *ref = cpu->logits[0] + i * C;
@@ -369,10 +390,11 @@ static void run_int8(int small_batches)
             ck_assert_msg(rel <= 1e-5 && a == c, "int8 n=%d image %d: rel L2 %.3g, top-1 %d vs CPU %d", n, i, rel,
                           a, c);
         }
-        fprintf(stderr, "  int8 n=%3d slot %d: last conv bit-exact (%zu values), logits worst rel L2 %.3g\n", n, s,
-                (size_t)n * per, worst);
+        fprintf(stderr, "  int8 n=%3d slot %d: %s, features bit-exact, logits worst rel L2 %.3g\n", n, s,
+                kept == 0 ? "last conv bit-exact" : "pool inside the last conv", worst);
     }
     free(gpu_last);
+    free(feat);
     free(which);
     free(odd);
     engine_destroy(cpu);
@@ -398,6 +420,10 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
     setenv("RESNETD_GPU_PDL", "0", 1);
     run_int8(1);
     unsetenv("RESNETD_GPU_PDL");
+    /* The pool's own kernel after the last conv, at every bucket. */
+    setenv("RESNETD_GPU_POOL", "separate", 1);
+    run_int8(1);
+    unsetenv("RESNETD_GPU_POOL");
 }
 END_TEST
 

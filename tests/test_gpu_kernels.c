@@ -467,6 +467,92 @@ START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
 }
 END_TEST
 
+/* ---- INT8's last conv with the average pool inside --------------------------- */
+
+/* Images of 7x7 (as layer4), 4x4 (several whole images a tile), 8x8 (64
+ * rows: whole tiles of 64) and 9x9 (81: more than a 64-row tile, which
+ * refuses it); n chosen so that images straddle the tiles' edges, k with a
+ * ragged 64-channel group in a 128- or 256-wide tile. */
+static const gpu_test_conv_shape pool_shapes[] = {
+    /* n  h  w   c    k  kh kw s ph pw oh ow */
+    {5, 7, 7, 64, 128, 3, 3, 1, 1, 1, 0, 0},
+    {6, 4, 4, 32, 192, 3, 3, 1, 1, 1, 0, 0},
+    {3, 8, 8, 16, 64, 1, 1, 1, 0, 0, 0, 0},
+    {4, 9, 9, 48, 320, 3, 3, 1, 1, 1, 0, 0},
+};
+#define NPOOL ((int)(sizeof pool_shapes / sizeof pool_shapes[0]))
+
+/* 1 when the tile ran the shape and every feature was model/int8.h's. */
+static int check_conv_s8_pool(int tile, int shape, int with_res)
+{
+    gpu_test_conv_shape s = pool_shapes[shape];
+    char err[256];
+    const int oh = (s.h + 2 * s.pad_h - s.kh) / s.stride + 1, ow = (s.w + 2 * s.pad_w - s.kw) / s.stride + 1;
+    const int K = s.kh * s.kw * s.c, hw = oh * ow;
+    size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * K, nout = (size_t)s.n * hw * s.k;
+    int8_t *in = malloc(nin), *w = malloc(nw), *res = with_res ? malloc(nout) : NULL;
+    float *bias = rand_array(s.k, 1.0f), *mult = s8_mults(s.k, K);
+    uint16_t *feat = malloc((size_t)s.n * s.k * sizeof *feat);
+    ck_assert(in && w && feat && (!with_res || res));
+    for (size_t i = 0; i < nin; i++)
+        in[i] = rand_s8();
+    for (size_t i = 0; i < nw; i++)
+        w[i] = rand_s8();
+    for (size_t i = 0; with_res && i < nout; i++)
+        res[i] = rand_s8();
+    const float res_scale = 0.01f;
+    int rc = gpu_test_conv_s8_pool(tile, &s, in, w, bias, mult, res_scale, res, 1, feat, err, sizeof err);
+    ck_assert_msg(rc >= 0, "%s: %s", gpu_test_conv_tile_name(2, tile), err);
+    size_t differ = 0, nonzero = 0;
+    for (int b = 0; rc == 0 && b < s.n; b++)
+        for (int k = 0; k < s.k; k++) {
+            double sum = 0;
+            for (int p = 0; p < hw; p++) {
+                const size_t o = ((size_t)b * hw + p) * s.k + k;
+                sum += s8_ref_value(s8_acc(&s, in, w, b, p / ow, p % ow, k), mult[k], bias[k], res ? res + o : NULL,
+                                    res_scale, 1);
+            }
+            const float want = int8_round_half((float)(sum / hw)), got = testutil_half_bits(feat[(size_t)b * s.k + k]);
+            differ += memcmp(&want, &got, sizeof want) != 0;
+            nonzero += want != 0.0f;
+        }
+    if (rc == 0) {
+        ck_assert_msg(differ == 0, "%s pool shape %d res %d: %zu of %d features differ",
+                      gpu_test_conv_tile_name(2, tile), shape, with_res, differ, s.n * s.k);
+        ck_assert_msg(nonzero > (size_t)s.n * s.k / 4, "pool shape %d: %zu non-zero features", shape, nonzero);
+    }
+    free(in);
+    free(w);
+    free(res);
+    free(bias);
+    free(mult);
+    free(feat);
+    return rc == 0;
+}
+
+START_TEST(conv_int8_with_the_pool_inside_matches_model_int8_every_wgmma_tile)
+{
+    int checked = 0, wgmma = 0;
+    for (int t = 0; t < gpu_test_conv_tiles(2); t++) {
+        if (!tile_selected(2, t) || gpu_test_conv_tile_usable(2, t) != 1)
+            continue;
+        wgmma += strncmp(gpu_test_conv_tile_name(2, t), "wgmma_s8_", 9) == 0;
+        int ran = 0;
+        for (int sh = 0; sh < NPOOL; sh++) {
+            ran += check_conv_s8_pool(t, sh, 1);
+            if (!quick)
+                ran += check_conv_s8_pool(t, sh, 0);
+        }
+        if (ran) {
+            printf("conv int8 tile %s with the pool inside: %d runs bit-exact\n", gpu_test_conv_tile_name(2, t), ran);
+            checked++;
+        }
+    }
+    /* Without sm_90a no tile runs it, and the engine keeps the pool apart. */
+    ck_assert_msg(checked > 0 || !wgmma, "no wgmma tile ran the pool inside");
+}
+END_TEST
+
 /* ---- INT8 conv with a shortcut: the downsample requantised, then added ----- */
 
 /* INT8 channel counts: ResNet's pattern with ragged M and N, c2 = c, and
@@ -1029,6 +1115,7 @@ int main(void)
     tcase_add_test(tc, conv_int8_matches_model_int8_bit_for_bit_every_tile);
     tcase_add_test(tc, conv_int8_with_a_shortcut_matches_model_int8_every_general_tile);
     tcase_add_test(tc, conv_int8_shortcut_refuses_split_k);
+    tcase_add_test(tc, conv_int8_with_the_pool_inside_matches_model_int8_every_wgmma_tile);
     tcase_add_test(tc, normalize_and_maxpool_int8_match_model_int8);
     tcase_add_test(tc, stem_and_max_pool_fused_match_reference);
     tcase_add_test(tc, conv_rejects_unsupported_channels);

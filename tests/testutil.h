@@ -27,6 +27,9 @@ void testutil_topk(const float *v, int n, int k, int *idx);
  * same sequence on every machine, so a failing trial can be replayed. */
 uint32_t testutil_rand_u32(uint64_t *state);
 
+/* An FP16 value's bits as a float (subnormals, infinities, NaN). */
+float testutil_half_bits(uint16_t h);
+
 /* Runs s without forking when CK_FORK=no, returns main()'s exit status. */
 int testutil_run(Suite *s);
 
