@@ -329,6 +329,18 @@ __device__ __forceinline__ s8_chan8 s8_chan8_load(const float *bias, const conv_
     return f;
 }
 
+// The factors of a thread's 8 channels in an epilogue whose threads keep
+// their channels across rows (T a multiple of BN / 8), else zeros.
+template <int BN, int T>
+__device__ __forceinline__ s8_chan8 s8_fixed_chan8(const float *bias, const conv_q8 &q, int n0, int N, int tid)
+{
+    s8_chan8 f{};
+    const int c0 = (tid % (BN / 8)) * 8;
+    if (T % (BN / 8) == 0 && n0 + c0 < N)
+        f = s8_chan8_load(bias, q, n0 + c0);
+    return f;
+}
+
 // Eight int32 sums of one output row, channels f's: the epilogue, then 8
 // int8 values (one 8-byte store) or, for the last conv, 8 floats (OUT:
 // which, or q.out_f32 at run time). rbits: the 8 residual values (res:
@@ -405,10 +417,7 @@ __device__ __forceinline__ void epilogue_rows_s8_as(const int *Cs, int ldc, int 
 {
     constexpr bool FIXED = T % (BN / 8) == 0;
     constexpr int IDS = BM * BN / 8, R = 4;
-    const int c0 = (tid % (BN / 8)) * 8;
-    s8_chan8 f0{};
-    if (FIXED && n0 + c0 < N)
-        f0 = s8_chan8_load(bias, q, n0 + c0);
+    const s8_chan8 f0 = s8_fixed_chan8<BN, T>(bias, q, n0, N, tid);
     for (int id0 = tid; id0 < IDS; id0 += R * T) {
         uint2 rv[R];
         int a[R][8];
@@ -474,10 +483,7 @@ __device__ __forceinline__ void epilogue_pool_s8(int *Ci, int ldc, int m0, int n
     float *Cf = reinterpret_cast<float *>(Ci);
     constexpr bool FIXED = T % (BN / 8) == 0;
     constexpr int IDS = BM * BN / 8, R = 4;
-    const int c0 = (tid % (BN / 8)) * 8;
-    s8_chan8 f0{};
-    if (FIXED && n0 + c0 < N)
-        f0 = s8_chan8_load(bias, q, n0 + c0);
+    const s8_chan8 f0 = s8_fixed_chan8<BN, T>(bias, q, n0, N, tid);
     for (int id0 = tid; id0 < IDS; id0 += R * T) {
         uint2 rv[R];
 #pragma unroll
@@ -1092,12 +1098,12 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         __syncthreads();
         if constexpr (POOL) {
             epilogue_pool_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, tid);
-            return;
+        } else {
+            const int8_t *r8 =
+                SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
+            epilogue_rows_s8<BM, BN, T, SCR, !(BM <= 128 && BN <= 128)>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu,
+                                                                       out, tid);
         }
-        const int8_t *r8 =
-            SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
-        epilogue_rows_s8<BM, BN, T, SCR, !(BM <= 128 && BN <= 128)>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out,
-                                                                   tid);
         return;
     }
     float *Cs = reinterpret_cast<float *>(smem);

@@ -340,6 +340,13 @@ static int8_t rand_s8(void)
     return (int8_t)((int)(rng_u32() % 255) - 127);
 }
 
+/* n random int8 values in [-127, 127] (none when p is NULL). */
+static void rand_s8_fill(int8_t *p, size_t n)
+{
+    for (size_t i = 0; p && i < n; i++)
+        p[i] = rand_s8();
+}
+
 /* The epilogue of model/int8.h for one output, as the CPU INT8 engine
  * computes it (the build compiles C with -ffp-contract=off). */
 static float s8_ref_value(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu)
@@ -396,12 +403,9 @@ static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu
     float *bias = rand_array(s.k, 1.0f), *mult = s8_mults(s.k, K);
     unsigned char *out = malloc(nout * 4);
     ck_assert(in && w && out && (!with_res || res));
-    for (size_t i = 0; i < nin; i++)
-        in[i] = rand_s8();
-    for (size_t i = 0; i < nw; i++)
-        w[i] = rand_s8();
-    for (size_t i = 0; with_res && i < nout; i++)
-        res[i] = rand_s8();
+    rand_s8_fill(in, nin);
+    rand_s8_fill(w, nw);
+    rand_s8_fill(res, nout);
     const float res_scale = 0.01f, out_inv = 127.0f / 2.5f;
     int rc = gpu_test_conv_s8(tile, splits, &s, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, err,
                               sizeof err);
@@ -494,12 +498,9 @@ static int check_conv_s8_pool(int tile, int shape, int with_res)
     float *bias = rand_array(s.k, 1.0f), *mult = s8_mults(s.k, K);
     uint16_t *feat = malloc((size_t)s.n * s.k * sizeof *feat);
     ck_assert(in && w && feat && (!with_res || res));
-    for (size_t i = 0; i < nin; i++)
-        in[i] = rand_s8();
-    for (size_t i = 0; i < nw; i++)
-        w[i] = rand_s8();
-    for (size_t i = 0; with_res && i < nout; i++)
-        res[i] = rand_s8();
+    rand_s8_fill(in, nin);
+    rand_s8_fill(w, nw);
+    rand_s8_fill(res, nout);
     const float res_scale = 0.01f;
     int rc = gpu_test_conv_s8_pool(tile, &s, in, w, bias, mult, res_scale, res, 1, feat, err, sizeof err);
     ck_assert_msg(rc >= 0, "%s: %s", gpu_test_conv_tile_name(2, tile), err);
@@ -590,14 +591,10 @@ static int check_shortcut_s8(int tile, int shape, int relu, int out_f32)
     float *bias2 = rand_array(s.k, 1.0f), *mult2 = s8_mults(s.k, c2);
     unsigned char *out = malloc(nout * 4);
     ck_assert(in && w && in2 && w2s && out);
-    for (size_t i = 0; i < nin; i++)
-        in[i] = rand_s8();
-    for (size_t i = 0; i < nw; i++)
-        w[i] = rand_s8();
-    for (size_t i = 0; i < nin2; i++)
-        in2[i] = rand_s8();
-    for (size_t i = 0; i < nw2; i++)
-        w2s[i] = rand_s8();
+    rand_s8_fill(in, nin);
+    rand_s8_fill(w, nw);
+    rand_s8_fill(in2, nin2);
+    rand_s8_fill(w2s, nw2);
     const float res_scale = 0.02f, out_inv = 127.0f / 2.5f;
     const gpu_test_shortcut_s8 sc = {c2, h2, w2, st2, in2, w2s, mult2, bias2, 127.0f / 2.5f};
     int rc = gpu_test_conv_s8_shortcut(tile, 1, &s, &sc, in, w, bias, mult, res_scale, out_inv, out_f32, relu, out,
