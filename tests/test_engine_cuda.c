@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpu/gpu.h"
+#include "gpu/gpu_test.h"
 #include "model/calib.h"
 #include "model/engine.h"
 #include "model/int8.h"
@@ -295,6 +296,15 @@ static void make_table(const resnet18_weights *w, calib_table *t)
     }
 }
 
+/* 1 when this device runs INT8's general wgmma tiles. */
+static int wgmma_usable(void)
+{
+    for (int t = 0; t < gpu_test_conv_tiles(2); t++)
+        if (strncmp(gpu_test_conv_tile_name(2, t), "wgmma_s8_", 9) == 0 && gpu_test_conv_tile_usable(2, t) == 1)
+            return 1;
+    return 0;
+}
+
 /* model/int8.h fixes every integer and every float of the convs, so the
  * last conv's FP32 output must equal the CPU INT8 engine's bit for bit;
  * only the average pool and the FC sum in another order (logits within
@@ -350,6 +360,10 @@ static void run_int8(int small_batches)
         ck_assert_msg(engine_wait(e, s, err, sizeof err) == 0, "%s", err);
         const int kept = engine_cuda_last_conv(e, n, gpu_last, err, sizeof err);
         ck_assert_msg(kept >= 0, "%s", err);
+        /* Where the general wgmma tiles run, a batch this large has more
+         * than enough tiles for a plan without split-K: the pool inside. */
+        ck_assert_msg(kept == 1 || n < 255 || !wgmma_usable() || getenv("RESNETD_GPU_POOL"),
+                      "int8 n=%d: the pool did not run inside the last conv", n);
         ck_assert_msg(engine_cuda_features(e, n, feat, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_submit(cpu, 0, n, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_wait(cpu, 0, err, sizeof err) == 0, "%s", err);

@@ -11,8 +11,9 @@
 # Environment: OUT (default ./gpu-ab-out), BASE (HEAD), ROUNDS (3),
 # PRECISIONS ("int8 fp16"), TESTS (1; 0 skips the tests), JOBS (8 a tree),
 # SANITIZE_TILES (after the tests: the new tree's kernel test under
-# memcheck and racecheck with those tiles, as RESNETD_GPU_TEST_TILES, and
-# the INT8 engine test under memcheck).
+# memcheck and racecheck for the tiles whose names contain it, as
+# RESNETD_GPU_TEST_TILES, and the INT8 engine test under memcheck at its
+# quick batches, 1-17; a sanitizer's error is rc 99).
 set -u
 OUT=${OUT:-$PWD/gpu-ab-out}
 BASE=${BASE:-HEAD}
@@ -60,15 +61,17 @@ if [ "${TESTS:-1}" = 1 ]; then
     echo "engine test (new): rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E '^[0-9]+%' "$OUT/engine-test.txt" | tail -1)"
 fi
 if [ -n "${SANITIZE_TILES:-}" ]; then
+    make tests/ref/.stamp >/dev/null 2>&1
     for tool in memcheck racecheck; do
         t0=$(date +%s)
         RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TEST_TILES=$SANITIZE_TILES CK_FORK=no timeout 200 \
-            compute-sanitizer --tool $tool ./tests/test_gpu_kernels >"$OUT/$tool-kernels.txt" 2>&1
-        echo "$tool kernel tests ($SANITIZE_TILES): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/$tool-kernels.txt")"
+            compute-sanitizer --tool $tool --error-exitcode 99 ./tests/test_gpu_kernels >"$OUT/$tool-kernels.txt" 2>&1
+        echo "$tool kernel tests ($SANITIZE_TILES): rc=$? in $(( $(date +%s) - t0 )) s:" \
+            "$(tail -1 "$OUT/$tool-kernels.txt")"
     done
     t0=$(date +%s)
     RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no \
-        timeout 200 compute-sanitizer --tool memcheck --leak-check full ./tests/test_engine_cuda \
+        timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 ./tests/test_engine_cuda \
         >"$OUT/memcheck-engine.txt" 2>&1
     echo "memcheck engine test (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck-engine.txt")"
 fi
