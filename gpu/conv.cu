@@ -2162,6 +2162,14 @@ int conv_tile_fits(int kind, int tile, const conv_shape *s)
     return t && (!t->halo || conv_halo_fits(s, t->halo));
 }
 
+int conv_pool_fits(int kind, const conv_plan *p, const conv_shape *s)
+{
+    const conv_tile_info *t = conv_tile_get(kind, p->tile);
+    int n;
+    return t && kind == CONV_INT8 && half_table(kind, &n)[p->tile].fn_pool && p->splits == 1 && s->c2 == 0 &&
+           s->k % 64 == 0 && s->oh * s->ow <= t->bm;
+}
+
 int conv_tile_count(int kind)
 {
     return kind == CONV_INT8 ? NTILES_S8 : kind == CONV_FP16 ? NTILES_F16 : NTILES_F32;
@@ -2330,11 +2338,8 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         (s->c2 > 0 && (!in2 || !conv_tile_fits(kind, p->tile, s))) ||
         (kind == CONV_INT8 && s->c2 > 0 && (p->splits != 1 || res || !q->sc_mult || !q->sc_bias)))
         return cudaErrorInvalidValue;
-    // The pool inside: the general wgmma tiles' epilogue only, whole tiles
-    // of 64 channels, an image at most two tiles.
     if (kind == CONV_INT8 && q->pool_out &&
-        (!t->sm90a || t->halo || p->splits != 1 || s->c2 > 0 || !q->out_f32 || !q->pool_part || !q->pool_cnt ||
-         q->pool_hw != s->oh * s->ow || q->pool_hw > t->bm || s->k % 64 != 0))
+        (!conv_pool_fits(kind, p, s) || !q->out_f32 || !q->pool_part || !q->pool_cnt || q->pool_hw != s->oh * s->ow))
         return cudaErrorInvalidValue;
     if (kind == CONV_INT8 && ((((uintptr_t)bias | (uintptr_t)q->mult) & 15) != 0 ||
                               (((uintptr_t)q->sc_mult | (uintptr_t)q->sc_bias) & 7) != 0))
@@ -2362,10 +2367,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         h.in2 = in2;
         int n;
         const f16_entry &en = half_table(kind, &n)[p->tile];
-        const f16_kernel_fn fn = s->c2 > 0 ? en.fn_sc : q && q->pool_out ? en.fn_pool : en.fn;
-        if (!fn)
-            return cudaErrorInvalidValue;
-        e = launch_k(fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h,
+        e = launch_k(s->c2 > 0 ? en.fn_sc : q && q->pool_out ? en.fn_pool : en.fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h,
                      (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split,
                      q ? *q : none);
     } else {

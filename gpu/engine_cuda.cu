@@ -238,14 +238,10 @@ static int conv_runs_at(const cuda_engine *ce, int b, int i)
     return conv_runs(ce, i) && !(is_downsample(i) && i + 1 < NCONV && s8_inside_at(ce, b, i + 1));
 }
 
-// INT8: the average pool runs inside the last conv with plan p (the
-// general wgmma tiles without split-K whose tile holds an image; conv_launch
-// checks the same).
+// INT8: the average pool runs inside the last conv with plan p.
 static int pool_inside(const cuda_engine *ce, const conv_plan *p)
 {
-    const resnet18_conv_desc *d = &resnet18_convs[NCONV - 1];
-    const conv_tile_info *t = conv_tile_get(ce->kind, p->tile);
-    return ce->pool_mode && t && t->sm90a && !t->halo && p->splits == 1 && t->bm >= d->out_h * d->out_h;
+    return ce->pool_mode && conv_pool_fits(ce->kind, p, &ce->shape_per_image[NCONV - 1]);
 }
 
 // Copies n floats to a new device array in the engine's precision.

@@ -220,10 +220,12 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
         snprintf(err, errlen, "no tile %d or bad split %d", tile, splits);
         return -1;
     }
-    if (!conv_tile_fits(CONV_INT8, tile, &s) || (info->halo && out_f32) ||
-        (feat && (!info->sm90a || info->halo || info->bm < s.oh * s.ow)))
-        return 1;  // the patch kernel writes int8 only; the pool runs in the general wgmma tiles
+    if (!conv_tile_fits(CONV_INT8, tile, &s) || (info->halo && out_f32))
+        return 1;  // the patch kernel writes int8 only
     const conv_plan plan = test_plan(info, tile, splits, &s);
+    if (feat && !conv_pool_fits(CONV_INT8, &plan, &s))
+        return 1;
+    const size_t ncnt = (size_t)s.n * (s.k / 64);  // the pool's counters
     const size_t k1 = (size_t)s.kh * s.kw * s.c, nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * conv_k(s);
     const size_t nout = (size_t)s.n * s.oh * s.ow * s.k, obytes = nout * (out_f32 ? 4 : 1);
     conv_q8 q = {NULL, res_scale, out_inv, out_f32, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
@@ -263,7 +265,6 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
         CUDA_TRY(cudaMemcpy(dres, res, nout, cudaMemcpyHostToDevice));
     }
     if (feat) {  // no output tensor; the features poisoned, the parts NaN, the counters 0
-        const size_t ncnt = (size_t)s.n * (s.k / 64);
         CUDA_TRY(poisoned(1, (size_t)s.n * s.k, &dfeat));
         CUDA_TRY(cudaMalloc((void **)&dpart, (size_t)s.n * 2 * s.k * sizeof(double)));
         CUDA_TRY(cudaMemset(dpart, 0xff, (size_t)s.n * 2 * s.k * sizeof(double)));
@@ -284,7 +285,6 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
     conv_set_persistent_cap(0);
     CUDA_TRY(cudaDeviceSynchronize());
     if (feat) {
-        const size_t ncnt = (size_t)s.n * (s.k / 64);
         CUDA_TRY(cudaMemcpy(feat, dfeat, (size_t)s.n * s.k * sizeof(uint16_t), cudaMemcpyDeviceToHost));
         if (!(cnt = (int *)malloc(ncnt * sizeof(int)))) {
             snprintf(err, errlen, "out of memory");

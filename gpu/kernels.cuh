@@ -139,6 +139,10 @@ int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *
 conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms);
 // Workspace a plan needs (32-bit partial sums), 0 without split-K.
 size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
+// 1 when plan p can run INT8 conv s with the average pool inside
+// (conv_q8.pool_out): a general wgmma tile holding an image's oh * ow rows,
+// no split-K, no shortcut, whole 64-channel groups.
+int conv_pool_fits(int kind, const conv_plan *p, const conv_shape *s);
 // q(x) of model/int8.h given inv = 1 / s: rint(x * inv) (no FMA), NaN ->
 // 0, clamped to +-127; the CPU engine's int8_quantize, bit for bit. One
 // cvt.rni.s32 does the rounding (to nearest even, as rintf), maps NaN to 0
