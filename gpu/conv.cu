@@ -83,7 +83,8 @@ int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
     if (s->c2 != 0) {  // the shortcut's loader: whole chunks within its own columns, stride-1 rows
         if (kind == CONV_FP32 || s->c2 < 0 || s->c2 % chunk != 0 || s->c2 > s->c || s->stride != 1 ||
             s->h2 < 1 || s->w2 < 1 || s->stride2 < 1 || (long)(s->oh - 1) * s->stride2 >= s->h2 ||
-            (long)(s->ow - 1) * s->stride2 >= s->w2 || (double)s->n * s->h2 * s->w2 * s->c2 >= 2147483647.0) {
+            (long)(s->ow - 1) * s->stride2 >= s->w2 || (double)s->n * s->h2 * s->w2 * s->c2 >= 2147483647.0 ||
+            (kind == CONV_INT8 && s->c2 > CONV_S8_SC_MAX_C2)) {
             snprintf(err, errlen, "conv shortcut of %d channels not supported for this shape", s->c2);
             return -1;
         }
@@ -375,20 +376,40 @@ __device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, 
     *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w0, w1);
 }
 
-// INT8's shortcut: its sums a0, a1 of output channels col, col + 1
-// finished as the downsample's own epilogue would (model/int8.h: no
-// residual, no ReLU, its output's scale) into 2 bytes of the residual
-// tile. Columns past N (N % 8 == 0, col even: both or neither) store 0.
-__device__ __forceinline__ void sc_requant2(int a0, int a1, const conv_q8 &q, int col, int N, int8_t *rt)
+// INT8's shortcut: the factors (mult, bias) of output channels col and
+// col + 1, or zeros past N (N % 8 == 0, col even: both or neither), which
+// finish any sums as 0.
+struct sc_pair {
+    float2 m, b;
+};
+
+__device__ __forceinline__ sc_pair sc_pair_load(const conv_q8 &q, int col, int N)
 {
-    uint32_t v = 0;
+    sc_pair f = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
     if (col < N) {
-        const float2 m = __ldg(reinterpret_cast<const float2 *>(q.sc_mult + col));
-        const float2 b = __ldg(reinterpret_cast<const float2 *>(q.sc_bias + col));
-        v = (uint32_t)(int8_requant_dev(s8_value(a0, m.x, b.x, 0, 0.f, false), q.sc_inv, 0) & 0xff) |
-            (uint32_t)(int8_requant_dev(s8_value(a1, m.y, b.y, 0, 0.f, false), q.sc_inv, 0) & 0xff) << 8;
+        f.m = __ldg(reinterpret_cast<const float2 *>(q.sc_mult + col));
+        f.b = __ldg(reinterpret_cast<const float2 *>(q.sc_bias + col));
     }
-    *reinterpret_cast<uint16_t *>(rt) = (uint16_t)v;
+    return f;
+}
+
+// The shortcut's sums are below 2^22 in magnitude (conv_shape_check: at
+// most CONV_S8_SC_MAX_C2 products of values in [-127, 127]), so a float
+// made from their bits is exact: two full-rate operations instead of a
+// conversion at a quarter of the rate, for a tile's worth of sums.
+__device__ __forceinline__ float sc_int2float(int a)
+{
+    return __fsub_rn(__int_as_float(0x4B400000 + a), 12582912.0f);
+}
+
+// The shortcut's sums a0, a1 (channels f's) finished as the downsample's
+// own epilogue would (model/int8.h: no residual, no ReLU, its output's
+// scale, inv) into 2 bytes of the residual tile.
+__device__ __forceinline__ void sc_requant2(int a0, int a1, const sc_pair &f, float inv, int8_t *rt)
+{
+    const int t0 = int8_requant_lo(__fadd_rn(__fmul_rn(sc_int2float(a0), f.m.x), f.b.x), inv, 0);
+    const int t1 = int8_requant_lo(__fadd_rn(__fmul_rn(sc_int2float(a1), f.m.y), f.b.y), inv, 0);
+    *reinterpret_cast<uint16_t *>(rt) = (uint16_t)int8_pack2(t1, t0, 0);
 }
 
 // A thread's 8-channel group stays the same across its rows when T is a
@@ -781,13 +802,13 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 #pragma unroll
             for (int ni = 0; ni < NI; ni++) {
                 const int c = wn * WTN + ni * 8 + (lane & 3) * 2;
+                const sc_pair f = sc_pair_load(q, n0 + c, N);
 #pragma unroll
                 for (int mi = 0; mi < MI; mi++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
-                        sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], q, n0 + c, N,
-                                    rt + s8_rt<BN>::at(r, c));
+                        sc_requant2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], f, q.sc_inv, rt + s8_rt<BN>::at(r, c));
                         acc[mi][ni][2 * h] = acc[mi][ni][2 * h + 1] = 0;
                     }
             }
@@ -1038,21 +1059,37 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
             load_ahead();
         }
     };
-    // At the switch, the shortcut's sums go to the residual tile.
+    // At the switch, the shortcut's sums go to the residual tile. The
+    // factors of JG column groups load together (the first group's under
+    // the last shortcut MMAs), before the stores, which may alias them for
+    // the compiler: a group at a time, each waiting on its own loads, took
+    // a fifth of layer3.0.conv2's time at 128 x 256 (gpu/NOTES.md).
     run_k_tiles<AHEAD, SCR>(KT, KTS, load_tile, load_main, step, [&] {
         if constexpr (SCR) {
-            wgmma_wait<0>();
-            wgmma_pin(acc);
+            constexpr int JG = 8;
+            static_assert(BN / 8 % JG == 0, "whole column groups");
             int8_t *rt = reinterpret_cast<int8_t *>(smem + cfg::rt_off);
             const int rb = wg * 64 + wq * 16 + (lane >> 2), cb = 2 * (lane & 3);
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++)
+            for (int j0 = 0; j0 < BN / 8; j0 += JG) {
+                sc_pair f[JG];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    sc_requant2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], q, n0 + 8 * j + cb, N,
-                                rt + s8_rt<BN>::at(rb + 8 * h, 8 * j + cb));
-                    acc[4 * j + 2 * h] = acc[4 * j + 2 * h + 1] = 0;
+                for (int u = 0; u < JG; u++)
+                    f[u] = sc_pair_load(q, n0 + 8 * (j0 + u) + cb, N);
+                if (j0 == 0) {
+                    wgmma_wait<0>();
+                    wgmma_pin(acc);
                 }
+#pragma unroll
+                for (int u = 0; u < JG; u++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int i = 4 * (j0 + u) + 2 * h;
+                        const int c = 8 * (j0 + u) + cb;
+                        sc_requant2(acc[i], acc[i + 1], f[u], q.sc_inv, rt + s8_rt<BN>::at(rb + 8 * h, c));
+                        acc[i] = acc[i + 1] = 0;
+                    }
+            }
             wgmma_pin(acc);
         }
     });
@@ -1519,11 +1556,12 @@ __global__ void __launch_bounds__(128, MINB)
             wgmma_pin(acc);
             int8_t *const tb = reinterpret_cast<int8_t *>(bt + buf * TP * 64 + 128 * (lane & 3) +
                                                           ((wq ^ (lane & 3)) << 4) + 2 * (lane >> 2));
+            const sc_pair f = sc_pair_load(q, c2, s.k);
 #pragma unroll
             for (int j = 0; j < TP / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++)
-                    sc_requant2(acc[4 * j + e], acc[4 * j + 2 + e], q, c2, s.k, tb + 512 * j + 64 * e);
+                    sc_requant2(acc[4 * j + e], acc[4 * j + 2 + e], f, q.sc_inv, tb + 512 * j + 64 * e);
         }
         issue_mma(acc, buf);
         // Under the MMAs: the next tile's patch (and residual) into the

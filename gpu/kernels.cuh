@@ -90,6 +90,10 @@ struct conv_shape {
     const void *in2;
 };
 
+// INT8's largest shortcut (input channels): its int32 sums, at most
+// 256 * 127 * 127 in magnitude, stay below 2^22 (conv.cu's sc_int2float).
+#define CONV_S8_SC_MAX_C2 256
+
 // The GEMM's K: the taps' columns, then the shortcut's.
 __host__ __device__ __forceinline__ int conv_k(const conv_shape &s)
 {

@@ -305,6 +305,17 @@ START_TEST(conv_shortcut_refused_outside_its_kinds_and_shapes)
     err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
+    /* INT8: up to 256 channels, whose sums stay below 2^22 (the kernels
+     * convert them to float through their bits). */
+    gpu_test_conv_shape wide = {1, 2, 2, 288, 64, 1, 1, 1, 0, 0, 0, 0};
+    gpu_test_shortcut sc8 = {272, 4, 4, 2, in2, w2};
+    err[0] = 0;
+    ck_assert_int_eq(gpu_test_conv_shortcut(2, 0, 1, &wide, &sc8, in, w, bias, 1, out, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "shortcut of 272") != NULL, "%s", err);
+    sc8.c = 256;
+    err[0] = 0;
+    ck_assert_int_eq(gpu_test_conv_shortcut(2, 0, 1, &wide, &sc8, in, w, bias, 1, out, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "did not refuse") != NULL, "%s", err);
 }
 END_TEST
 
