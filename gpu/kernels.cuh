@@ -157,16 +157,10 @@ __device__ __forceinline__ int int8_quantize_dev(float x, float inv)
     return min(max(__float2int_rn(__fmul_rn(x, inv)), -127), 127);
 }
 
-// q(ReLU(v)) from v before the ReLU (relu: apply it): with inv > 0 (the
-// calibration's scales are positive) a negative v quantises to 0 or below
-// and NaN to 0, so the ReLU is the clamp's lower bound 0 instead of a
-// select on every value.
-__device__ __forceinline__ int int8_requant_dev(float v, float inv, int relu)
-{
-    return min(max(__float2int_rn(__fmul_rn(v, inv)), relu ? 0 : -127), 127);
-}
-
-// int8_requant_dev without its upper clamp, for int8_pack2 to apply.
+// q(ReLU(v)) from v before the ReLU (relu: apply it), without the upper
+// clamp, which int8_pack2 applies: with inv > 0 (the calibration's scales
+// are positive) a negative v quantises to 0 or below and NaN to 0, so the
+// ReLU is the clamp's lower bound 0 instead of a select on every value.
 __device__ __forceinline__ int int8_requant_lo(float v, float inv, int relu)
 {
     return max(__float2int_rn(__fmul_rn(v, inv)), relu ? 0 : -127);

@@ -72,7 +72,7 @@ struct acc_type<true> {
 
 // model/int8.h's epilogue of one output before its ReLU: v = acc * mult +
 // bias (+ r * s_r), each step rounded on its own (no FMA), as the CPU
-// engine does it. The ReLU is the caller's: int8_requant_dev folds it into
+// engine does it. The ReLU is the caller's: int8_requant_lo folds it into
 // the quantisation.
 __device__ __forceinline__ float s8_value(int acc, float mult, float bias, int r, float res_scale, bool res)
 {
