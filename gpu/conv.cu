@@ -2394,7 +2394,7 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         long ctas = (tiles < most ? tiles : most) / nh * nh;
         grid = dim3((unsigned)(ctas > nh ? ctas : nh), 1, 1);
     }
-    const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
+    const conv_q8 none = {};
     cudaError_t e;
     if (kind != CONV_FP32) {
         conv_shape h = *s;
@@ -2405,9 +2405,9 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
         h.in2 = in2;
         int n;
         const f16_entry &en = half_table(kind, &n)[p->tile];
-        e = launch_k(s->c2 > 0 ? en.fn_sc : q && q->pool_out ? en.fn_pool : en.fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h,
-                     (const __half *)in, (const __half *)w, bias, res, out, relu, partial, p->kt_per_split,
-                     q ? *q : none);
+        const f16_kernel_fn fn = s->c2 > 0 ? en.fn_sc : q && q->pool_out ? en.fn_pool : en.fn;
+        e = launch_k(fn, grid, t->threads, s->c2 > 0 ? en.smem_sc : t->smem, st, h, (const __half *)in,
+                     (const __half *)w, bias, res, out, relu, partial, p->kt_per_split, q ? *q : none);
     } else {
         e = launch_k(kTilesF32[p->tile].fn, grid, t->threads, t->smem, st, *s, (const float *)in, (const float *)w,
                      bias, (const float *)res, (float *)out, relu, partial, p->kt_per_split);

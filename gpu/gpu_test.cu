@@ -228,7 +228,10 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
     const size_t ncnt = (size_t)s.n * (s.k / 64);  // the pool's counters
     const size_t k1 = (size_t)s.kh * s.kw * s.c, nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * conv_k(s);
     const size_t nout = (size_t)s.n * s.oh * s.ow * s.k, obytes = nout * (out_f32 ? 4 : 1);
-    conv_q8 q = {NULL, res_scale, out_inv, out_f32, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
+    conv_q8 q = {};
+    q.res_scale = res_scale;
+    q.out_inv = out_inv;
+    q.out_f32 = out_f32;
     CUDA_TRY(conv_init());
     CUDA_TRY(cudaMalloc(&din, nin));
     CUDA_TRY(cudaMemcpy(din, in, nin, cudaMemcpyHostToDevice));
@@ -356,7 +359,8 @@ extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, v
     unsigned char *before = (unsigned char *)malloc(guard * ebytes), *after = (unsigned char *)malloc(guard * ebytes);
     void *din = NULL, *dw = NULL, *dout = NULL;
     float *dbias = NULL, *dmult = NULL;
-    conv_q8 q = {NULL, 0.f, out_inv, 0, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
+    conv_q8 q = {};
+    q.out_inv = out_inv;
     stem_rgb src = {NULL, NULL, NULL};
     uint8_t *drgb = NULL;
     void *dlut = NULL;

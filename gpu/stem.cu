@@ -750,7 +750,7 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
         return cudaErrorInvalidValue;
     if ((((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
         return cudaErrorMisalignedAddress;  // the images are read in 16-byte chunks
-    const conv_q8 none = {NULL, 0.f, 0.f, 0, NULL, NULL, 0.f, NULL, NULL, NULL, 0};
+    const conv_q8 none = {};
     const int wg = g_stem_wg_ok && g_stem_wg_on;
     const stem_variant *v = &g_stem[s8][wg];
     const int items = n * ((h / 4 + 1) / 2);  // two pooled rows each
