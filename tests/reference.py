@@ -95,9 +95,9 @@ def make_fine_tune(classes=FT_CLASSES):
     return m.eval()
 
 
-def write_safetensors(path, state, dtype):
+def write_safetensors(path, state, dtype, meta=None):
     """safetensors by hand: u64 LE header length, JSON header, raw data."""
-    header, blobs, off = {"__metadata__": {"format": "pt", "seed": str(SEED)}}, [], 0
+    header, blobs, off = {"__metadata__": meta or {"format": "pt", "seed": str(SEED)}}, [], 0
     for name, t in state.items():
         t = t.detach().cpu().contiguous()
         if t.dtype == torch.int64:
