@@ -365,15 +365,15 @@ __device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, 
         float *f = reinterpret_cast<float *>(out) + o;
         *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
         *reinterpret_cast<float4 *>(f + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        return;
-    }
-    int t[8];
+    } else {
+        int t[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        t[j] = int8_requant_lo(v[j], q.out_inv, relu);
-    const uint32_t w0 = int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0)),
-                   w1 = int8_pack2(t[5], t[4], int8_pack2(t[7], t[6], 0));
-    *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w0, w1);
+        for (int j = 0; j < 8; j++)
+            t[j] = int8_requant_lo(v[j], q.out_inv, relu);
+        const uint32_t w0 = int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0)),
+                       w1 = int8_pack2(t[5], t[4], int8_pack2(t[7], t[6], 0));
+        *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w0, w1);
+    }
 }
 
 // INT8's shortcut: the factors (mult, bias) of output channels col and
@@ -522,15 +522,9 @@ __device__ __forceinline__ void epilogue_pool_s8(int *Ci, int ldc, int m0, int n
             int a[8];
             *reinterpret_cast<int4 *>(a) = *reinterpret_cast<const int4 *>(Ci + r * ldc + c);
             *reinterpret_cast<int4 *>(a + 4) = *reinterpret_cast<const int4 *>(Ci + r * ldc + c + 4);
-            const s8_chan8 f = FIXED ? f0 : s8_chan8_load(bias, q, n0 + c);
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int rb = (int)(int8_t)(((j < 4 ? rv[k].x : rv[k].y) >> (8 * (j % 4))) & 0xff);
-                v[j] = s8_relu(s8_value(a[j], f.m[j], f.b[j], rb, q.res_scale, res != NULL), relu);
-            }
-            *reinterpret_cast<float4 *>(Cf + r * ldc + c) = make_float4(v[0], v[1], v[2], v[3]);
-            *reinterpret_cast<float4 *>(Cf + r * ldc + c + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            // In place: the floats overwrite the sums just read.
+            store8_s8<S8_OUT_F32>(a, FIXED ? f0 : s8_chan8_load(bias, q, n0 + c), q, rv[k], res != NULL, relu, Cf,
+                                  (size_t)(r * ldc + c));
         }
     }
     __syncthreads();
