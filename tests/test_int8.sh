@@ -202,4 +202,55 @@ print("int8 reload: SIGHUP rebuilt the INT8 engine with the table (version %d ->
 PY
 wait "$pid" || fail "the INT8 daemon did not exit 0"
 
+# --- tools/int8-proxy.sh: train-proxy's weights load, calibrate and check ------
+# A few small training steps on the CPU (the real run takes a GPU): enough
+# for BN's running statistics to settle, so that the logits are finite.
+# What is checked is the path, torchvision-named weights through both
+# tables and the four checks, not the figures.
+TRAIN_ARGS="--device cpu --steps 30 --batch 8 --lr 0.02" TORCH_PYTHON=$TORCH_PYTHON \
+  bash "$src/tools/int8-proxy.sh" "$photos" "$out/proxy" "$bin/resnetd-calibrate" >"$out/proxy.txt" 2>&1 ||
+  fail "tools/int8-proxy.sh: $(tail -20 "$out/proxy.txt")"
+[ "$(grep -c '^check: INT8 vs FP32 on 357 images.*rel L2 [0-9]' "$out/proxy.txt")" = 2 ] &&
+  [ "$(grep -c '^check: INT8 vs FP32 on 1428 images.*rel L2 [0-9]' "$out/proxy.txt")" = 2 ] &&
+  grep -q '^train-proxy: 260 calibration crops of 11 photos, 44 classes' "$out/proxy.txt" ||
+  fail "tools/int8-proxy.sh did not train and check as it should: $(cat "$out/proxy.txt")"
+echo "int8-proxy: 30 small training steps on the CPU, both tables, held-out and turned checks ran"
+
+# --- weights that overflow: refused with the reason, no table, no figure -------
+# The seeded weights with layer4.1.bn2 scaled: by 1e5, the pooled features
+# pass FP16's 65504 (the INT8 engine's FC input) while FP32 stays finite;
+# by 1e30 with fc.weight by 1e10, FP32's logits overflow too.
+mkdir "$out/few"
+for f in $(ls "$photos/calib" | head -8); do cp "$photos/calib/$f" "$out/few/"; done
+"$TORCH_PYTHON" - "$w" "$out" <<'PY'
+import json, struct, sys
+import numpy as np
+src, out = sys.argv[1:3]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+for factors, name in (((1e5, 1e5, 1), "fp16"), ((1e30, 1e30, 1e10), "fp32")):
+    data = bytearray(raw[8 + n:])
+    for t, factor in zip(("layer4.1.bn2.weight", "layer4.1.bn2.bias", "fc.weight"), factors):
+        a, b = head[t]["data_offsets"]
+        assert head[t]["dtype"] == "F32"
+        scaled = np.frombuffer(bytes(data[a:b]), np.float32) * np.float32(factor)
+        data[a:b] = scaled.astype(np.float32).tobytes()
+    open("%s/overflow-%s.safetensors" % (out, name), "wb").write(raw[:8 + n] + bytes(data))
+PY
+"$bin/resnetd-calibrate" --weights "$out/overflow-fp16.safetensors" --images "$out/few" --out "$out/o16.json" >/dev/null ||
+  fail "calibrating weights whose FP32 logits are finite failed"
+if "$bin/resnetd-calibrate" --weights "$out/overflow-fp16.safetensors" --table "$out/o16.json" --check "$out/few" \
+    >"$out/o16.out" 2>"$out/o16.err"; then
+  fail "--check of weights whose INT8 logits overflow succeeded: $(cat "$out/o16.out")"
+fi
+grep -q "the INT8 logits are not finite where FP32's are" "$out/o16.err" || fail "INT8 overflow: $(cat "$out/o16.err")"
+if "$bin/resnetd-calibrate" --weights "$out/overflow-fp32.safetensors" --images "$out/few" --out "$out/o32.json" \
+    2>"$out/o32.err"; then
+  fail "calibrating weights whose FP32 logits overflow succeeded"
+fi
+grep -q "the FP32 logits are not finite" "$out/o32.err" && [ ! -e "$out/o32.json" ] ||
+  fail "FP32 overflow: $(cat "$out/o32.err")"
+echo "overflow: INT8's FP16 features and FP32's logits beyond range are refused, with their reason"
+
 echo "int8: ok"

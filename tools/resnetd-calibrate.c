@@ -281,6 +281,35 @@ static void free_names(char **files, int n)
     free(files);
 }
 
+/* The first of n images whose logits are not all finite, or -1. Weights
+ * whose activations overflow (an untrained network's BN statistics, say)
+ * give infinite FP32 logits: a table or a check made from them means
+ * nothing, so both refuse them. */
+static int first_nonfinite(const float *logits, int n, int classes)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < classes; k++)
+            if (!isfinite(logits[(size_t)i * classes + k]))
+                return i;
+    return -1;
+}
+
+static void say_nonfinite(const char *dir, const char *file)
+{
+    fprintf(stderr,
+            "resnetd-calibrate: %s/%s: the FP32 logits are not finite: these weights do not make a working "
+            "network (activations overflow or are NaN)\n",
+            dir, file);
+}
+
+static void say_nonfinite_int8(const char *dir, const char *file)
+{
+    fprintf(stderr,
+            "resnetd-calibrate: %s/%s: the INT8 logits are not finite where FP32's are: the INT8 engine's FC "
+            "takes the pooled features as FP16, and these weights' exceed its range (65504)\n",
+            dir, file);
+}
+
 /* Makes the table of o->images with the FP32 engine e into *t. */
 static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o,
                      calib_table *t)
@@ -308,6 +337,11 @@ static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, c
             goto out;
         if (engine_submit(e, 0, n, err, sizeof err) != 0 || engine_wait(e, 0, err, sizeof err) != 0) {
             fprintf(stderr, "resnetd-calibrate: inference failed: %s\n", err);
+            goto out;
+        }
+        int bad = first_nonfinite(e->logits[0], n, e->classes);
+        if (bad >= 0) {
+            say_nonfinite(o->images, files[next - n + bad]);
             goto out;
         }
         used += n;
@@ -389,6 +423,15 @@ static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, con
         if (engine_infer(f32, images, n, a, err, sizeof err) != 0 ||
             engine_infer(i8, images, n, b, err, sizeof err) != 0) {
             fprintf(stderr, "resnetd-calibrate: inference failed: %s\n", err);
+            goto out;
+        }
+        int bad = first_nonfinite(a, n, classes);
+        if (bad >= 0) {
+            say_nonfinite(o->check, files[next - n + bad]);
+            goto out;
+        }
+        if ((bad = first_nonfinite(b, n, classes)) >= 0) {
+            say_nonfinite_int8(o->check, files[next - n + bad]);
             goto out;
         }
         for (int i = 0; i < n; i++, done++) {
