@@ -1054,10 +1054,11 @@ END_TEST
 
 /* ---- softmax + top-k ------------------------------------------------------------ */
 
-START_TEST(softmax_topk_matches_reference)
+/* N images of C classes, top K: the biased logits written back, the k
+ * best in order (ties to the lower index), their probabilities. */
+static void check_softmax_topk(int N, int C, int K)
 {
-    enum { N = 7, C = 1000, K = 5 };
-    float *logits = rand_array((size_t)N * C, 8.0f), *bias = rand_array(C, 2.0f);
+    float *logits = rand_array((size_t)N * C, 8.0f), *bias = rand_array((size_t)C, 2.0f);
     /* Ties: integer bias, and whole-number logits in odd rows (a few values
      * each many times), where the lower index must come first. */
     for (int j = 0; j < C; j++)
@@ -1065,13 +1066,13 @@ START_TEST(softmax_topk_matches_reference)
     for (int b = 1; b < N; b += 2)
         for (int j = 0; j < C; j++)
             logits[(size_t)b * C + j] = roundf(logits[(size_t)b * C + j]);
-    float *out = malloc((size_t)N * C * sizeof *out), prob[N * K];
-    int idx[N * K];
+    float *out = malloc((size_t)N * C * sizeof *out), *prob = malloc((size_t)N * K * sizeof *prob),
+          *row = malloc((size_t)C * sizeof *row);
+    int *idx = malloc((size_t)N * K * sizeof *idx), *ref = malloc((size_t)K * sizeof *ref);
     char err[256];
-    ck_assert_ptr_nonnull(out);
+    ck_assert(out && prob && row && idx && ref);
     ck_assert_msg(gpu_test_softmax_topk(logits, bias, N, C, K, out, idx, prob, err, sizeof err) == 0, "%s", err);
     for (int b = 0; b < N; b++) {
-        float row[C];
         double sum = 0, mx = -INFINITY;
         for (int j = 0; j < C; j++) {
             row[j] = logits[(size_t)b * C + j] + bias[j];
@@ -1080,17 +1081,30 @@ START_TEST(softmax_topk_matches_reference)
         }
         for (int j = 0; j < C; j++)
             sum += exp(row[j] - mx);
-        int ref[K];
         testutil_topk(row, C, K, ref);
         for (int r = 0; r < K; r++) {
-            ck_assert_int_eq(idx[b * K + r], ref[r]);
+            ck_assert_msg(idx[b * K + r] == ref[r], "%d classes, top %d: image %d rank %d: %d vs %d", C, K, b, r,
+                          idx[b * K + r], ref[r]);
             double p = exp(row[ref[r]] - mx) / sum;
-            ck_assert_msg(fabs(prob[b * K + r] - p) <= 1e-5 * p + 1e-9, "prob %d,%d: %g vs %g", b, r, prob[b * K + r], p);
+            ck_assert_msg(fabs(prob[b * K + r] - p) <= 1e-5 * p + 1e-9, "prob %d,%d: %g vs %g", b, r,
+                          prob[b * K + r], p);
         }
     }
     free(logits);
     free(bias);
     free(out);
+    free(prob);
+    free(row);
+    free(idx);
+    free(ref);
+}
+
+START_TEST(softmax_topk_matches_reference)
+{
+    check_softmax_topk(7, 1000, 5);  /* ImageNet's head; fewer images than a block's warps take */
+    check_softmax_topk(13, 10, 8);   /* a fine-tune's head, TOPK_MAX, a last block part full */
+    check_softmax_topk(9, 3001, 3);  /* more classes than 32 lanes x 32 */
+    check_softmax_topk(1, 7, 7);     /* every class ranked */
 }
 END_TEST
 
