@@ -171,3 +171,20 @@ size_t cpu_engine_no_device_memory(void *ctx)
     (void)ctx;
     return 0;
 }
+
+CPU_VECTOR_CLONES
+void cpu_engine_fc(const float *f, const float *w, const float *b, int classes, int features, float *logits)
+{
+    enum { LANES = 16 };
+    for (int k = 0; k < classes; k++) {
+        const float *wk = w + (size_t)k * features;
+        float part[LANES] = {0};
+        for (int c = 0; c + LANES <= features; c += LANES)
+            for (int j = 0; j < LANES; j++)
+                part[j] += f[c + j] * wk[c + j];
+        float s = 0.0f;
+        for (int j = 0; j < LANES; j++)
+            s += part[j];
+        logits[k] = s + b[k];
+    }
+}

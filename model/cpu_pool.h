@@ -65,4 +65,20 @@ int cpu_engine_wait(void *ctx, int slot, char *err, size_t errlen);
 /* Their device and pinned memory: none. */
 size_t cpu_engine_no_device_memory(void *ctx);
 
+/* GCC's function multi-versioning: the widest vector ISA is picked at load
+ * time, the loops are plain C either way. With -ffp-contract=off every
+ * clone does the same float operations, so the results are the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_VECTOR_CLONES __attribute__((target_clones("arch=icelake-server", "arch=skylake-avx512", "avx2", "default")))
+#else
+#define CPU_VECTOR_CLONES
+#endif
+
+/* The FC of one image: logits[k] = (sum over 16 lanes of lane j's partial
+ * sum of f[c] * w[k][c], c = j, j + 16, ...) + b[k]; features is
+ * RESNET18_FEATURES long. The order is fixed and per image, so an image's
+ * logits do not depend on the batch it came in (a GEMM's would: its sums
+ * depend on where a row falls in its tiles). Both CPU engines use it. */
+void cpu_engine_fc(const float *f, const float *w, const float *b, int classes, int features, float *logits);
+
 #endif

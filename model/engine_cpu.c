@@ -19,9 +19,16 @@
  *    about 1 MiB. Used when the CPU has AVX-512F. It exists because Debian's
  *    OpenBLAS 0.3.21 does not recognise newer Xeons and falls back to its
  *    AVX2 Haswell kernels, which are slower than PyTorch.
- *  - blas: im2col in chunks of up to 32 MiB, cblas_sgemm (OpenBLAS threads
- *    it), epilogue pass. The portable path. RESNETD_CPU_GEMM=blas (or
- *    =avx512) forces a choice; the tests run both against torchvision.
+ *  - blas: im2col in chunks of up to 32 MiB, one cblas_sgemm per image
+ *    (OpenBLAS threads it), epilogue pass. The portable path.
+ *    RESNETD_CPU_GEMM=blas (or =avx512) forces a choice; the tests run both
+ *    against torchvision.
+ *
+ * Batch invariance: an image's logits are the same bits at any position in
+ * any batch, on both back ends. The avx512 kernel sums every output in one
+ * fixed order whatever tile its row falls in; the blas back end gives each
+ * image a GEMM of its own, always of the same shape; the average pool and
+ * the FC run per image (cpu_engine_fc). tests/test_engine_cpu.c checks it.
  *
  * Every buffer is allocated at create for max_batch; submit computes
  * synchronously (under a mutex, since the scratch is shared by the slots) and
@@ -395,31 +402,37 @@ static void conv_avx512_unit(void *ctx, int u, int tid)
 
 /* ---- the other layers and the blas back end ------------------------------ */
 
-/* One conv layer on the blas back end: im2col in chunks, OpenBLAS threads the
- * GEMM, then the epilogue pass. Runs on the calling thread only. */
+/* One conv layer on the blas back end: im2col of as many whole images as
+ * the workspace holds, one cblas_sgemm per image (OpenBLAS threads it),
+ * then the epilogue pass. One GEMM per image, always of the same shape:
+ * a GEMM's sums for a row depend on where the row falls in its tiles, so
+ * a GEMM over the whole batch would give an image different bits at
+ * another position or batch size. Runs on the calling thread only. */
 static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
 {
     const resnet18_conv_desc *d = L->d;
-    const int M = n * d->out_h * d->out_h, N = d->cout, K = L->K;
+    const int rows = d->out_h * d->out_h, N = d->cout, K = L->K;
     const float *in = e->act[L->src];
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
-    int chunk = (int)(e->ws_floats * e->nthreads / (size_t)K);
+    int chunk = (int)(e->ws_floats * e->nthreads / ((size_t)rows * K));   /* images per im2col */
     if (chunk < 1)
         chunk = 1;
-    for (int m0 = 0; m0 < M; m0 += chunk) {
-        int rows = imin(chunk, M - m0);
-        im2col_rows(d, in, L->src_pad, m0, rows, M, e->ws, K);
-        float *C = out + (size_t)m0 * N;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0f, e->ws, K, L->w, K,
-                    0.0f, C, N);
-        const float *R = res ? res + (size_t)m0 * N : NULL;
-        for (int r = 0; r < rows; r++) {
-            float *c = C + (size_t)r * N;
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        int imgs = imin(chunk, n - i0);
+        size_t m0 = (size_t)i0 * rows;
+        im2col_rows(d, in, L->src_pad, (int)m0, imgs * rows, n * rows, e->ws, K);
+        for (int i = 0; i < imgs; i++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, N, K, 1.0f, e->ws + (size_t)i * rows * K, K,
+                        L->w, K, 0.0f, out + (m0 + (size_t)i * rows) * N, N);
+        float *C = out + m0 * N;
+        const float *R = res ? res + m0 * N : NULL;
+        for (size_t r = 0; r < (size_t)imgs * rows; r++) {
+            float *c = C + r * N;
             for (int j = 0; j < N; j++) {
                 float v = c[j] + L->b[j];
                 if (R)
-                    v += R[(size_t)r * N + j];
+                    v += R[r * N + j];
                 if (d->relu && v < 0.0f)
                     v = 0.0f;
                 c[j] = v;
@@ -492,12 +505,14 @@ static void maxpool_unit(void *ctx, int u, int tid)
     }
 }
 
-/* Global average pool of image `img` of the last conv's output. */
-static void avgpool_unit(void *ctx, int img, int tid)
+/* Global average pool of image `img` of the last conv's output, then the
+ * FC (cpu_engine_fc): per image, so its logits are the same whatever
+ * batch it is in. */
+static void head_unit(void *ctx, int img, int tid)
 {
     cpu_engine *e = ctx;
     const cpu_layer *L = &e->layer[RESNET18_NUM_CONVS - 1];
-    const int h = L->d->out_h, C = L->d->cout;
+    const int h = L->d->out_h, C = L->d->cout, classes = e->pub.classes;
     float *f = e->feat + (size_t)img * C;
     (void)tid;
     for (int c = 0; c < C; c++)
@@ -510,24 +525,8 @@ static void avgpool_unit(void *ctx, int img, int tid)
         }
     for (int c = 0; c < C; c++)
         f[c] /= (float)(h * h);
-}
-
-/* FC for all images, unit u's share of the classes. */
-static void fc_unit(void *ctx, int u, int tid)
-{
-    cpu_engine *e = ctx;
-    int lo, hi;
-    (void)tid;
-    const int classes = e->pub.classes;
-    cpu_pool_split(classes, e->nthreads, u, &lo, &hi);
-    float *logits = e->pub.logits[e->job.slot];
-    for (int img = 0; img < e->job.n; img++)
-        memcpy(logits + (size_t)img * classes + lo, e->fc_b + lo,
-               (size_t)(hi - lo) * sizeof(float));
-    if (hi > lo)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e->job.n, hi - lo, RESNET18_FEATURES,
-                    1.0f, e->feat, RESNET18_FEATURES, e->fc_w + (size_t)lo * RESNET18_FEATURES,
-                    RESNET18_FEATURES, 1.0f, logits + lo, classes);
+    cpu_engine_fc(f, e->fc_w, e->fc_b, classes, RESNET18_FEATURES,
+                  e->pub.logits[e->job.slot] + (size_t)img * classes);
 }
 
 /* Zeroes tensor t's border for n images: its buffer may have held another
@@ -586,8 +585,7 @@ static void forward(void *ctx, int slot, int n)
             cpu_pool_run(&e->pool, maxpool_unit, e, e->job.small_units);
         }
     }
-    cpu_pool_run(&e->pool, avgpool_unit, e, n);
-    cpu_pool_run(&e->pool, fc_unit, e, e->nthreads);
+    cpu_pool_run(&e->pool, head_unit, e, n);
 }
 
 /* ---- engine interface ------------------------------------------------------ */

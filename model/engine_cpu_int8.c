@@ -75,14 +75,6 @@
 typedef enum { TILE_GENERIC, TILE_AVX2, TILE_VNNI, TILE_AMX, NTILES } i8_tile;
 static const char *const tile_names[NTILES] = {"generic", "avx2", "vnni", "amx"};
 
-/* GCC's function multi-versioning picks the widest vector ISA at load
- * time; the loops are plain C either way. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VECTOR_CLONES __attribute__((target_clones("arch=icelake-server", "arch=skylake-avx512", "avx2", "default")))
-#else
-#define VECTOR_CLONES
-#endif
-
 typedef struct i8_layer {
     const resnet18_conv_desc *d;
     int K, Kp;              /* k*k*cin; padded to a multiple of KBLK */
@@ -140,7 +132,7 @@ static void *alloc_bytes(size_t n)
 /* out[r][j] = sum_k a[r][k] * w[j][k] for MR rows (stride lda) and NR
  * weight rows (stride ldw), Kp a multiple of KBLK. Exact: int32 never
  * overflows for ResNet18's K (see int8.h). */
-VECTOR_CLONES
+CPU_VECTOR_CLONES
 static void dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restrict w, size_t ldw, int Kp,
                      int32_t out[MR][NR])
 {
@@ -615,7 +607,7 @@ static void quantize_input_unit(void *ctx, int u, int tid)
 /* 3x3/2 pad-1 max pool of the stem's int8 output. C is a constant so
  * that GCC vectorises the channel loop (a byte at a time, it took 9% of
  * the engine's time). */
-VECTOR_CLONES
+CPU_VECTOR_CLONES
 static void maxpool_unit(void *ctx, int u, int tid)
 {
     i8_engine *e = ctx;
@@ -644,13 +636,11 @@ static void maxpool_unit(void *ctx, int u, int tid)
     }
 }
 
-/* Average pool of image `img` of the last conv's FP32 output, then the FC,
- * as model/int8.h says. The FC sums each class in 16 partial sums (lane j
- * takes features j, j + 16, ...) added in a fixed order at the end:
- * int8.h leaves the FC's order free, and independent lanes let GCC
- * vectorise without reassociating (one sum a class took 8% of the engine's
- * time once the convs ran on AMX). */
-VECTOR_CLONES
+/* Average pool of image `img` of the last conv's FP32 output, then the FC
+ * (cpu_engine_fc), as model/int8.h says: int8.h leaves the FC's order
+ * free, and cpu_engine_fc's independent lanes let GCC vectorise without
+ * reassociating (one sum a class took 8% of the engine's time once the
+ * convs ran on AMX). */
 static void head_unit(void *ctx, int img, int tid)
 {
     i8_engine *e = ctx;
@@ -665,19 +655,7 @@ static void head_unit(void *ctx, int img, int tid)
             s += src[(size_t)p * C];
         f[c] = int8_round_half((float)(s / hw));
     }
-    float *logits = e->pub.logits[e->slot] + (size_t)img * classes;
-    enum { LANES = 16 };
-    for (int k = 0; k < classes; k++) {
-        const float *w = e->fc_w + (size_t)k * RESNET18_FEATURES;
-        float part[LANES] = {0};
-        for (int c = 0; c < RESNET18_FEATURES; c += LANES)
-            for (int j = 0; j < LANES; j++)
-                part[j] += f[c + j] * w[c + j];
-        float s = 0.0f;
-        for (int j = 0; j < LANES; j++)
-            s += part[j];
-        logits[k] = s + e->fc_b[k];
-    }
+    cpu_engine_fc(f, e->fc_w, e->fc_b, classes, RESNET18_FEATURES, e->pub.logits[e->slot] + (size_t)img * classes);
 }
 
 static void run_conv(i8_engine *e, int i)

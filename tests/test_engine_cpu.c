@@ -2,7 +2,8 @@
  * on every GEMM back end this CPU can run (avx512, blas): random images,
  * the torchvision input tensors of the test JPEGs, F16/BF16 weight files, a
  * 10-class fine-tuned head, max-batch enforcement with batch-size
- * independence, and images given as normalised FP32 tensors
+ * independence, bit-identical logits at any batch position and size, and
+ * images given as normalised FP32 tensors
  * (engine.input_f32) beside uint8 ones. Output buffers are
  * poisoned with NaN before every run, so stale logits cannot pass. */
 #include <math.h>
@@ -13,6 +14,7 @@
 #include "model/npy.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
+#include "tests/invariance.h"
 #include "tests/testutil.h"
 
 #define REL_L2_MAX 1e-5
@@ -374,6 +376,33 @@ START_TEST(any_batch_size_gives_per_image_logits)
 }
 END_TEST
 
+/* The same image gives the same bits at every position of every batch size
+ * 1..8, beside other images (tests/invariance.h): what a cache, an A/B test
+ * or an audit downstream relies on. A GEMM over the whole batch broke it on
+ * the blas back end (a row's sums depended on its place in the tiles). */
+START_TEST(same_image_same_bits_at_any_position_and_batch_size)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    load_weights("weights.safetensors", &w);
+    npy_array img;
+    load_npy("random_u8.npy", "|u1", &img);
+    ck_assert_int_ge((int)img.shape[0], 8);
+    const int max = 8;
+    engine *e = make_engine(_i, &w, max);
+    weights_free(&w);
+    if (e) {
+        int sizes[8];
+        int n = invariance_all_sizes(max, sizes);
+        /* Probes: a noise image and a photo-like one; three more fill. */
+        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n,
+                         backends[_i], 1);
+        engine_destroy(e);
+    }
+    npy_free(&img);
+}
+END_TEST
+
 /* 1 thread (no workers), 2, and 3 (more than this machine may have; layer
  * splits by rows and by columns both occur) agree per image. */
 START_TEST(thread_count_does_not_change_logits)
@@ -427,6 +456,7 @@ static Suite *engine_cpu_suite(void)
     tcase_add_loop_test(tc, batch_outside_1_to_max_is_rejected, 0, NBACKENDS);
     tcase_add_loop_test(tc, any_batch_size_gives_per_image_logits, 0, NBACKENDS);
     tcase_add_loop_test(tc, thread_count_does_not_change_logits, 0, NBACKENDS);
+    tcase_add_loop_test(tc, same_image_same_bits_at_any_position_and_batch_size, 0, NBACKENDS);
     suite_add_tcase(s, tc);
     return s;
 }

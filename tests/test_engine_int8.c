@@ -13,7 +13,8 @@
  *
  * Every GEMM tile the CPU has (AMX, AVX512-VNNI, AVX2, generic) is
  * checked, and all must give the same bits. Also: batch size and thread
- * count change nothing (bit for bit), tables
+ * count change nothing (bit for bit; on every tile, the same image at any
+ * position of any batch size 1..8), tables
  * round-trip exactly, bad tables are refused with a reason, and
  * engine_create refuses INT8 without a table or with another weights'. */
 #include <math.h>
@@ -25,6 +26,7 @@
 #include "model/engine.h"
 #include "model/npy.h"
 #include "model/resnet18.h"
+#include "tests/invariance.h"
 #include "tests/testutil.h"
 
 #define REL_L2_MAX 1e-5
@@ -257,6 +259,33 @@ START_TEST(every_int8_tile_gives_the_same_bits)
 END_TEST
 
 /* Per-image results do not depend on the batch or the threads: bit for bit. */
+/* On every tile the CPU has: the same image gives the same bits at every
+ * position of every batch size 1..8, beside other images. */
+START_TEST(same_image_same_bits_at_any_position_and_batch_size)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    calib_table t;
+    load_weights(&w);
+    load_table(&t);
+    npy_array img;
+    load_npy("random_u8.npy", "|u1", &img);
+    ck_assert_int_ge((int)img.shape[0], 8);
+    const int max = 8;
+    engine *e = make_kernel_engine(_i, &w, &t, max);
+    weights_free(&w);
+    if (e) {
+        int sizes[8];
+        int n = invariance_all_sizes(max, sizes);
+        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n,
+                         kernels[_i], 1);
+        engine_destroy(e);
+    }
+    ck_assert_int_eq(unsetenv("RESNETD_CPU_INT8_GEMM"), 0);
+    npy_free(&img);
+}
+END_TEST
+
 START_TEST(batch_size_and_threads_change_nothing)
 {
     resnet18_weights w;
@@ -486,6 +515,7 @@ static Suite *engine_int8_suite(void)
     tcase_add_loop_test(tc, fp32_input_tensors_match_the_torch_int8_emulation, 0, NKERNELS);
     tcase_add_test(tc, every_int8_tile_gives_the_same_bits);
     tcase_add_test(tc, batch_size_and_threads_change_nothing);
+    tcase_add_loop_test(tc, same_image_same_bits_at_any_position_and_batch_size, 0, NKERNELS);
     tcase_add_test(tc, int8_is_refused_without_a_table_or_with_another_weights_table);
     tcase_add_test(tc, non_finite_fp32_input_gives_finite_logits);
     tcase_add_test(tc, tables_round_trip_every_float_exactly);
