@@ -52,6 +52,20 @@ static int check_decode(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+static int check_bool(const char *v, char *err, size_t errlen)
+{
+    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) {
+        snprintf(err, errlen, "'%s' is not true or false", v);
+        return -1;
+    }
+    return 0;
+}
+
+int config_bool(const char *v)
+{
+    return strcmp(v, "true") == 0;
+}
+
 static int check_preferred(const char *v, char *err, size_t errlen)
 {
     int sizes[CONFIG_MAX_PREFERRED];
@@ -78,6 +92,10 @@ static const config_option options[] = {
     { "calibration", STR(calibration), "",
       "INT8 calibration table made by resnetd-calibrate for the weights; required with precision int8, "
       "unused otherwise", NULL },
+    { "deterministic", STR(deterministic), "false",
+      "true: an image's scores are the same bits whatever batch it is in and wherever it sits in it, on every "
+      "engine (CUDA FP16/FP32 then plan without split-K: slower at small batches); false: the CPU engines and "
+      "CUDA INT8 are so anyway, CUDA FP16/FP32 may differ in the last bits", check_bool },
     { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
       "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },
     { "max_queue_delay_us", INT_AUTO(max_queue_delay_us, 0, 10000000), "auto",

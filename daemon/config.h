@@ -23,6 +23,7 @@ typedef struct config {
     char device[32];              /* cpu, cuda, cuda:N, auto */
     char precision[16];           /* fp32, fp16, int8, default */
     char calibration[CONFIG_PATH_MAX]; /* INT8 calibration table; "" = none */
+    char deterministic[8];        /* "true", "false": engine_config.deterministic */
     long max_batch_size;          /* images per engine batch; auto per device */
     long max_queue_delay_us;      /* oldest image's longest wait for a fuller batch */
     char preferred_batch_sizes[256]; /* "4,8": comma list, "" = none */
@@ -47,6 +48,9 @@ typedef struct config {
 } config;
 
 typedef enum { CONFIG_STRING, CONFIG_INT, CONFIG_BYTES } config_type;
+
+/* "true" or "false" (config_check_bool has accepted it): 1 or 0. */
+int config_bool(const char *v);
 
 typedef struct config_option {
     const char *name;      /* file key; the flag is --name with '_' -> '-' */

@@ -73,6 +73,7 @@ static engine *create_engine(const config *given, engine_device d, int index, co
     config_resolve(resolved, ec.device == ENGINE_DEVICE_CUDA, ncpus);
     ec.max_batch = (int)resolved->max_batch_size;
     ec.threads = (int)given->engine_threads;
+    ec.deterministic = config_bool(given->deterministic);
     engine *e = engine_create(w, &ec, err, errlen);
     if (!e)
         return NULL;
@@ -335,7 +336,7 @@ int main(int argc, char **argv)
 
     response_service svc = {
         .device = device, .device_index = e->device_index, .engines = engines, .precision = precision,
-        .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
+        .deterministic = e->deterministic, .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
         .preferred_batch_sizes = rc.preferred_batch_sizes, .queue_capacity = (int)rc.queue_capacity,
         .request_timeout_ms = rc.request_timeout_ms, .max_body_bytes = rc.max_body_bytes,
         .max_pixels = rc.max_pixels, .decode = dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "gpu-exact" : "gpu") : "cpu",

@@ -66,12 +66,12 @@ char *response_error(int status, const char *code, const char *message, size_t *
 
 char *response_model(const response_service *svc, const served_model *m, size_t *len)
 {
-    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:b, s:i, s:i, s:{s:s, s:i}, s:{s:i, s:I, s:s, s:i, s:I},"
+    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:s, s:b, s:b, s:i, s:i, s:{s:s, s:i}, s:{s:i, s:I, s:s, s:i, s:I},"
                           " s:{s:s, s:s, s:I}, s:{s:I, s:I}, s:{s:i, s:i, s:i}}",
                           "name", "resnet18", "version", m->version, "device", svc->device,
                           "device_index", svc->device_index,
                           "precision", svc->precision, "decode", svc->decode ? svc->decode : "cpu",
-                          "synthetic_weights", m->synthetic,
+                          "deterministic", svc->deterministic, "synthetic_weights", m->synthetic,
                           "classes", m->classes, "label_count", m->lab.count,
                           "labels", "path", m->labels_path, "count", m->lab.count,
                           "batching", "max_batch_size", svc->max_batch_size,

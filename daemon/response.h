@@ -17,6 +17,7 @@ typedef struct response_service {
     const char *engines;        /* every engine's device: "cpu", "cuda:0,cuda:1" */
     const char *precision;      /* "fp32", "fp16" */
     const char *decode;         /* where JPEGs are decoded: "gpu", "cpu" */
+    int deterministic;          /* the engines' logits are batch invariant (engine.deterministic) */
     int max_batch_size;
     long max_queue_delay_us;
     const char *preferred_batch_sizes;

@@ -2027,17 +2027,23 @@ struct f32_entry {
     f32_kernel_fn fn;
 };
 
+// Tile families (conv_tile_info.family; tests/test_gpu_kernels.c checks
+// each and prints whether two agree). FP16's mma.sync, wgmma and patch
+// kernels all give the same bits (H200, every test shape): one family. FP32's
+// SIMT and 3xTF32 tiles round differently: two. INT8's sums are exact.
+enum { FAMILY_MMA = 0, FAMILY_WGMMA = 0, FAMILY_SWAP = 0, FAMILY_SIMT = 0, FAMILY_3XTF32 = 1 };
+
 // Names and info.bk of INT8 tiles count int8 elements (bytes): twice the
 // halves of the kernel's own BK.
 #define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_MMA}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>,                                       \
      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, NULL}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_MMA}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0, NULL}
@@ -2047,7 +2053,7 @@ struct f32_entry {
 // stages (gpu/NOTES.md), not at 128 x 128, whose two CTAs an SM a fourth
 // stage would cost.
 #define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                          \
-    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0}, \
+    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0, FAMILY_WGMMA}, \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                            \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>,                                             \
      (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0,                               \
@@ -2060,19 +2066,19 @@ struct f32_entry {
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
-      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0},                                                         \
+      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0, FAMILY_SWAP},                                                         \
      conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0, NULL}
 // INT8's 128-channel patch kernel, also with the shortcut (its pixels and
 // weights in shared memory after the byte tiles).
 #define SWAP_SC_TILE(TP, MINB)                                                                                   \
-    {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0},                   \
+    {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0, FAMILY_SWAP},                   \
      conv3x3_swap_kernel<true, TP, MINB, 128>, conv3x3_swap_kernel<true, TP, MINB, 128, true>,                    \
      SWAP_SMEM(true, TP, 128) + 2 * (TP) * 64 + 64 * 64, 0, NULL}
 #define F32_TILE(BM, BN) \
-    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0}, conv2d_igemm_f32_kernel<BM, BN>}
+    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0, FAMILY_SIMT}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
     {{"3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                  \
-      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0}, \
+      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_3XTF32}, \
      conv2d_igemm_3xtf32_kernel<BM, BN, BK, WM, WN, ST, MINB>}
 
 static f16_entry kTilesF16[] = {
@@ -2294,7 +2300,8 @@ static int tile_ctas(int kind, int tile, const conv_shape *s)
 
 // Split-K for a tile: when its CTAs would fill under half the GPU, split K
 // so that about one full wave runs, keeping at least 4 k tiles per split.
-static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_sms)
+// unsplit: never.
+static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_sms, int unsplit)
 {
     const conv_tile_info *t = conv_tile_get(kind, tile);
     long M = (long)s->n * s->oh * s->ow;
@@ -2302,7 +2309,7 @@ static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_
     long slots = (long)num_sms * tile_ctas(kind, tile, s);
     int kt = (conv_k(*s) + t->bk - 1) / t->bk;
     conv_plan p = {tile, 1, kt};
-    if (!t->halo && !(kind == CONV_INT8 && s->c2 > 0) && ctas * 2 <= slots) {  // INT8's shortcut: no split
+    if (!unsplit && !t->halo && !(kind == CONV_INT8 && s->c2 > 0) && ctas * 2 <= slots) {  // INT8's shortcut: no split
         long want = slots / ctas;
         int splits = (int)(want < 16 ? want : 16);
         if (splits > kt / 4)
@@ -2315,28 +2322,48 @@ static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_
     return p;
 }
 
-int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *out, int max)
+// Tile i may run shape s under filter f.
+static int tile_allowed(int kind, int i, const conv_shape *s, const conv_filter *f)
+{
+    const conv_tile_info *t = conv_tile_get(kind, i);
+    return t->usable && conv_tile_fits(kind, i, s) && (!f || f->family < 0 || t->family == f->family);
+}
+
+int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, const conv_filter *f, conv_plan *out, int max)
 {
     int n = 0;
     for (int i = 0; i < conv_tile_count(kind) && n < max; i++)
-        if (conv_tile_get(kind, i)->usable && conv_tile_fits(kind, i, s))
-            out[n++] = plan_for_tile(kind, i, s, num_sms);
+        if (tile_allowed(kind, i, s, f))
+            out[n++] = plan_for_tile(kind, i, s, num_sms, f && f->unsplit);
     return n;
+}
+
+int conv_plans_same_bits(int kind, const conv_plan *a, const conv_plan *b)
+{
+    if (kind == CONV_INT8)
+        return 1;
+    const conv_tile_info *ta = conv_tile_get(kind, a->tile), *tb = conv_tile_get(kind, b->tile);
+    return ta && tb && ta->family == tb->family && a->splits == 1 && b->splits == 1;
 }
 
 // Estimated time of a plan: the waves of CTAs it takes, each as long as a
 // tile's work divided by how well that tile shape uses the SM (bigger tiles
 // reuse each loaded byte more), plus the split-K epilogue's traffic.
-conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms)
+// Without an allowed general tile, the first allowed one.
+conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms, const conv_filter *f)
 {
     long M = (long)s->n * s->oh * s->ow;
-    conv_plan best = plan_for_tile(kind, 0, s, num_sms);
+    conv_plan best = {-1, 1, 1};
     double best_t = 1e300;
     for (int i = 0; i < conv_tile_count(kind); i++) {
-        const conv_tile_info *t = conv_tile_get(kind, i);
-        if (!t->usable || t->halo || !conv_tile_fits(kind, i, s))
+        if (!tile_allowed(kind, i, s, f))
             continue;
-        conv_plan p = plan_for_tile(kind, i, s, num_sms);
+        const conv_tile_info *t = conv_tile_get(kind, i);
+        conv_plan p = plan_for_tile(kind, i, s, num_sms, f && f->unsplit);
+        if (best.tile < 0)
+            best = p;
+        if (t->halo)
+            continue;
         int per_sm = tile_ctas(kind, i, s);
         long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn) * p.splits;
         long slots = (long)num_sms * per_sm;
@@ -2351,6 +2378,8 @@ conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms)
             best = p;
         }
     }
+    if (best.tile < 0)
+        best = plan_for_tile(kind, 0, s, num_sms, f && f->unsplit);
     return best;
 }
 

@@ -64,6 +64,17 @@
 // conv2 back to back against conv2 with it inside. In FP32
 // the candidates are SIMT and 3xTF32 tiles, both within ~1e-6 of FP32.
 //
+// Batch invariance. An image's logits are the same bits at any position of
+// any batch size when every bucket's kernels compute each output in the
+// same order. INT8 does by construction (int32 sums are exact, split-K or
+// not; the epilogues are one formula). The FC runs as cuBLAS GEMMs of
+// FC_COLS images each, all of one shape, whatever the bucket. FP16 and FP32
+// differ between buckets only through split-K, whose partial sums round
+// otherwise than one running sum, and (FP32) through SIMT against 3xTF32
+// tiles; engine_config.deterministic plans them without split-K and with
+// the largest bucket's tile family at every bucket (plan_filter), which
+// costs small batches: protocol/API.md has the figures.
+//
 // Graphs. Each bucket's forward pass is one CUDA graph per slot. On 9.0
 // devices its kernels may launch programmatically (gpu/kernels.cuh), each
 // kernel's launch and prologue under the tail of the one before; the engine
@@ -86,6 +97,10 @@
 #define STEM_C 4   // stem input channels after padding RGB
 #define STEM_KW 8  // stem taps per row after padding 7 -> 8
 #define BLAS_WORKSPACE (8u << 20)
+// The FC runs as GEMMs of FC_COLS images each, every one of the same shape:
+// cuBLAS picks its kernel by shape, so one GEMM over a whole bucket would
+// give an image other bits at another batch size.
+#define FC_COLS 64
 
 // Tensors of one forward pass, in the order they are produced.
 enum { T_IMG = NCONV, T_POOL = NCONV + 1, NTENSORS = NCONV + 2 };  // 0..19: conv outputs
@@ -99,7 +114,8 @@ typedef struct cuda_slot {
     float *d_f32;          // [max_batch][3][224][224]: FP32 input images
     int *h_which, *d_which;  // [max_batch]: i when image i is in d_f32, else -1
     int which_set;         // d_which names some image (else it is all -1)
-    float *h_logits, *d_logits;  // [max_batch][classes]
+    float *h_logits;  // [max_batch][classes]
+    float *d_logits;  // [fc_rows][classes]
     int *h_idx, *d_idx;          // [max_batch][topk]
     float *h_prob, *d_prob;      // [max_batch][topk]
     cudaGraphExec_t graph[MAX_BUCKETS];
@@ -115,6 +131,8 @@ typedef struct cuda_engine {
     unsigned char ds_in[MAX_BUCKETS][NCONV];  // INT8: at this bucket conv i runs its downsample inside
     int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
     int pool_mode;    // INT8: the average pool inside the last conv where its plan allows (pool_inside)
+    int deterministic;  // float kinds: plans without split-K, one tile family per conv (choose_plans)
+    int fc_rows;      // max_batch rounded up to FC_COLS: rows of feat and d_logits
     double *pool_part;  // [max_batch][2][512]: the pool's sums of images split between two tiles
     int *pool_cnt;      // [max_batch][512 / 64]: their meeting counts, 0 between passes
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
@@ -695,11 +713,17 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
     {
         cudaDataType_t t = ce->fc16 ? CUDA_R_16F : CUDA_R_32F;
         cublasComputeType_t ct = ce->fc16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
-        // Column-major: logits^T (classes x n) = W (512 x classes)^T * feat^T (512 x n).
+        // Column-major: logits^T (classes x FC_COLS) = W (512 x classes)^T * feat^T (512 x FC_COLS),
+        // per group of FC_COLS images (the last group's extra rows are
+        // fc_rows' padding: defined, unread).
         const int classes = ce->pub.classes;
-        CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, classes, n, RESNET18_FEATURES, &one,
-                                ce->fc_w, t, RESNET18_FEATURES, ce->feat, t, RESNET18_FEATURES, &zero, sl->d_logits,
-                                CUDA_R_32F, classes, ct, CUBLAS_GEMM_DEFAULT));
+        const size_t fsize = ce->fc16 ? sizeof(__half) : sizeof(float);
+        for (int c0 = 0; c0 < n; c0 += FC_COLS)
+            CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, classes, FC_COLS, RESNET18_FEATURES, &one,
+                                    ce->fc_w, t, RESNET18_FEATURES,
+                                    (const char *)ce->feat + (size_t)c0 * RESNET18_FEATURES * fsize, t,
+                                    RESNET18_FEATURES, &zero, sl->d_logits + (size_t)c0 * classes, CUDA_R_32F,
+                                    classes, ct, CUBLAS_GEMM_DEFAULT));
     }
     MARK();
     CUDA_TRY(softmax_topk_launch(sl->d_logits, ce->fc_b, n, ce->pub.classes, ce->topk, sl->d_idx, sl->d_prob, st));
@@ -724,13 +748,27 @@ static size_t plans_workspace(cuda_engine *ce)
                 continue;
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
             conv_plan c[MAX_CANDIDATES];
-            int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
+            int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, NULL, c, MAX_CANDIDATES);
             for (int j = 0; j < nc; j++) {
                 size_t w = conv_workspace_bytes(&sh, &c[j]);
                 most = w > most ? w : most;
             }
         }
     return most;
+}
+
+// The planner's filter for conv i at bucket b (NULL: any plan). Batch
+// invariance at the float kinds: no split-K, and at every bucket the tile
+// family of the largest bucket's plan, which is planned first. INT8's sums
+// are exact whatever the plan.
+static const conv_filter *plan_filter(const cuda_engine *ce, int b, int i, conv_filter *f)
+{
+    if (!ce->deterministic || ce->kind == CONV_INT8)
+        return NULL;
+    const int last = ce->nbuckets - 1;
+    f->unsplit = 1;
+    f->family = b == last ? -1 : conv_tile_get(ce->kind, ce->plan[last][i].tile)->family;
+    return f;
 }
 
 // The best of `runs` timings of enqueue(), after a warm-up run.
@@ -797,7 +835,7 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
     for (int r = 0; r < 3; r++)
         if (forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
             goto fail_quiet;
-    for (int b = 0; b < ce->nbuckets; b++)
+    for (int b = ce->nbuckets - 1; b >= 0; b--)  // the largest first: plan_filter
         for (int i = 0; i < NCONV; i++) {
             if (!conv_runs(ce, i))
                 continue;
@@ -806,7 +844,9 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
             for (int sc = ce->s8_ds == 2 && sc_max; sc <= sc_max; sc++) {
                 conv_shape sh = sc ? conv_shape_sc(ce, i, ce->buckets[b]) : conv_shape_for(ce, i, ce->buckets[b]);
                 conv_plan c[MAX_CANDIDATES];
-                int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, c, MAX_CANDIDATES);
+                conv_filter f;
+                int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, plan_filter(ce, b, i, &f), c,
+                                              MAX_CANDIDATES);
                 float t_best = 1e30f;
                 for (int j = 0; j < nc; j++) {
                     float t;
@@ -855,15 +895,16 @@ fail_quiet:
 // The cost model's plans, then (unless RESNETD_GPU_AUTOTUNE=0) measured ones.
 static int choose_plans(cuda_engine *ce, char *err, size_t errlen)
 {
-    for (int b = 0; b < ce->nbuckets; b++)
+    for (int b = ce->nbuckets - 1; b >= 0; b--)  // the largest first: plan_filter
         for (int i = 0; i < NCONV; i++) {
             if (!conv_runs(ce, i))
                 continue;
             conv_shape sh = conv_shape_for(ce, i, ce->buckets[b]);
-            ce->plan[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms);
+            conv_filter f;
+            ce->plan[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms, plan_filter(ce, b, i, &f));
             if (s8_shortcut_of(ce, i) >= 0) {  // inside, unless the timing below finds it slower
                 sh = conv_shape_sc(ce, i, ce->buckets[b]);
-                ce->plan_sc[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms);
+                ce->plan_sc[b][i] = conv_plan_pick(ce->kind, &sh, ce->num_sms, NULL);
                 ce->ds_in[b][i] = 1;
             }
         }
@@ -1142,7 +1183,7 @@ static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_idx, nb * topk * sizeof(int)));
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_prob, nb * topk * sizeof(float)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_in, nb * RESNET18_INPUT_BYTES));
-    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_logits, nb * classes * sizeof(float)));
+    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_logits, (size_t)ce->fc_rows * classes * sizeof(float)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_idx, nb * topk * sizeof(int)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_prob, nb * topk * sizeof(float)));
     // Padded bucket rows read whatever is in d_in: make that defined.
@@ -1188,6 +1229,9 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         return NULL;
     }
     ce->last_slot = -1;
+    ce->deterministic = cfg->deterministic != 0;
+    ce->pub.deterministic = ce->deterministic || ce->kind == CONV_INT8;
+    ce->fc_rows = (cfg->max_batch + FC_COLS - 1) / FC_COLS * FC_COLS;
     size_t nb = (size_t)cfg->max_batch;
 
     if (pthread_mutex_init(&ce->order, NULL) != 0) {
@@ -1277,7 +1321,11 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
         goto fail;
     for (int b = 0; b < ce->nbuf; b++)
         CUDA_TRY(dev_alloc(ce, &ce->buf[b], nb * ce->buf_bytes[b]));
-    CUDA_TRY(dev_alloc(ce, &ce->feat, nb * RESNET18_FEATURES * (ce->fc16 ? sizeof(__half) : sizeof(float))));
+    {
+        const size_t bytes = (size_t)ce->fc_rows * RESNET18_FEATURES * (ce->fc16 ? sizeof(__half) : sizeof(float));
+        CUDA_TRY(dev_alloc(ce, &ce->feat, bytes));
+        CUDA_TRY(cudaMemset(ce->feat, 0, bytes));  // the FC reads the padding rows
+    }
     if (ce->pool_mode) {
         CUDA_TRY(dev_alloc(ce, (void **)&ce->pool_part, nb * 2 * RESNET18_FEATURES * sizeof(double)));
         CUDA_TRY(dev_alloc(ce, (void **)&ce->pool_cnt, nb * (RESNET18_FEATURES / 64) * sizeof(int)));

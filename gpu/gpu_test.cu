@@ -72,6 +72,12 @@ extern "C" int gpu_test_conv_tile_usable(int kind, int tile)
     return t->usable;
 }
 
+extern "C" int gpu_test_conv_tile_family(int kind, int tile)
+{
+    const conv_tile_info *t = conv_tile_get(kind, tile);
+    return t ? t->family : -1;
+}
+
 // Tile `tile` with K split over `splits` CTAs (fewer when K is short; none
 // for a special kernel).
 static conv_plan test_plan(const conv_tile_info *info, int tile, int splits, const conv_shape *s)

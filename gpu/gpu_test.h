@@ -31,6 +31,9 @@ const char *gpu_test_conv_tile_name(int kind, int tile);
 /* 1 when this device runs the tile (wgmma tiles need compute capability 9.0),
  * 0 when not, -1 when the device cannot be queried. */
 int gpu_test_conv_tile_usable(int kind, int tile);
+/* The tile's family: without split-K, tiles of one family give every output
+ * the same bits (gpu/kernels.cuh, conv_plans_same_bits). */
+int gpu_test_conv_tile_family(int kind, int tile);
 
 /* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.
  * splits > 1 splits K over that many CTAs (fewer when K is short) and adds

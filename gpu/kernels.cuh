@@ -116,6 +116,8 @@ struct conv_tile_info {
     int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only
                         // (conv_tile_fits), no split-K; INT8: int8 outputs only
     int usable;         // filled by conv_init: the current device runs it
+    int family;         // tiles of one family (the same MMA instructions, K in the same order)
+                        // give every output the same bits when neither splits K
 };
 int conv_tile_count(int kind);
 const conv_tile_info *conv_tile_get(int kind, int tile);
@@ -137,10 +139,23 @@ int conv_persistent_cap(void);
 struct conv_plan {
     int tile, splits, kt_per_split;
 };
-// Every tile, each with the split the heuristic gives it; returns the count.
-int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, conv_plan *out, int max);
-// The plan a cost model picks (used when the engine does not autotune).
-conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms);
+// Which plans a planner may take. NULL: all. Batch invariance
+// (engine_config.deterministic) asks the float kinds for plans without
+// split-K (its partial sums round differently from one running sum) and,
+// once a layer's family is chosen, of that family only (family -1: any).
+struct conv_filter {
+    int unsplit;
+    int family;
+};
+// Every tile the filter allows, each with the split the heuristic gives it
+// (none when f->unsplit); returns the count.
+int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, const conv_filter *f, conv_plan *out, int max);
+// The plan a cost model picks among them (used when the engine does not autotune).
+conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms, const conv_filter *f);
+// 1 when plans a and b of shape s give every output the same bits: INT8's
+// int32 sums are exact, so any two; the float kinds' when the tiles are of
+// one family and neither splits K.
+int conv_plans_same_bits(int kind, const conv_plan *a, const conv_plan *b);
 // Workspace a plan needs (32-bit partial sums), 0 without split-K.
 size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
 // 1 when plan p can run INT8 conv s with the average pool inside

@@ -43,6 +43,11 @@ typedef struct engine_config {
     int max_batch;             /* >= 1 */
     int nslots;                /* 0: the engine's default */
     int threads;               /* CPU engine: 0 = all cores */
+    /* 1: an image's logits are the same bits at any position of any batch
+     * size on every path (the CPU engines and CUDA INT8 always are; CUDA
+     * FP16/FP32 then plan without split-K and one tile family per layer).
+     * protocol/API.md says what holds by default. */
+    int deterministic;
     /* INT8: the activation scales (caller's memory, read at create only).
      * engine_create refuses INT8 without one, or with one made for other
      * weights. */
@@ -70,6 +75,8 @@ typedef struct engine {
     int max_batch;
     int nslots;
     int classes;               /* logits per image: the weights' class count */
+    int deterministic;         /* resolved: 1 when an image's logits are the same bits
+                                * at any batch position and size (engine_config) */
     uint8_t *input[ENGINE_MAX_SLOTS];   /* [max_batch][224][224][3] */
     /* [max_batch] per slot, all NULL at creation: non-NULL input_f32[s][i]
      * is image i as a [3][224][224] FP32 tensor, already normalised (the

@@ -784,6 +784,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     e->pub.max_batch = cfg->max_batch;
     e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
     e->pub.classes = w->classes;
+    e->pub.deterministic = 1;   /* always: see the top of the file */
     e->avx512 = choose_avx512();
     int threads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     /* The blas back end leaves threading to OpenBLAS; the avx512 one uses the

@@ -852,6 +852,7 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     e->pub.max_batch = cfg->max_batch;
     e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
     e->pub.classes = w->classes;
+    e->pub.deterministic = 1;   /* integer convs, per-image head */
     e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     const char *force = getenv("RESNETD_CPU_INT8_GEMM");
     if (force && *force) {

@@ -195,7 +195,7 @@ def check_endpoints(opts, d):
     m = json.loads(body)
     sha = hashlib.sha256(read_file(os.path.join(opts.ref, "weights.safetensors"))).hexdigest()
     assert m["weights"]["sha256"] == sha, (m["weights"], sha)
-    assert m["device"] == "cpu" and m["precision"] == "fp32", m
+    assert m["device"] == "cpu" and m["precision"] == "fp32" and m["deterministic"] is True, m
     assert m["classes"] == m["label_count"] == m["labels"]["count"] == 1000, m
     assert m["labels"]["path"] == opts.labels and m["batching"]["max_batch_size"] >= 1, m
     text = d.metrics()

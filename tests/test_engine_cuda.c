@@ -20,6 +20,10 @@
  * (RESNETD_GPU_PDL=1: a kernel that read before its pdl_sync would read
  * the last batch's activations) and never.
  *
+ * Batch invariance: one image at every position of a sample of batch sizes
+ * up to 256, bit for bit, on every precision with engine_config
+ * .deterministic and on INT8 without it.
+ *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
  * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
  * skips the engine's tile timing at creation. */
@@ -34,6 +38,7 @@
 #include "model/int8.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
+#include "tests/invariance.h"
 #include "tests/testutil.h"
 
 #define POOL 24   /* distinct random images; batches draw from them */
@@ -441,6 +446,46 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
 }
 END_TEST
 
+/* Batch invariance (tests/invariance.h) at max batch 256, a sample of sizes
+ * that crosses every bucket edge: with engine_config.deterministic on every
+ * precision, and INT8 by default (its sums are exact whatever the plan).
+ * FP16 and FP32 without the option only say whether it held. */
+static void run_invariance(engine_precision p, int deterministic, int must_hold)
+{
+    static const int sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129,
+                                200, 255, 256};
+    static const int small[] = {1, 2, 3, 5, 8, 13, 16, 17};
+    const int nsizes = quick ? (int)(sizeof small / sizeof small[0]) : (int)(sizeof sizes / sizeof sizes[0]);
+    char err[256], what[96];
+    setup_once(&imagenet);
+    calib_table t;
+    if (p == ENGINE_PRECISION_INT8)
+        make_table(&imagenet.w, &t);
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = quick ? 17 : 256,
+                         .nslots = 2, .deterministic = deterministic,
+                         .calib = p == ENGINE_PRECISION_INT8 ? &t : NULL};
+    engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "%s", err);
+    snprintf(what, sizeof what, "cuda %s%s%s", engine_precision_name(p), deterministic ? " deterministic" : "",
+             getenv("RESNETD_GPU_POOL") ? " pool separate" : "");
+    invariance_check(e, pool, POOL, quick ? small : sizes, nsizes, what, must_hold);
+    engine_destroy(e);
+}
+
+START_TEST(same_image_same_bits_at_any_position_and_batch_size)
+{
+    run_invariance(ENGINE_PRECISION_FP16, 1, 1);
+    run_invariance(ENGINE_PRECISION_FP32, 1, 1);
+    run_invariance(ENGINE_PRECISION_INT8, 1, 1);
+    run_invariance(ENGINE_PRECISION_INT8, 0, 1);
+    setenv("RESNETD_GPU_POOL", "separate", 1);
+    run_invariance(ENGINE_PRECISION_INT8, 0, 1);
+    unsetenv("RESNETD_GPU_POOL");
+    run_invariance(ENGINE_PRECISION_FP16, 0, 0);
+    run_invariance(ENGINE_PRECISION_FP32, 0, 0);
+}
+END_TEST
+
 START_TEST(default_precision_is_fp16_and_layer_times_cover_every_op)
 {
     char err[256];
@@ -502,6 +547,10 @@ int main(void)
     tcase_add_test(heads, head_of_3_classes_ranks_only_3_on_the_gpu);
     tcase_add_test(api, default_precision_is_fp16_and_layer_times_cover_every_op);
     tcase_add_test(api, rejects_bad_slot_and_batch);
+    TCase *inv = tcase_create("invariance");
+    tcase_set_timeout(inv, 1200);
+    tcase_add_test(inv, same_image_same_bits_at_any_position_and_batch_size);
+    suite_add_tcase(s, inv);
     suite_add_tcase(s, fp32);
     suite_add_tcase(s, fp16);
     suite_add_tcase(s, heads);

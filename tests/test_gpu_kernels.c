@@ -194,6 +194,83 @@ START_TEST(conv_fp16_matches_reference_on_ragged_shapes_every_tile)
 }
 END_TEST
 
+/* Batch invariance (engine_config.deterministic) rests on this: without
+ * split-K, the tiles of one family give every output the same bits, so a
+ * layer may change tiles between batch sizes. Whether two families agree
+ * is printed, not required (they are planned apart). */
+static void check_families(int kind)
+{
+    enum { MAXF = 4 };
+    for (int sh = 0; sh < NSHAPES; sh++) {
+        if (quick && (sh == 4 || sh == 5))
+            continue;
+        gpu_test_conv_shape s = conv_shapes[sh];
+        int oh = s.oh ? s.oh : (s.h + 2 * s.pad_h - s.kh) / s.stride + 1;
+        int ow = s.ow ? s.ow : (s.w + 2 * s.pad_w - s.kw) / s.stride + 1;
+        size_t nin = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.k * s.kh * s.kw * s.c;
+        size_t nout = (size_t)s.n * oh * ow * s.k;
+        float *in = rand_array(nin, 1.0f), *w = rand_array(nw, 0.5f), *bias = rand_array(s.k, 0.5f);
+        float *res = rand_array(nout, 1.0f), *out = malloc(nout * sizeof *out);
+        float *first[MAXF] = {NULL};
+        int first_tile[MAXF];
+        ck_assert_ptr_nonnull(out);
+        for (int t = 0; t < gpu_test_conv_tiles(kind); t++) {
+            if (!tile_selected(kind, t) || gpu_test_conv_tile_usable(kind, t) != 1)
+                continue;
+            char err[256];
+            gpu_test_conv_shape run = conv_shapes[sh];
+            int rc = gpu_test_conv(kind, t, 1, &run, in, w, bias, res, 1, out, err, sizeof err);
+            ck_assert_msg(rc >= 0, "%s", err);
+            if (rc == 1)
+                continue;
+            int f = gpu_test_conv_tile_family(kind, t);
+            ck_assert(f >= 0 && f < MAXF);
+            if (!first[f]) {
+                first[f] = malloc(nout * sizeof(float));
+                ck_assert_ptr_nonnull(first[f]);
+                memcpy(first[f], out, nout * sizeof(float));
+                first_tile[f] = t;
+                continue;
+            }
+            size_t differ = 0;
+            for (size_t i = 0; i < nout; i++)
+                differ += memcmp(&out[i], &first[f][i], sizeof(float)) != 0;
+            ck_assert_msg(differ == 0, "%s shape %d: %zu of %zu outputs differ from %s's bits (same family)",
+                          gpu_test_conv_tile_name(kind, t), sh, differ, nout,
+                          gpu_test_conv_tile_name(kind, first_tile[f]));
+        }
+        for (int a = 0; a < MAXF; a++)
+            for (int b = a + 1; b < MAXF; b++)
+                if (first[a] && first[b]) {
+                    size_t differ = 0;
+                    for (size_t i = 0; i < nout; i++)
+                        differ += memcmp(&first[a][i], &first[b][i], sizeof(float)) != 0;
+                    printf("conv %s shape %d: families %d (%s) and %d (%s): %zu of %zu outputs differ\n",
+                           kind ? "fp16" : "fp32", sh, a, gpu_test_conv_tile_name(kind, first_tile[a]), b,
+                           gpu_test_conv_tile_name(kind, first_tile[b]), differ, nout);
+                }
+        for (int f = 0; f < MAXF; f++)
+            free(first[f]);
+        free(in);
+        free(w);
+        free(bias);
+        free(res);
+        free(out);
+    }
+}
+
+START_TEST(conv_fp32_tiles_of_one_family_give_the_same_bits)
+{
+    check_families(0);
+}
+END_TEST
+
+START_TEST(conv_fp16_tiles_of_one_family_give_the_same_bits)
+{
+    check_families(1);
+}
+END_TEST
+
 /* ---- FP16 conv with a shortcut: a downsample inside the conv that adds it -- */
 
 /* A conv, then its shortcut's channels, size and stride. */
@@ -1134,6 +1211,8 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, conv_fp32_matches_reference_on_ragged_shapes_every_tile);
     tcase_add_test(tc, conv_fp16_matches_reference_on_ragged_shapes_every_tile);
+    tcase_add_test(tc, conv_fp32_tiles_of_one_family_give_the_same_bits);
+    tcase_add_test(tc, conv_fp16_tiles_of_one_family_give_the_same_bits);
     tcase_add_test(tc, conv_fp16_with_a_shortcut_matches_reference_every_general_tile);
     tcase_add_test(tc, conv_shortcut_refused_outside_its_kinds_and_shapes);
     tcase_add_test(tc, conv_int8_matches_model_int8_bit_for_bit_every_tile);

@@ -9,7 +9,9 @@
 # From the checkout root, after `. .devdeps/device-env.sh` (../shared/GPU.md):
 #   bash tools/gpu-ab.sh
 # Environment: OUT (default ./gpu-ab-out), BASE (HEAD), ROUNDS (3),
-# PRECISIONS ("int8 fp16"), TESTS (1; 0 skips the tests), JOBS (8 a tree),
+# PRECISIONS ("int8 fp16"), AB_BATCHES ("1,256"), VARIANTS (argument sets
+# for the new tree's extra rounds, ';'-separated), TESTS (1; 0 skips the
+# tests), JOBS (8 a tree),
 # SANITIZE_TILES (after the tests: the new tree's kernel test under
 # memcheck and racecheck for the tiles whose names contain it, as
 # RESNETD_GPU_TEST_TILES, and the INT8 engine test under memcheck at its
@@ -86,14 +88,29 @@ for v in old new; do
         RESNETD_GPU_AUTOTUNE=log bench $v $p --batches 256 --iters 20 --layers >"$OUT/layers-$p-$v.txt" 2>&1
     done
 done
-# Graphed gpu figures: b=1 ms and b=256 img/s, the two trees in turn.
+# Graphed gpu figures: ms at b=1, img/s at each larger batch (AB_BATCHES),
+# the two trees in turn, then the new tree with each of VARIANTS' argument
+# sets (';'-separated, e.g. "--deterministic").
+gpu_figures() {
+    awk '$1 ~ /^[0-9]+$/ { if ($1 == 1) printf " b1_gpu_ms %s", $5; else printf " b%s_gpu_img/s %s", $1, $6 }
+         END { print "" }'
+}
 for r in $(seq "$ROUNDS"); do
     for v in old new; do
         for p in $PRECISIONS; do
-            echo "$v $p $(bench $v $p --batches 1,256 --iters 50 2>/dev/null |
-                awk '$1 == 1 {b1 = $5} $1 == 256 {b256 = $6} END {print "b1_gpu_ms", b1, "b256_gpu_img/s", b256}')"
+            echo "$v $p$(bench $v $p --batches "${AB_BATCHES:-1,256}" --iters 50 2>/dev/null | gpu_figures)"
         done
     done
+    IFS=';'
+    for args in ${VARIANTS:-}; do
+        unset IFS
+        for p in $PRECISIONS; do
+            # shellcheck disable=SC2086
+            echo "new$args $p$(bench new $p --batches "${AB_BATCHES:-1,256}" --iters 50 $args 2>/dev/null | gpu_figures)"
+        done
+        IFS=';'
+    done
+    unset IFS
 done | tee "$OUT/rounds.txt"
 
 # Ops whose time moved by more than 0.002 ms or whose tile changed.

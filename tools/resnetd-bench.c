@@ -132,6 +132,8 @@ static void usage(FILE *f)
             "  --device D           cpu, cuda, cuda:N or auto (default auto)\n"
             "  --precision P        fp32, fp16 or int8 (default: the engine's default)\n"
             "  --calibration FILE   INT8 calibration table for the weights (resnetd-calibrate)\n"
+            "  --deterministic      the same bits for an image at any batch position and size\n"
+            "                       (the config's deterministic; CUDA FP16/FP32 plan for it)\n"
             "  --weights F          safetensors weights, or 'synthetic' (default)\n"
             "  --batches LIST       comma-separated batch sizes (default 1,8,32)\n"
             "  --iters N            timed batches per size, after %d warm-up (default 10)\n"
@@ -183,7 +185,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
            OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
-           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB };
+           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB, OPT_DETERMINISTIC };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
@@ -201,6 +203,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"pipeline", required_argument, NULL, OPT_PIPELINE},
         {"gpus", required_argument, NULL, OPT_GPUS},
         {"calibration", required_argument, NULL, OPT_CALIB},
+        {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -228,6 +231,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_CALIB: o->calibration = optarg; break;
+        case OPT_DETERMINISTIC: o->ecfg.deterministic = 1; break;
         case OPT_BATCHES:
             if (parse_batches(optarg, o) != 0) {
                 fprintf(stderr, "resnetd-bench: --batches must be up to %d sizes in 1..%d, got '%s'\n",
@@ -905,9 +909,10 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
     if (!o->decode_only) {
         int cuda = info->device == ENGINE_DEVICE_CUDA;
         const char *tile = x->int8_tile;
-        printf("engine: %s, %s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
+        printf("engine: %s, %s%s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
                engine_device_name(info->device), engine_precision_name(info->precision), tile ? " (" : "",
-               tile ? tile : "", tile ? " tile)" : "", o->weights, info->classes, BENCH_WARMUP, o->iters);
+               tile ? tile : "", tile ? " tile)" : "", o->ecfg.deterministic ? ", deterministic" : "", o->weights,
+               info->classes, BENCH_WARMUP, o->iters);
         if (cuda)
             printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU;\n"
                    " pdl: its kernels launched programmatically, where timed faster)\n");
@@ -980,6 +985,7 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "weights", json_string(o->weights));
         json_object_set_new(root, "classes", json_integer(info->classes));
         json_object_set_new(root, "threads", json_integer(o->ecfg.threads));
+        json_object_set_new(root, "deterministic", json_boolean(o->ecfg.deterministic));
         json_object_set_new(root, "iters", json_integer(o->iters));
         for (int i = 0; i < o->nbatches; i++) {
             json_t *row = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",
