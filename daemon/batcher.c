@@ -227,7 +227,7 @@ batcher *batcher_start(queue *q, infer *inf, const batcher_policy *p, const pipe
         goto nomem;
     if (dj) {
         size_t nb = (size_t)p->max_batch;
-        preprocess_options opt = { .max_pixels = max_pixels, .fast = 0 };
+        preprocess_options opt = devjpeg_cpu_options(dj, max_pixels);
         b->dj = dj;
         if (!(b->compressed = calloc(nb, sizeof *b->compressed)) || !(b->jpeg = calloc(nb, sizeof *b->jpeg)) ||
             !(b->jpeg_len = calloc(nb, sizeof *b->jpeg_len)) || !(b->w = calloc(nb, sizeof *b->w)) ||

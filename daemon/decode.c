@@ -78,7 +78,7 @@ static void pool_free(decode_pool *p)
     free(p);
 }
 
-decode_pool *decode_pool_start(int nthreads, uint64_t max_pixels, const decode_pool_ops *ops,
+decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, const decode_pool_ops *ops,
                                char *err, size_t errlen)
 {
     decode_pool *p = calloc(1, sizeof *p);
@@ -98,8 +98,7 @@ decode_pool *decode_pool_start(int nthreads, uint64_t max_pixels, const decode_p
         return NULL;
     }
     p->ops = *ops;
-    p->options.max_pixels = max_pixels;
-    p->options.fast = 0;   /* exact torchvision preprocessing, as resnetd-classify */
+    p->options = *opt;
     p->threads = calloc((size_t)nthreads, sizeof *p->threads);
     p->ctxs = calloc((size_t)nthreads + 1, sizeof *p->ctxs);   /* NULL-terminated */
     if (!p->threads || !p->ctxs)

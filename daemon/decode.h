@@ -33,8 +33,9 @@ typedef struct decode_pool_ops {
 
 typedef struct decode_pool decode_pool;
 
-/* Starts nthreads decode threads (start-up: errors name the reason). */
-decode_pool *decode_pool_start(int nthreads, uint64_t max_pixels, const decode_pool_ops *ops,
+/* Starts nthreads decode threads, each with a preprocess context of opt
+ * (start-up: errors name the reason). */
+decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, const decode_pool_ops *ops,
                                char *err, size_t errlen);
 
 /* Queues a job for the next free decode thread. After decode_pool_abort or

@@ -1166,7 +1166,8 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     atomic_init(&s->decoding, 0);
     atomic_init(&s->decodes_cancelled, 0);
     decode_pool_ops ops = { .cls = s, .run = decode_run, .cancel = decode_cancel };
-    s->decoders = decode_pool_start((int)cfg->decode_threads, (uint64_t)cfg->max_pixels, &ops, err, errlen);
+    const preprocess_options po_decode = devjpeg_cpu_options(dj, (uint64_t)cfg->max_pixels);
+    s->decoders = decode_pool_start((int)cfg->decode_threads, &po_decode, &ops, err, errlen);
     if (!s->decoders) {
         free(s);
         return NULL;

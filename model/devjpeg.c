@@ -14,6 +14,11 @@
 #define WARM_W 1024
 #define WARM_H 768
 
+preprocess_options devjpeg_cpu_options(const devjpeg *d, uint64_t max_pixels)
+{
+    return (preprocess_options){ .max_pixels = max_pixels, .fast = d && !d->exact };
+}
+
 int devjpeg_parse_mode(const char *s, devjpeg_mode *m)
 {
     if (strcmp(s, "auto") == 0)
@@ -138,6 +143,8 @@ devjpeg *devjpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, 
     }
 #if defined(HAVE_CUDA) && defined(HAVE_NVJPEG)
     devjpeg *d = gpu_jpeg_create(e, arena_bytes, checkers, exact, err, errlen);
+    if (d)
+        d->exact = exact != 0;
     if (d && warm_up(d, e, err, errlen) != 0) {
         devjpeg_destroy(d);
         return NULL;

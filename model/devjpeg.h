@@ -76,7 +76,16 @@ typedef struct devjpeg_ops {
 typedef struct devjpeg {
     const devjpeg_ops *ops;
     void *ctx;
+    /* Pixels bit-exact with the CPU path (gpu-exact). Otherwise (gpu) the
+     * CPU decodes beside the device in preprocess's fast mode too: large
+     * photos at a DCT scale, devjpeg_cpu_options. */
+    int exact;
 } devjpeg;
+
+/* The preprocess options of the CPU decodes that serve beside device d
+ * (the decode threads' fallbacks and assists, the batcher's): fast (DCT
+ * scaling) unless d is NULL (decode = cpu) or exact. */
+preprocess_options devjpeg_cpu_options(const devjpeg *d, uint64_t max_pixels);
 
 typedef enum { DEVJPEG_MODE_AUTO, DEVJPEG_MODE_GPU, DEVJPEG_MODE_GPU_EXACT, DEVJPEG_MODE_CPU } devjpeg_mode;
 

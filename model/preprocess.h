@@ -44,7 +44,8 @@ typedef enum {
 
 typedef struct preprocess_options {
     uint64_t max_pixels;   /* 0: PREPROCESS_DEFAULT_MAX_PIXELS */
-    int fast;              /* DCT-domain downscale when >= 2x larger than needed */
+    int fast;              /* DCT-domain downscale (1/2..1/8) of images at least 4x larger than
+                            * needed, to a shorter side >= 512: not bit-exact */
     size_t retain_bytes;   /* buffers kept between images; 0: PREPROCESS_DEFAULT_RETAIN_BYTES */
 } preprocess_options;
 

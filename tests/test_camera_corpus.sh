@@ -4,8 +4,10 @@
 # is luma 1x2), a restart interval where one is listed, SOF2 where
 # progressive, an Adobe marker for CMYK, Exif APP1 and ICC APP2 where
 # listed; the mix has every layout and both restart and plain files. A
-# second run with the same seed writes the same bytes. Skips (77) when the
-# photo packages cannot be fetched, outside CI.
+# second run with the same seed writes the same bytes. Then
+# tools/decode-fidelity on 2-3 MP files: DCT-scaled decoding (decode = gpu's
+# CPU decodes) moves each group's crops by at most 1 level on average.
+# Skips (77) when the photo packages cannot be fetched, outside CI.
 set -u
 bin=${RESNETD_BUILDDIR:?}
 src=${RESNETD_SRCDIR:?}
@@ -29,7 +31,7 @@ for f in "$tmp"/a/*.jpg; do
     msg=$(djpeg -outfile /dev/null "$f" 2>&1) || { echo "FAIL: $(basename "$f") does not decode: $msg"; exit 1; }
     [ -z "$msg" ] || { echo "FAIL: $(basename "$f") decodes with: $msg"; exit 1; }
 done
-"$py" - "$tmp/a" <<'PY'
+"$py" - "$tmp/a" <<'PY' || exit 1
 import sys
 
 def segments(data):
@@ -75,3 +77,7 @@ assert layouts == set(want_sampling) | {"cmyk"}, layouts
 assert 0 < restarts < len(rows), restarts
 print("%d files: headers as listed; layouts %s; %d with restart intervals" % (len(rows), sorted(layouts), restarts))
 PY
+
+"$py" "$src/tools/make-camera-corpus" --out "$tmp/mid" --count 8 --classes 2-3mp --cache "$cache" >/dev/null || exit 1
+"$py" "$src/tools/decode-fidelity" --classify "$bin/resnetd-classify" --weights synthetic --corpus "$tmp/mid" \
+    --max-mean 1.0 || { echo "FAIL: scaled decoding moved a group's crops by more than 1 level on average"; exit 1; }

@@ -214,7 +214,7 @@ START_TEST(test_fast_mode_deviation_is_reported_and_small)
             scaled++;
             printf("fast %-28s max|diff| %d, mean|diff| %.3f (%.1f ms exact, %.1f ms fast)\n",
                    names[i], m, mean, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-            ck_assert_double_le(mean, 8.0);
+            ck_assert_double_le(mean, 1.0);   /* measured: 0.2-0.42 here, 0.2-0.41 on camera photos */
         }
         free(jpeg);
     }
