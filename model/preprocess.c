@@ -78,7 +78,9 @@ struct preprocess_ctx {
     size_t pixels_cap;
     uint8_t *scratch;  /* resize coefficients + intermediate, see crop_plan */
     size_t scratch_cap;
-    atomic_size_t held;   /* pixels_cap + scratch_cap + libjpeg's share during a decode */
+    uint8_t *cmyk;     /* CMYK/YCCK files: libjpeg's CMYK rows, [ROWS][w][4] */
+    size_t cmyk_cap;
+    atomic_size_t held;   /* the three caps + libjpeg's share during a decode */
 };
 
 /* --- resize geometry: torchvision Resize(256) + CenterCrop(224) ---------- */
@@ -395,6 +397,7 @@ void preprocess_destroy(preprocess_ctx *p)
     jpeg_destroy_decompress(&p->cinfo);
     free(p->pixels);
     free(p->scratch);
+    free(p->cmyk);
     free(p);
 }
 
@@ -423,13 +426,14 @@ static int grow(uint8_t **buf, size_t *cap, size_t n)
 /* After every image: buffers over the retained size are given back. */
 static void release_oversized(preprocess_ctx *p)
 {
-    if (p->pixels_cap + p->scratch_cap > p->retain_bytes) {
+    if (p->pixels_cap + p->scratch_cap + p->cmyk_cap > p->retain_bytes) {
         free(p->pixels);
         free(p->scratch);
-        p->pixels = p->scratch = NULL;
-        p->pixels_cap = p->scratch_cap = 0;
+        free(p->cmyk);
+        p->pixels = p->scratch = p->cmyk = NULL;
+        p->pixels_cap = p->scratch_cap = p->cmyk_cap = 0;
     }
-    atomic_store(&p->held, p->pixels_cap + p->scratch_cap);
+    atomic_store(&p->held, p->pixels_cap + p->scratch_cap + p->cmyk_cap);
 }
 
 /* libjpeg's large allocation: a multi-scan file keeps every DCT
@@ -498,15 +502,16 @@ static preprocess_status begin(preprocess_ctx *p, const uint8_t *jpeg, size_t le
     return PREP_OK;
 }
 
+static int is_cmyk(j_decompress_ptr d)
+{
+    return (d->jpeg_color_space == JCS_CMYK || d->jpeg_color_space == JCS_YCCK) && d->num_components == 4;
+}
+
 /* After jpeg_read_header: a colour space we convert, and a size within
  * the pixel limit, before anything is allocated. */
 static preprocess_status check_header(j_decompress_ptr d, uint64_t max_pixels, char *msg, size_t msglen)
 {
-    if (d->jpeg_color_space == JCS_CMYK || d->jpeg_color_space == JCS_YCCK) {
-        snprintf(msg, msglen, "unsupported JPEG colour space %s", d->jpeg_color_space == JCS_CMYK ? "CMYK" : "YCCK");
-        return PREP_ERR_UNSUPPORTED;
-    }
-    if (!((d->jpeg_color_space == JCS_GRAYSCALE && d->num_components == 1) ||
+    if (!((d->jpeg_color_space == JCS_GRAYSCALE && d->num_components == 1) || is_cmyk(d) ||
           ((d->jpeg_color_space == JCS_YCbCr || d->jpeg_color_space == JCS_RGB) && d->num_components == 3))) {
         snprintf(msg, msglen, "unsupported JPEG with %d components in no known colour space", d->num_components);
         return PREP_ERR_UNSUPPORTED;
@@ -526,7 +531,7 @@ static preprocess_status check_header(j_decompress_ptr d, uint64_t max_pixels, c
 /* After a good header: the output format and scale. */
 static void setup_output(preprocess_ctx *p, j_decompress_ptr d)
 {
-    d->out_color_space = JCS_RGB;
+    d->out_color_space = is_cmyk(d) ? JCS_CMYK : JCS_RGB;   /* libjpeg turns YCCK into CMYK */
     d->dct_method = JDCT_ISLOW;
     d->do_fancy_upsampling = TRUE;
     d->scale_num = 1;
@@ -534,12 +539,32 @@ static void setup_output(preprocess_ctx *p, j_decompress_ptr d)
     jpeg_calc_output_dimensions(d);
 }
 
+#define ROWS 16   /* scanlines per jpeg_read_scanlines */
+
 /* The bytes a decode of d's image holds: the output image, the resize
- * scratch and libjpeg's coefficients. */
+ * scratch, CMYK rows and libjpeg's coefficients. */
 static size_t decode_bytes(j_decompress_ptr d)
 {
     unsigned sw = d->output_width, sh = d->output_height;
-    return (size_t)sw * sh * 3 + preprocess_scratch_bytes((int)sw, (int)sh) + coefficient_bytes(d);
+    return (size_t)sw * sh * 3 + preprocess_scratch_bytes((int)sw, (int)sh) + coefficient_bytes(d) +
+           (is_cmyk(d) ? (size_t)sw * ROWS * 4 : 0);
+}
+
+/* PIL's conversion of a CMYK JPEG to RGB, as torchvision's loader runs it
+ * (Image.convert("RGB")): PIL reads CMYK JPEGs as Adobe's inverted CMYK
+ * ("CMYK;I": every value 255 - v), then cmyk2rgb takes out = nk - nk * c /
+ * 255 with nk = 255 - k, rounded as its MULDIV255. On libjpeg's values that
+ * is k * (255 - c') rounded the same way, with c' = 255 - c. */
+static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++, in += 4, out += 3) {
+        const int nk = in[3];   /* 255 - (255 - k) */
+        for (int c = 0; c < 3; c++) {
+            const int t = (255 - in[c]) * nk + 128;
+            const int v = nk - (((t >> 8) + t) >> 8);
+            out[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
 }
 
 /* One pass over a JPEG, with the one setjmp that libjpeg's errors and the
@@ -573,25 +598,31 @@ static preprocess_status jpeg_pass(preprocess_ctx *p, const uint8_t *jpeg, size_
      * what a max_pixels image with padded 4:4:4 components needs. */
     d->mem->max_memory_to_use = (long)(p->max_pixels * 8 + (16u << 20) < LONG_MAX ?
                                        p->max_pixels * 8 + (16u << 20) : LONG_MAX);
+    const int cmyk = is_cmyk(d);
     if (grow(&p->pixels, &p->pixels_cap, (size_t)sw * sh * 3) != 0 ||
-        grow(&p->scratch, &p->scratch_cap, preprocess_scratch_bytes((int)sw, (int)sh)) != 0) {
+        grow(&p->scratch, &p->scratch_cap, preprocess_scratch_bytes((int)sw, (int)sh)) != 0 ||
+        (cmyk && grow(&p->cmyk, &p->cmyk_cap, (size_t)sw * ROWS * 4) != 0)) {
         snprintf(msg, sizeof msg, "out of memory for a %ux%u image", sw, sh);
         return decode_fail(p, PREP_ERR_NOMEM, err, errlen, msg);
     }
     /* What is held: the buffers as grown (maybe larger than this image
      * needs) plus libjpeg's coefficients for this one. */
-    atomic_store(&p->held, p->pixels_cap + p->scratch_cap + coefficient_bytes(d));
+    atomic_store(&p->held, p->pixels_cap + p->scratch_cap + p->cmyk_cap + coefficient_bytes(d));
 
     (void)jpeg_start_decompress(d);    /* a progressive file's scans are all read here */
     while (d->output_scanline < sh) {
-        JSAMPROW rows[16];
-        unsigned n = sh - d->output_scanline;
-        if (n > 16)
-            n = 16;
+        JSAMPROW rows[ROWS];
+        const unsigned y0 = d->output_scanline;
+        unsigned n = sh - y0;
+        if (n > ROWS)
+            n = ROWS;
         for (unsigned i = 0; i < n; i++)
-            rows[i] = p->pixels + (size_t)(d->output_scanline + i) * sw * 3;
-        if (jpeg_read_scanlines(d, rows, n) == 0)
+            rows[i] = cmyk ? p->cmyk + (size_t)i * sw * 4 : p->pixels + (size_t)(y0 + i) * sw * 3;
+        unsigned got = jpeg_read_scanlines(d, rows, n);
+        if (got == 0)
             return decode_fail(p, PREP_ERR_CORRUPT, err, errlen, "invalid JPEG data: no scanlines decoded");
+        if (cmyk)
+            cmyk_to_rgb(p->cmyk, p->pixels + (size_t)y0 * sw * 3, got * sw);
     }
     (void)jpeg_finish_decompress(d);
     preprocess_resize_crop(p->pixels, (int)sw, (int)sh, out, p->scratch);

@@ -1,7 +1,8 @@
 /* JPEG bytes -> the 224x224 RGB crop torchvision makes.
  *
  * Reproduces torchvision's Resize(256) + CenterCrop(224) on a PIL image:
- * libjpeg-turbo decode (ISLOW DCT, fancy upsampling, as PIL), then PIL's
+ * libjpeg-turbo decode (ISLOW DCT, fancy upsampling, as PIL; CMYK and YCCK
+ * files turned into RGB as PIL's Image.convert("RGB") does), then PIL's
  * antialiased bilinear resample in 22-bit fixed point, horizontal pass then
  * vertical with uint8 rounding between, evaluated only for the cropped
  * pixels. Output is uint8 HWC; normalisation is preprocess_normalize().
@@ -37,7 +38,7 @@ typedef enum {
     PREP_ERR_NOT_JPEG,     /* no SOI marker: PNG, text, ... */
     PREP_ERR_CORRUPT,      /* bad or truncated JPEG data */
     PREP_ERR_TOO_LARGE,    /* width x height over the pixel limit, or over the work budget */
-    PREP_ERR_UNSUPPORTED,  /* CMYK/YCCK, or a colourspace we do not convert */
+    PREP_ERR_UNSUPPORTED,  /* a colour space we do not convert (two components, say) */
     PREP_ERR_NOMEM,
     PREP_ERR_STOPPED,      /* the stop hook asked to stop (deadline, client gone) */
 } preprocess_status;

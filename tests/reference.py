@@ -173,6 +173,9 @@ def make_jpegs(out):
     # decoder do not meet them; test_preprocess names them.
     for hv in ("4x2", "3x1", "1x4", "2x4"):
         cases.append((f"sample{hv}_333x501", 333, 501, "sample" + hv))
+    # CMYK with PIL's Adobe marker, as print workflows write: also an extra
+    # (the GPU decoder and TurboJPEG's RGB path refuse it).
+    cases.append(("cmyk_adobe_333x501", 333, 501, "cmyk"))
     names, extra = [], []
     for name, w, h, how in cases:
         dst = os.path.join(out, "jpeg", name + ".jpg")
@@ -194,7 +197,9 @@ def make_jpegs(out):
             cjpeg(img, dst, ["-quality", "90", "-progressive", "-restart", "3B"])
         elif how.startswith("sample"):
             cjpeg(img, dst, ["-quality", "90", "-sample", how[len("sample"):] + ",1x1,1x1"])
-        (extra if how.startswith("sample") else names).append(name)
+        elif how == "cmyk":
+            img.convert("CMYK").save(dst, quality=90)
+        (extra if how.startswith(("sample", "cmyk")) else names).append(name)
     for p in REAL_PHOTOS:
         if os.path.exists(p):
             name = "photo_" + os.path.splitext(os.path.basename(p))[0]

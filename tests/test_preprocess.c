@@ -2,8 +2,8 @@
  * our crop equals PIL's Resize(256) + CenterCrop(224) on every reference
  * JPEG, our normalisation equals ToTensor + Normalize, fast mode's deviation
  * is printed, and every malformed input gets its status without a crash or
- * a hang (truncations, PNG, text, a 65500x65500 header, CMYK/YCCK, scan
- * bombs, random mutations) while the same ctx keeps decoding good images;
+ * a hang (truncations, PNG, text, a 65500x65500 header, two colour
+ * components, scan bombs, random mutations) while the same ctx keeps decoding good images;
  * the work budget, the stop hook and the retained buffer size hold. */
 #include "model/npy.h"
 #include "model/preprocess.h"
@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 
 enum { CROP_BYTES = PREPROCESS_CROP * PREPROCESS_CROP * 3, CHW = 3 * PREPROCESS_CROP * PREPROCESS_CROP };
 
@@ -282,6 +283,41 @@ static long find_marker(const uint8_t *b, size_t len, uint8_t code, int nth)
     return found;
 }
 
+/* A valid JPEG of two components (JCS_UNKNOWN): no colour space that
+ * PIL or resnetd turns into RGB. malloc'd. */
+static uint8_t *two_component_jpeg(size_t *len)
+{
+    enum { W = 16, H = 16 };
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr jerr;
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    uint8_t row[W * 2];
+    c.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &buf, &n);
+    c.image_width = W;
+    c.image_height = H;
+    c.input_components = 2;
+    c.in_color_space = JCS_UNKNOWN;
+    jpeg_set_defaults(&c);
+    jpeg_start_compress(&c, TRUE);
+    for (int y = 0; y < H; y++) {
+        for (int x = 0; x < W * 2; x++)
+            row[x] = (uint8_t)(x * 8 + y);
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    uint8_t *out = malloc(n);
+    ck_assert_ptr_nonnull(out);
+    memcpy(out, buf, n);
+    free(buf);
+    *len = n;
+    return out;
+}
+
 static void expect(preprocess_ctx *p, const uint8_t *b, size_t len, preprocess_status want, const char *what)
 {
     uint8_t out[CROP_BYTES];
@@ -335,7 +371,7 @@ START_TEST(test_malformed_inputs_get_their_status_and_the_next_image_decodes)
     const uint8_t *jpeg = g.jpeg;
     size_t len = g.len;
     uint8_t *png = read_ref("bad/not_jpeg.png", &plen);
-    uint8_t *cmyk = read_ref("bad/cmyk.jpg", &clen);
+    uint8_t *cmyk = two_component_jpeg(&clen);   /* no colour space we convert */
     static const char text[] = "this is not an image\n";
     long sof = find_marker(jpeg, len, 0xC0, 0), sos = find_marker(jpeg, len, 0xDA, 0);
     ck_assert_int_gt(sof, 0);
@@ -353,7 +389,7 @@ START_TEST(test_malformed_inputs_get_their_status_and_the_next_image_decodes)
     expect_then_recover(p, jpeg, len - 2, PREP_ERR_CORRUPT, "missing EOI", &g);
     expect_then_recover(p, png, plen, PREP_ERR_NOT_JPEG, "PNG bytes", &g);
     expect_then_recover(p, (const uint8_t *)text, sizeof text - 1, PREP_ERR_NOT_JPEG, "text", &g);
-    expect_then_recover(p, cmyk, clen, PREP_ERR_UNSUPPORTED, "CMYK JPEG", &g);
+    expect_then_recover(p, cmyk, clen, PREP_ERR_UNSUPPORTED, "two-component JPEG", &g);
 
     /* Every truncation point in the headers: rejected, never a crash. */
     uint8_t out[CROP_BYTES];
@@ -660,11 +696,12 @@ START_TEST(test_buffers_over_the_retained_size_are_freed)
 END_TEST
 
 /* L4: luma sampling factors TurboJPEG 2 calls TJSAMP_UNKNOWN decode to
- * exactly PIL's pixels. */
+ * exactly PIL's pixels; so does a CMYK JPEG with PIL's Adobe marker
+ * (Image.convert("RGB") of PIL's inverted CMYK). */
 START_TEST(test_unusual_sampling_factors_equal_torchvision)
 {
     static const char *const names[] = {"sample4x2_333x501", "sample3x1_333x501", "sample1x4_333x501",
-                                        "sample2x4_333x501"};
+                                        "sample2x4_333x501", "cmyk_adobe_333x501"};
     expect_exact_crops(names, sizeof names / sizeof *names);
 }
 END_TEST
@@ -679,13 +716,18 @@ START_TEST(test_header_matches_what_the_decode_checks)
     char err[256] = "";
     size_t len, clen;
     uint8_t *jpeg = read_jpeg("sample4x2_333x501", &len), *cmyk = read_ref("bad/cmyk.jpg", &clen);
+    size_t tlen;
+    uint8_t *two = two_component_jpeg(&tlen);
+    ck_assert_int_eq(preprocess_header(p, cmyk, clen, &info, err, sizeof err), PREP_OK);
+    ck_assert_int_eq(info.ycc, 0);   /* CMYK: the CPU's, not the GPU decoder's */
+    ck_assert_uint_eq(info.decode_bytes, (size_t)64 * 48 * 3 + preprocess_scratch_bytes(64, 48) + 64 * 16 * 4);
+    ck_assert_int_eq(preprocess_header(p, two, tlen, &info, err, sizeof err), PREP_ERR_UNSUPPORTED);
     ck_assert_int_eq(preprocess_header(p, jpeg, len, &info, err, sizeof err), PREP_OK);
     ck_assert_int_eq(info.w, 333);
     ck_assert_int_eq(info.h, 501);
     ck_assert_int_eq(info.ycc, 1);
     ck_assert_uint_eq(info.decode_bytes, (size_t)333 * 501 * 3 + preprocess_scratch_bytes(333, 501));
     ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);   /* nothing decoded, nothing held */
-    ck_assert_int_eq(preprocess_header(p, cmyk, clen, &info, err, sizeof err), PREP_ERR_UNSUPPORTED);
     ck_assert_int_eq(preprocess_header(p, jpeg, 2, &info, err, sizeof err), PREP_ERR_CORRUPT);
     ck_assert_int_eq(preprocess_header(p, jpeg, 1, &info, err, sizeof err), PREP_ERR_NOT_JPEG);
     preprocess_options small = {.max_pixels = 333 * 501 - 1};
@@ -704,26 +746,55 @@ START_TEST(test_header_matches_what_the_decode_checks)
     preprocess_destroy(p);
     free(jpeg);
     free(cmyk);
+    free(two);
 }
 END_TEST
 
-/* TurboJPEG encodes CMYK pixels as a YCCK JPEG; we do not convert those. */
-START_TEST(test_ycck_is_unsupported)
+/* TurboJPEG encodes CMYK pixels as a YCCK JPEG (Adobe transform 2), which
+ * libjpeg turns back into CMYK: the crop is PIL's conversion of the source
+ * CMYK pixels, resized, within the JPEG's loss (smooth pixels, quality 95,
+ * 4:4:4). The constant check: a mid-grey CMYK gives its own grey. */
+START_TEST(test_ycck_decodes_as_pil_converts_cmyk)
 {
-    enum { W = 32, H = 24 };
-    uint8_t cmyk[W * H * 4];
-    for (int i = 0; i < W * H * 4; i++)
-        cmyk[i] = (uint8_t)(i * 7);
+    enum { W = 320, H = 256 };
+    uint8_t *cmyk = malloc(W * H * 4), *rgb = malloc(W * H * 3), *scratch = malloc(preprocess_scratch_bytes(W, H));
+    ck_assert(cmyk && rgb && scratch);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t *q = cmyk + ((size_t)y * W + x) * 4;
+            q[0] = (uint8_t)(40 + x / 2);
+            q[1] = (uint8_t)(30 + y / 2);
+            q[2] = (uint8_t)(200 - (x + y) / 4);
+            q[3] = (uint8_t)(120 + (x - y) / 8);
+        }
+    /* PIL: "CMYK;I" then cmyk2rgb, on the values libjpeg returns. */
+    for (int i = 0; i < W * H; i++)
+        for (int c = 0; c < 3; c++) {
+            int nk = cmyk[i * 4 + 3], t = (255 - cmyk[i * 4 + c]) * nk + 128;
+            rgb[i * 3 + c] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+        }
+    uint8_t want[CROP_BYTES], got[CROP_BYTES];
+    preprocess_resize_crop(rgb, W, H, want, scratch);
     tjhandle tj = tjInitCompress();
     ck_assert_ptr_nonnull(tj);
     unsigned char *jpeg = NULL;
     unsigned long len = 0;
-    ck_assert_int_eq(tjCompress2(tj, cmyk, W, 0, H, TJPF_CMYK, &jpeg, &len, TJSAMP_420, 90, 0), 0);
+    ck_assert_int_eq(tjCompress2(tj, cmyk, W, 0, H, TJPF_CMYK, &jpeg, &len, TJSAMP_444, 95, 0), 0);
+    ck_assert_int_eq(jpeg[len - 1], 0xD9);
     preprocess_ctx *p = preprocess_create(NULL);
-    expect(p, jpeg, len, PREP_ERR_UNSUPPORTED, "YCCK JPEG");
+    ck_assert_int_eq(run(p, jpeg, len, got), PREP_OK);
+    size_t nd;
+    double mean;
+    int m = max_diff(got, want, CROP_BYTES, &nd, &mean);
+    printf("ycck: max|diff| %d, mean|diff| %.3f against PIL's conversion of the source pixels\n", m, mean);
+    ck_assert_double_le(mean, 1.5);
+    ck_assert_int_le(m, 12);
     preprocess_destroy(p);
     tjFree(jpeg);
     tjDestroy(tj);
+    free(cmyk);
+    free(rgb);
+    free(scratch);
 }
 END_TEST
 
@@ -773,7 +844,7 @@ static Suite *preprocess_suite(void)
     tcase_add_test(self, test_status_codes_are_stable);
     tcase_add_test(self, test_limitscans_allows_500_scans_and_rejects_501);
     tcase_add_test(self, test_work_budget_refuses_more_scan_passes_than_allowed);
-    tcase_add_test(self, test_ycck_is_unsupported);
+    tcase_add_test(self, test_ycck_decodes_as_pil_converts_cmyk);
     tcase_add_test(self, test_resize_of_constant_image_is_constant);
     suite_add_tcase(s, self);
     return s;
