@@ -16,7 +16,6 @@
 #include "model/clock.h"
 #include "model/engine.h"
 
-#define SYNTHETIC_SEED 20240601u
 #define RELOAD_MAX_WAITING 64   /* load requests waiting at once; more are refused */
 
 /* The labels file: --labels, else labels_default_path() (the installed
@@ -40,7 +39,7 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
     }
     /* Weights first: their head sets how many class names the labels need. */
     m->synthetic = strcmp(c->weights, "synthetic") == 0;
-    int rc = m->synthetic ? weights_synthetic(SYNTHETIC_SEED, w, err, errlen) : weights_load(c->weights, w, err, errlen);
+    int rc = m->synthetic ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, w, err, errlen) : weights_load(c->weights, w, err, errlen);
     if (rc != 0) {
         free(m);
         return NULL;

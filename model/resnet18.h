@@ -90,6 +90,10 @@ int weights_load(const char *path, resnet18_weights *w, char *err, size_t errlen
 /* Seeded random weights with sensible scales and ImageNet's 1000 classes,
  * for load tests only. */
 int weights_synthetic(uint64_t seed, resnet18_weights *w, char *err, size_t errlen);
+/* The seed of `--weights synthetic` in every program (the daemon,
+ * resnetd-classify, -bench, -calibrate): the same weights, so their answers
+ * and a calibration table made for them agree. */
+#define WEIGHTS_SYNTHETIC_SEED 1u
 
 void weights_free(resnet18_weights *w);
 

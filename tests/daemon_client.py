@@ -601,14 +601,24 @@ def check_sigterm_under_load(opts):
 
 
 def check_synthetic_marks_responses(opts):
+    # Marked, and the same synthetic weights as resnetd-classify's: the same
+    # scores for the same JPEG.
+    path = os.path.join(opts.ref, "jpeg", "s224x224.jpg")
     d = Daemon(opts, "--weights", "synthetic")
     try:
-        res = ok_classify(d, read_file(os.path.join(opts.ref, "jpeg", "s224x224.jpg")))
+        res = ok_classify(d, read_file(path))
         assert res.get("synthetic_weights") is True, res
         assert "synthetic" in d.text() and "warning" in d.text()
     finally:
         assert d.stop() == 0
-    return ""
+    classify = os.path.join(os.path.dirname(opts.resnetd), "resnetd-classify")
+    p = subprocess.run([classify, "--weights", "synthetic", "--device", "cpu", "--json", "--top-k", "5", path],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    want = [q["index"] for q in json.loads(p.stdout)["predictions"]]
+    got = [q["index"] for q in res["results"][0]["predictions"]]
+    assert got == want, (got, want)
+    return "top-5 as resnetd-classify --weights synthetic"
 
 
 def check_drain_details(opts):

@@ -745,7 +745,7 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if (weights_synthetic(1, &w, err, errlen) != 0)
+    if (weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, errlen) != 0)
         goto out;
     have_w = 1;
     engine_config ec = o->ecfg;
@@ -1072,7 +1072,7 @@ int main(int argc, char **argv)
     int nmulti = 0;
     if (!o.decode_only) {
         resnet18_weights w;
-        int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
+        int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, sizeof err)
                                                        : weights_load(o.weights, &w, err, sizeof err);
         if (wrc != 0) {
             fprintf(stderr, "resnetd-bench: %s\n", err);

@@ -483,7 +483,7 @@ int main(int argc, char **argv)
     calib_table t;
     memset(&w, 0, sizeof w);
 
-    int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
+    int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, sizeof err)
                                                    : weights_load(o.weights, &w, err, sizeof err);
     if (wrc != 0) {
         fprintf(stderr, "resnetd-calibrate: %s\n", err);

@@ -245,7 +245,7 @@ int main(int argc, char **argv)
     memset(&lb, 0, sizeof lb);
 
     /* Weights first: their head sets how many class names the labels need. */
-    int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(1, &w, err, sizeof err)
+    int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, sizeof err)
                                                    : weights_load(o.weights, &w, err, sizeof err);
     if (wrc != 0) {
         fprintf(stderr, "resnetd-classify: %s\n", err);
