@@ -7,15 +7,26 @@
 #include "daemon/response.h"
 #include "model/utf8.h"
 
+/* Dumps and frees j, with a newline (a terminal shows the prompt on its own
+ * line) and 9 significant digits for reals: every FP32 value round-trips. */
 static char *dump(json_t *j, size_t *len)
 {
     if (!j)
         return NULL;
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(j);
-    if (s)
-        *len = strlen(s);
-    return s;
+    if (!s)
+        return NULL;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return NULL;
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    *len = n + 1;
+    return t;
 }
 
 char *response_classify(const response_service *svc, const request *r, uint64_t total_us, size_t *len)

@@ -548,16 +548,27 @@ void v2_infer_free(v2_infer *v)
 
 /* ---- responses ---------------------------------------------------------- */
 
-/* Dumps and frees j: shortest FP32 round-trip precision for reals. */
+/* Dumps and frees j: shortest FP32 round-trip precision for reals, and a
+ * newline (inside the JSON header when binary outputs follow: whitespace
+ * JSON allows). */
 static char *dump(json_t *j, size_t *len)
 {
     if (!j)
         return NULL;
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(j);
-    if (s)
-        *len = strlen(s);
-    return s;
+    if (!s)
+        return NULL;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return NULL;
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    *len = n + 1;
+    return t;
 }
 
 char *v2_response_error(const char *message, size_t *len)

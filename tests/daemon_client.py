@@ -136,6 +136,12 @@ def read_file(path):
 def ok_classify(d, data, top_k=5):
     status, _, body = d.request("POST", "/classify?top_k=%d" % top_k, data, {"Content-Type": "image/jpeg"})
     assert status == 200, (status, body[:300])
+    # A newline at the end; scores with at most 9 significant digits (an
+    # FP32 value's round trip), not 17.
+    assert body.endswith(b"\n"), body[-40:]
+    for num in re.findall(rb"[0-9.]+(?:e[-+]?[0-9]+)?", body):
+        if b"." in num:
+            assert len(num.split(b"e")[0].replace(b".", b"").lstrip(b"0")) <= 9, num
     return json.loads(body)
 
 
@@ -633,7 +639,7 @@ def check_drain_details(opts):
     probe, other = d.conn(), d.conn()
     for c in (probe, other):
         c.request("GET", "/healthz")
-        assert c.getresponse().read() == b'{"status":"ok"}'
+        assert c.getresponse().read() == b'{"status":"ok"}\n'
     result = []
     t = threading.Thread(target=lambda: result.append(
         d.request("POST", "/classify", jpeg, {"Content-Type": "image/jpeg"})))
