@@ -275,6 +275,13 @@ static int classify_begin(server *s, request *r, http_conn *c, const http_head *
     if (atomic_load(&s->draining))
         return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
 
+    /* An unknown parameter is a mistake (?topk=1) the client should hear of. */
+    for (int i = 0; i < h->nargs; i++)
+        if (strcmp(h->args[i].name, "top_k") != 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "unknown query parameter '%.64s' (/classify takes top_k)", h->args[i].name);
+            return send_error(s, r, c, 400, "bad_parameter", msg, 0, NULL, 1);
+        }
     const int nclasses = classes(s);
     const char *k = http_arg(h, "top_k");
     if (k && request_parse_top_k(k, nclasses, &r->top_k) != 0) {

@@ -308,6 +308,7 @@ def check_each_error_status(opts, d):
         ("top_k=0", "POST", "/classify?top_k=0", jpeg, jpg, 400, "bad_parameter"),
         ("top_k=abc", "POST", "/classify?top_k=abc", jpeg, jpg, 400, "bad_parameter"),
         ("top_k=1001", "POST", "/classify?top_k=1001", jpeg, jpg, 400, "bad_parameter"),
+        ("unknown parameter", "POST", "/classify?topk=1", jpeg, jpg, 400, "bad_parameter"),
         ("multipart without image", "POST", "/classify", no_image, mp, 400, "missing_image"),
         ("broken multipart", "POST", "/classify", b"--x\r\nnot closed", {"Content-Type": "multipart/form-data; boundary=x"}, 400, "invalid_multipart"),
         ("pixels over limit", "POST", "/classify", bytes(huge), jpg, 413, "too_large"),
