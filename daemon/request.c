@@ -156,6 +156,15 @@ static int find_param(const char *ct, const char *name, char *out, size_t outlen
     return -1;
 }
 
+int request_is_form_type(const char *ct)
+{
+    if (!ct)
+        return 0;
+    while (isspace((unsigned char)*ct))
+        ct++;
+    return media_type_is(ct, "application/x-www-form-urlencoded");
+}
+
 int request_parse_content_type(const char *ct, request_body_kind *kind, char *boundary, size_t blen)
 {
     if (!ct)

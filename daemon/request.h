@@ -50,6 +50,8 @@ typedef struct request {
     int status;             /* HTTP status answered, 0 before */
 
     request_body_kind body_kind;
+    int form_type;               /* Content-Type application/x-www-form-urlencoded: curl -d's, whose
+                                  * @FILE loses its line breaks (the decode error says so) */
     char boundary[72];
     int top_k;
     budget *budget;         /* charged with cap, the body buffer's size; NULL: none */
@@ -108,6 +110,8 @@ void request_drop_body(request *r);
  * Returns 0; -1 for another type (415); -2 for multipart without a usable
  * boundary (400). */
 int request_parse_content_type(const char *ct, request_body_kind *kind, char *boundary, size_t blen);
+/* 1 when ct is application/x-www-form-urlencoded (any parameters). */
+int request_is_form_type(const char *ct);
 
 /* ?top_k=: "1".."max" exactly (no sign, no leading zeros), max being the
  * model's class count; 0 or -1. */

@@ -294,6 +294,7 @@ static int classify_begin(server *s, request *r, http_conn *c, const http_head *
 
     const char *ct = http_header(h, "Content-Type");
     int rc = request_parse_content_type(ct, &r->body_kind, r->boundary, sizeof r->boundary);
+    r->form_type = request_is_form_type(ct);
     if (rc == -1) {
         char msg[256];
         snprintf(msg, sizeof msg, "content type '%.100s' is not image/jpeg or multipart/form-data", ct);
@@ -723,10 +724,14 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
             return;
         }
         if (st != PREP_OK) {
+            /* curl -d @FILE sends this type and drops the file's CR and LF bytes. */
+            const char *hint = st == PREP_ERR_CORRUPT && r->form_type
+                                   ? " (curl -d removes line breaks from a file: send it with --data-binary @FILE)"
+                                   : "";
             if (n > 1)
-                snprintf(msg, sizeof msg, "image %d: %s", i, why);
+                snprintf(msg, sizeof msg, "image %d: %s%s", i, why, hint);
             else
-                snprintf(msg, sizeof msg, "%s", why);
+                snprintf(msg, sizeof msg, "%s%s", why, hint);
             decode_failed(s, r, decode_http_status(st), preprocess_status_code(st), msg);
             return;
         }

@@ -330,9 +330,18 @@ def check_each_error_status(opts, d):
         if want == 405:
             assert h.get("allow") in ("POST", "GET, HEAD"), (name, h)
         ok_classify(d, jpeg)   # still serving
+    # curl -d @FILE: form-urlencoded, the file's CR and LF bytes dropped. The
+    # error says how to send it; the same bytes as image/jpeg get no hint.
+    stripped = jpeg.replace(b"\r", b"").replace(b"\n", b"")
+    assert stripped != jpeg
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, _, rbody = d.request("POST", "/classify", stripped, form)
+    assert status == 400 and "--data-binary" in error_of(rbody)["message"], (status, rbody[:300])
+    status, _, rbody = d.request("POST", "/classify", stripped, jpg)
+    assert status == 400 and "--data-binary" not in error_of(rbody)["message"], (status, rbody[:300])
     text = d.metrics()
     assert metric(text, "resnetd_rejected_total", {"reason": "bad_input"}) >= 12, text
-    return "%d error cases, 200 after each" % len(cases)
+    return "%d error cases, 200 after each; curl -d's mangled upload hinted at --data-binary" % len(cases)
 
 
 def check_oversize_bodies_get_413(opts, d):
