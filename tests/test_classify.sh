@@ -34,4 +34,19 @@ if "$RESNETD_BUILDDIR/resnetd-classify" --weights "$out/text.jpg" "$ref/jpeg/s64
   echo "bad weights accepted"; exit 1
 fi
 grep -q "$out/text.jpg" "$out/w.err" || { echo "weights error does not name the file:"; cat "$out/w.err"; exit 1; }
+# A directory: its JPEGs in name order, the same answers as naming them.
+mkdir "$out/dir" "$out/empty"
+cp "$ref/jpeg/s640x480.jpg" "$out/dir/b.jpg"
+cp "$ref/jpeg/s333x500.jpg" "$out/dir/a.JPEG"
+printf 'x' > "$out/dir/notes.txt"
+"$RESNETD_BUILDDIR/resnetd-classify" --weights "$ref/weights.safetensors" --device cpu --json "$out/dir" \
+  > "$out/dir.jsonl"
+"$RESNETD_BUILDDIR/resnetd-classify" --weights "$ref/weights.safetensors" --device cpu --json \
+  "$out/dir/a.JPEG" "$out/dir/b.jpg" > "$out/named.jsonl"
+cmp -s "$out/dir.jsonl" "$out/named.jsonl" || { echo "a directory differs from its files named:"; cat "$out/dir.jsonl"; exit 1; }
+[ "$(wc -l < "$out/dir.jsonl")" = 2 ] || { echo "expected 2 answers for the directory"; exit 1; }
+if "$RESNETD_BUILDDIR/resnetd-classify" --weights "$ref/weights.safetensors" "$out/empty" 2> "$out/e.err"; then
+  echo "a directory without JPEGs was accepted"; exit 1
+fi
+grep -q "no .jpg or .jpeg files" "$out/e.err" || { echo "empty directory not explained:"; cat "$out/e.err"; exit 1; }
 echo "classify: ok"

@@ -2,13 +2,17 @@
  * preprocessing and engines as the daemon. Prints top-k labels per file, or
  * one JSON object per file (--json), optionally with the raw logits, and can
  * dump each preprocessed input tensor as .npy for comparison with another
- * implementation. Files are run in batches through one engine slot. */
+ * implementation. Files are run in batches through one engine slot; a
+ * directory stands for its *.jpg and *.jpeg files, in name order. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include "config.h"
 #include "model/calib.h"
 #include "model/engine.h"
@@ -31,8 +35,8 @@ typedef struct classify_opts {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: resnetd-classify --weights FILE|synthetic [OPTION]... FILE...\n"
-            "Classify JPEG files with ResNet18.\n\n"
+            "Usage: resnetd-classify --weights FILE|synthetic [OPTION]... FILE|DIR...\n"
+            "Classify JPEG files with ResNet18 (a directory: its *.jpg and *.jpeg files).\n\n"
             "  --weights FILE       safetensors weights (torchvision names); 'synthetic' for random\n"
             "  --labels FILE        class names, one a line (default: %s)\n"
             "  --top-k K            labels to print per file, 1..the model's classes (default 5)\n"
@@ -227,13 +231,74 @@ static void print_error(const classify_opts *o, const char *file, const char *co
     }
 }
 
+static int is_jpeg_name(const struct dirent *d)
+{
+    const char *dot = strrchr(d->d_name, '.');
+    return d->d_name[0] != '.' && dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+}
+
+/* The arguments with each directory replaced by its JPEG files, in name
+ * order (malloc'd strings in a malloc'd array); NULL when out of memory or
+ * a directory cannot be read (said on stderr). */
+static char **expand_args(int argc, char **argv, int *n)
+{
+    char **out = NULL;
+    int cap = 0;
+    *n = 0;
+    for (int i = 0; i < argc; i++) {
+        struct stat st;
+        struct dirent **ents = NULL;
+        int ne = 0;
+        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            ne = scandir(argv[i], &ents, is_jpeg_name, alphasort);
+            if (ne < 0) {
+                fprintf(stderr, "resnetd-classify: %s: %s\n", argv[i], strerror(errno));
+                goto fail;
+            }
+            if (ne == 0)
+                fprintf(stderr, "resnetd-classify: %s: no .jpg or .jpeg files\n", argv[i]);
+        }
+        for (int k = 0; k < (ents ? ne : 1); k++) {
+            char **grown = *n == cap ? realloc(out, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *out) : out;
+            size_t len = ents ? strlen(argv[i]) + strlen(ents[k]->d_name) + 2 : strlen(argv[i]) + 1;
+            char *path = grown ? malloc(len) : NULL;
+            if (grown)
+                out = grown;
+            if (!path) {
+                for (; k < ne; k++)
+                    free(ents[k]);
+                free(ents);
+                fprintf(stderr, "resnetd-classify: out of memory\n");
+                goto fail;
+            }
+            if (ents) {
+                snprintf(path, len, "%s/%s", argv[i], ents[k]->d_name);
+                free(ents[k]);
+            } else {
+                snprintf(path, len, "%s", argv[i]);
+            }
+            out[(*n)++] = path;
+        }
+        free(ents);
+    }
+    return out;
+fail:
+    for (int i = 0; i < *n; i++)
+        free(out[i]);
+    free(out);
+    *n = 0;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     classify_opts o;
     if (parse_args(argc, argv, &o) != 0)
         return 2;
-    int nfiles = argc - optind;
-    char **files = argv + optind;
+    int nfiles;
+    char **files = expand_args(argc - optind, argv + optind, &nfiles);
+    if (!files)   /* a directory unreadable or without JPEGs, or out of memory */
+        return 1;
     char err[1024];
     int status = 0;
     resnet18_weights w;
@@ -342,5 +407,8 @@ out:
     engine_destroy(e);
     weights_free(&w);
     labels_free(&lb);
+    for (int i = 0; i < nfiles; i++)
+        free(files[i]);
+    free(files);
     return status;
 }
