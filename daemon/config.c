@@ -143,6 +143,7 @@ static const config_option options[] = {
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
+_Static_assert(NOPTIONS <= CONFIG_MAX_OPTIONS, "config.line has a slot per option");
 
 const config_option *config_options(int *count)
 {
@@ -287,6 +288,7 @@ int config_parse_text(config *c, const char *name, const char *text, size_t len,
             snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
             return -1;
         }
+        c->line[config_find(key) - options] = lineno;
     }
     return 0;
 }
@@ -363,8 +365,27 @@ int config_load(config *c, config_cli *cli, int argc, char **argv, char *err, si
             snprintf(err, errlen, "--%.*s: %s", (int)strcspn(a + 2, "="), a + 2, why);
             return -1;
         }
+        c->line[config_find(name) - options] = CONFIG_FROM_FLAG;
     }
     return 0;
+}
+
+void config_where(const config *c, const char *file, const char *name, char *buf, size_t len)
+{
+    const config_option *o = config_find(name);
+    const int line = o ? c->line[o - options] : 0;
+    if (line == CONFIG_FROM_FLAG) {
+        char flag[128];
+        snprintf(flag, sizeof flag, "%s", name);
+        for (char *p = flag; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        snprintf(buf, len, "--%s", flag);
+    } else if (line > 0 && file) {
+        snprintf(buf, len, "%s:%d: %s", file, line, name);
+    } else {
+        snprintf(buf, len, "%s", name);
+    }
 }
 
 int config_validate(const config *c, char *err, size_t errlen)

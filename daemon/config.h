@@ -15,6 +15,8 @@
 #define CONFIG_MAX_PREFERRED 16
 #define CONFIG_PATH_MAX 4096
 #define CONFIG_FILE_MAX (1L << 20)    /* largest config file read */
+#define CONFIG_MAX_OPTIONS 64
+#define CONFIG_FROM_FLAG (-1)         /* config.line: set by a command-line flag */
 
 typedef struct config {
     char listen[256];             /* ADDR:PORT, [ADDR6]:PORT; port 0 = ephemeral */
@@ -45,6 +47,9 @@ typedef struct config {
     long min_body_rate;           /* bytes/s a body must average after header_timeout_s; 0: none */
     long connection_memory_bytes; /* a connection's read buffer at most: the largest head */
     long listen_backlog;
+    /* Where each option (in config_options' order) was set: its line in
+     * --config's file, CONFIG_FROM_FLAG, or 0 (the default). */
+    int line[CONFIG_MAX_OPTIONS];
 } config;
 
 typedef enum { CONFIG_STRING, CONFIG_INT, CONFIG_BYTES } config_type;
@@ -94,6 +99,10 @@ int config_parse_text(config *c, const char *name, const char *text, size_t len,
 /* Defaults, then --config's file, then the other flags. Errors name the
  * flag. argv is not modified. */
 int config_load(config *c, config_cli *cli, int argc, char **argv, char *err, size_t errlen);
+
+/* Where option `name` of c came from, for an error message: "FILE:LINE:
+ * name" (file: --config's), "--flag-name", or "name" (its default). */
+void config_where(const config *c, const char *file, const char *name, char *buf, size_t len);
 
 /* Cross-option checks (weights given, preferred sizes within max batch...). */
 int config_validate(const config *c, char *err, size_t errlen);

@@ -232,9 +232,13 @@ int main(int argc, char **argv)
         return 1;
     }
     resnet18_weights w;
-    served_model *model = served_model_load(&cfg, 1, &w, err, sizeof err);
+    const char *key;
+    served_model *model = served_model_load(&cfg, 1, &w, &key, err, sizeof err);
     if (!model) {
-        log_error("%s", err);
+        /* Which option, and where it was set: the file's line or the flag. */
+        char where[CONFIG_PATH_MAX + 64];
+        config_where(&cfg, cli.config_path, key, where, sizeof where);
+        log_error("%s: %s", where, err);
         return 1;
     }
     if (model->synthetic && !cli.check_config)

@@ -30,8 +30,13 @@ static const char *labels_path(const config *c)
     return p;
 }
 
-served_model *served_model_load(const config *c, int version, resnet18_weights *w, char *err, size_t errlen)
+served_model *served_model_load(const config *c, int version, resnet18_weights *w, const char **key, char *err,
+                                size_t errlen)
 {
+    const char *unused;
+    if (!key)
+        key = &unused;
+    *key = "weights";
     served_model *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory loading the model");
@@ -47,7 +52,8 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
     const char *lpath = labels_path(c);
     char lerr[1024];
     if (labels_load(lpath, w->classes, &m->lab, lerr, sizeof lerr) != 0) {
-        snprintf(err, errlen, "labels: %s; weights %.300s", lerr, c->weights);
+        *key = "labels";
+        snprintf(err, errlen, "%s; weights %.300s", lerr, c->weights);
         weights_free(w);
         free(m);
         return NULL;
@@ -167,9 +173,10 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
     served_model_unref(old_model);
     uint64_t t0 = clock_now_us();
     resnet18_weights w;
-    served_model *m = served_model_load(&fresh, version, &w, err, sizeof err);
+    const char *key;
+    served_model *m = served_model_load(&fresh, version, &w, &key, err, sizeof err);
     if (!m) {
-        snprintf(msg, msglen, "%s", err);
+        snprintf(msg, msglen, "%s: %s", key, err);
         return -1;
     }
     /* INT8 engines need the calibration table the configuration names now,

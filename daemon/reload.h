@@ -40,8 +40,10 @@ typedef struct served_model {
 
 /* Loads c's labels and weights: the model (one reference, the caller's)
  * and its weights in *w, which the engine is built from. NULL with the
- * reason in err. */
-served_model *served_model_load(const config *c, int version, resnet18_weights *w, char *err, size_t errlen);
+ * reason in err and, when key is not NULL, the option at fault in *key
+ * ("weights" or "labels"). */
+served_model *served_model_load(const config *c, int version, resnet18_weights *w, const char **key, char *err,
+                                size_t errlen);
 served_model *served_model_ref(served_model *m);
 void served_model_unref(served_model *m);
 

@@ -932,7 +932,13 @@ def check_config_file_and_check_config(opts):
         assert p.returncode != 0 and "%s:3: queue_capacity: 'lots'" % bad in p.stderr, (p.returncode, p.stderr)
         p = subprocess.run([opts.resnetd, "--weights", os.path.join(tmp, "missing.safetensors"), "--check-config"],
                            capture_output=True, text=True)
-        assert p.returncode != 0 and "missing.safetensors" in p.stderr, p.stderr
+        assert p.returncode != 0 and "--weights: " in p.stderr and "missing.safetensors" in p.stderr, p.stderr
+        # From the file: the error names the file, the line and the key.
+        missing = os.path.join(tmp, "missing.conf")
+        with open(missing, "w") as f:
+            f.write("device = cpu\nweights = %s\n" % os.path.join(tmp, "missing.safetensors"))
+        p = subprocess.run([opts.resnetd, "--config", missing, "--check-config"], capture_output=True, text=True)
+        assert p.returncode != 0 and "%s:2: weights: " % missing in p.stderr, p.stderr
         p = subprocess.run([opts.resnetd, "--device", "cpu"], capture_output=True, text=True)
         assert p.returncode != 0 and "weights: required" in p.stderr, p.stderr
         # The file sets max batch 4; the flag overrides it.
