@@ -4,30 +4,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/jsonout.h"
 #include "daemon/response.h"
 #include "model/utf8.h"
-
-/* Dumps and frees j, with a newline (a terminal shows the prompt on its own
- * line) and 9 significant digits for reals: every FP32 value round-trips. */
-static char *dump(json_t *j, size_t *len)
-{
-    if (!j)
-        return NULL;
-    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(j);
-    if (!s)
-        return NULL;
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return NULL;
-    }
-    t[n] = '\n';
-    t[n + 1] = '\0';
-    *len = n + 1;
-    return t;
-}
 
 char *response_classify(const response_service *svc, const request *r, uint64_t total_us, size_t *len)
 {
@@ -63,7 +42,7 @@ char *response_classify(const response_service *svc, const request *r, uint64_t 
         json_decref(o);
         return NULL;
     }
-    return dump(o, len);
+    return json_dump_line(o, len);
 }
 
 /* Messages echo client bytes (a path, a content type), which need not be
@@ -72,7 +51,8 @@ char *response_error(int status, const char *code, const char *message, size_t *
 {
     char clean[1024];
     message = utf8_sanitize(clean, sizeof clean, message);
-    return dump(json_pack("{s:{s:i, s:s, s:s}}", "error", "status", status, "code", code, "message", message), len);
+    return json_dump_line(
+        json_pack("{s:{s:i, s:s, s:s}}", "error", "status", status, "code", code, "message", message), len);
 }
 
 char *response_model(const response_service *svc, const served_model *m, size_t *len)
@@ -108,10 +88,10 @@ char *response_model(const response_service *svc, const served_model *m, size_t 
         json_decref(o);
         return NULL;
     }
-    return dump(o, len);
+    return json_dump_line(o, len);
 }
 
 char *response_status(const char *status, size_t *len)
 {
-    return dump(json_pack("{s:s}", "status", status), len);
+    return json_dump_line(json_pack("{s:s}", "status", status), len);
 }

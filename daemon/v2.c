@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "daemon/jsonout.h"
 #include "daemon/v2.h"
 #include "model/resnet18.h"
 #include "model/topk.h"
@@ -548,44 +549,21 @@ void v2_infer_free(v2_infer *v)
 
 /* ---- responses ---------------------------------------------------------- */
 
-/* Dumps and frees j: shortest FP32 round-trip precision for reals, and a
- * newline (inside the JSON header when binary outputs follow: whitespace
- * JSON allows). */
-static char *dump(json_t *j, size_t *len)
-{
-    if (!j)
-        return NULL;
-    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(j);
-    if (!s)
-        return NULL;
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return NULL;
-    }
-    t[n] = '\n';
-    t[n + 1] = '\0';
-    *len = n + 1;
-    return t;
-}
-
 char *v2_response_error(const char *message, size_t *len)
 {
     char clean[1024];
-    return dump(json_pack("{s:s}", "error", utf8_sanitize(clean, sizeof clean, message)), len);
+    return json_dump_line(json_pack("{s:s}", "error", utf8_sanitize(clean, sizeof clean, message)), len);
 }
 
 char *v2_response_server(const char *version, size_t *len)
 {
-    return dump(json_pack("{s:s, s:s, s:[s,s,s]}", "name", "resnetd", "version", version, "extensions",
+    return json_dump_line(json_pack("{s:s, s:s, s:[s,s,s]}", "name", "resnetd", "version", version, "extensions",
                           "classification", "binary_tensor_data", "model_repository"), len);
 }
 
 char *v2_response_model(int classes, const char *platform, size_t *len)
 {
-    return dump(json_pack("{s:s, s:[s], s:s, s:[{s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i]}],"
+    return json_dump_line(json_pack("{s:s, s:[s], s:s, s:[{s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i]}],"
                           " s:[{s:s,s:s,s:[i,i]}, {s:s,s:s,s:[i,i]}]}",
                           "name", V2_MODEL_NAME, "versions", V2_MODEL_VERSION, "platform", platform,
                           "inputs",
@@ -725,7 +703,7 @@ char *v2_response_infer(const v2_infer *v, const float *logits, int classes, con
     }
     outs = NULL;
     size_t jl;
-    char *js = dump(root, &jl);
+    char *js = json_dump_line(root, &jl);
     root = NULL;
     if (!js)
         goto done;
