@@ -191,6 +191,16 @@ static int walk(parse *p, const json_t *a, int depth, size_t *count, size_t max,
     return 0;
 }
 
+/* A leaf that only counts (the error for too few elements says how many). */
+static int leaf_count(parse *p, const json_t *j, size_t i, void *cls)
+{
+    (void)p;
+    (void)j;
+    (void)i;
+    (void)cls;
+    return 0;
+}
+
 static int leaf_f32(parse *p, const json_t *j, size_t i, void *cls)
 {
     if (!json_is_number(j))
@@ -324,10 +334,13 @@ static int read_data(parse *p, const json_t *data, const uint8_t *bin, size_t bi
         return fail(p, 400, "bad_request", "input '%s': 'data' must be an array", name);
     /* Before allocating for the shape: a document with fewer values
      * cannot fill it. */
-    if (p->values < elements)
-        return fail(p, 400, "bad_request", "input '%s' has at most %zu data elements; its shape needs %zu", name,
-                    p->values, elements);
     size_t count = 0;
+    if (p->values < elements) {
+        if (walk(p, data, 1, &count, elements, leaf_count, NULL) != 0)
+            return -1;
+        return fail(p, 400, "bad_request", "input '%s' has %zu data elements; its shape needs %zu", name, count,
+                    elements);
+    }
     int rc;
     if (v->kind == V2_IN_TENSOR) {
         if (!(v->tensor = alloc_charged(p, elements * sizeof(float))))

@@ -193,6 +193,32 @@ START_TEST(hostile_requests_are_refused_with_their_status)
 }
 END_TEST
 
+/* Too few data elements for the shape: the error counts them exactly, also
+ * where the document is too small to fill the shape at all (refused before
+ * anything is allocated for it). */
+START_TEST(too_few_elements_are_counted_exactly)
+{
+    static const struct {
+        const char *doc, *want;
+    } t[] = {
+        { "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0]}]}",
+          "has 2 data elements; its shape needs 3" },
+        { "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,20,30,3],\"data\":[[0,1],[2]]}]}",
+          "has 3 data elements; its shape needs 1800" },
+    };
+    budget b;
+    budget_init(&b, 8 << 20);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        request_part parts[8];
+        char err[256] = "";
+        v2_infer v;
+        ck_assert_int_eq(parse_with(t[i].doc, NULL, 0, &b, &v, parts, err), 400);
+        ck_assert_msg(strstr(err, t[i].want), "case %zu: '%s', want '%s'", i, err, t[i].want);
+        ck_assert_uint_eq(budget_used(&b), 0);
+    }
+}
+END_TEST
+
 START_TEST(a_budget_too_small_for_the_json_refuses_it)
 {
     budget b;
@@ -260,6 +286,7 @@ int main(void)
     Suite *s = suite_create("v2");
     TCase *tc = tcase_create("v2");
     tcase_add_test(tc, routes_follow_the_spec_paths);
+    tcase_add_test(tc, too_few_elements_are_counted_exactly);
     tcase_add_test(tc, header_length_is_a_plain_bounded_number);
     tcase_add_test(tc, json_pixels_nested_or_flat_give_the_same_bytes);
     tcase_add_test(tc, binary_tensor_and_bytes_are_read_from_the_section);
