@@ -304,6 +304,15 @@ int config_load_file(config *c, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+/* "max_batch_size" -> "max-batch-size" (without the dashes) in buf. */
+static void name_to_flag(const char *name, char *buf, size_t len)
+{
+    size_t i = 0;
+    for (const char *p = name; *p && i + 1 < len; p++)
+        buf[i++] = *p == '_' ? '-' : *p;
+    buf[i] = '\0';
+}
+
 /* "--max-batch-size" -> "max_batch_size" in buf; NULL if not a long flag. */
 static const char *flag_to_name(const char *arg, char *buf, size_t len)
 {
@@ -376,10 +385,7 @@ void config_where(const config *c, const char *file, const char *name, char *buf
     const int line = o ? c->line[o - options] : 0;
     if (line == CONFIG_FROM_FLAG) {
         char flag[128];
-        snprintf(flag, sizeof flag, "%s", name);
-        for (char *p = flag; *p; p++)
-            if (*p == '_')
-                *p = '-';
+        name_to_flag(name, flag, sizeof flag);
         snprintf(buf, len, "--%s", flag);
     } else if (line > 0 && file) {
         snprintf(buf, len, "%s:%d: %s", file, line, name);
@@ -518,10 +524,7 @@ void config_print_help(FILE *f, const char *prog)
             prog);
     for (int i = 0; i < NOPTIONS; i++) {
         char flag[128];
-        size_t j = 0;
-        for (const char *p = options[i].name; *p && j + 1 < sizeof flag; p++)
-            flag[j++] = *p == '_' ? '-' : *p;
-        flag[j] = '\0';
+        name_to_flag(options[i].name, flag, sizeof flag);
         fprintf(f, "  --%s=VALUE\n      %s (default: %s)\n", flag, options[i].doc,
                 options[i].def[0] ? options[i].def : "none");
     }

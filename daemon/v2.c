@@ -169,7 +169,8 @@ static int get_params(parse *p, const json_t *obj, const char *what, const json_
 }
 
 /* Counts into *count the leaves of a (possibly nested) array of non-arrays,
- * calling leaf for each; -1 on a failure recorded in p. */
+ * calling leaf (unless NULL: only counting) for each; -1 on a failure
+ * recorded in p. */
 typedef int leaf_fn(parse *p, const json_t *j, size_t i, void *cls);
 static int walk(parse *p, const json_t *a, int depth, size_t *count, size_t max, leaf_fn *leaf, void *cls)
 {
@@ -185,19 +186,10 @@ static int walk(parse *p, const json_t *a, int depth, size_t *count, size_t max,
         }
         if (*count >= max)
             return fail(p, 400, "bad_request", "input data has more elements than its shape (%zu)", max);
-        if (leaf(p, e, (*count)++, cls) != 0)
+        if (leaf && leaf(p, e, *count, cls) != 0)
             return -1;
+        (*count)++;
     }
-    return 0;
-}
-
-/* A leaf that only counts (the error for too few elements says how many). */
-static int leaf_count(parse *p, const json_t *j, size_t i, void *cls)
-{
-    (void)p;
-    (void)j;
-    (void)i;
-    (void)cls;
     return 0;
 }
 
@@ -336,7 +328,7 @@ static int read_data(parse *p, const json_t *data, const uint8_t *bin, size_t bi
      * cannot fill it. */
     size_t count = 0;
     if (p->values < elements) {
-        if (walk(p, data, 1, &count, elements, leaf_count, NULL) != 0)
+        if (walk(p, data, 1, &count, elements, NULL, NULL) != 0)
             return -1;
         return fail(p, 400, "bad_request", "input '%s' has %zu data elements; its shape needs %zu", name, count,
                     elements);

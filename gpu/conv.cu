@@ -2031,19 +2031,20 @@ struct f32_entry {
 // each and prints whether two agree). FP16's mma.sync, wgmma and patch
 // kernels all give the same bits (H200, every test shape): one family. FP32's
 // SIMT and 3xTF32 tiles round differently: two. INT8's sums are exact.
-enum { FAMILY_MMA = 0, FAMILY_WGMMA = 0, FAMILY_SWAP = 0, FAMILY_SIMT = 0, FAMILY_3XTF32 = 1 };
+// FAMILY_PLAIN: every tile but the 3xTF32 ones.
+enum { FAMILY_PLAIN, FAMILY_3XTF32 };
 
 // Names and info.bk of INT8 tiles count int8 elements (bytes): twice the
 // halves of the kernel's own BK.
 #define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
     {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_MMA}, \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_PLAIN}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>,                                       \
      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, NULL}
 #define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
     {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_MMA}, \
+      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_PLAIN}, \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
      conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0, NULL}
@@ -2053,7 +2054,7 @@ enum { FAMILY_MMA = 0, FAMILY_WGMMA = 0, FAMILY_SWAP = 0, FAMILY_SIMT = 0, FAMIL
 // stages (gpu/NOTES.md), not at 128 x 128, whose two CTAs an SM a fourth
 // stage would cost.
 #define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                          \
-    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0, FAMILY_WGMMA}, \
+    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0, FAMILY_PLAIN}, \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                            \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>,                                             \
      (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0,                               \
@@ -2066,16 +2067,16 @@ enum { FAMILY_MMA = 0, FAMILY_WGMMA = 0, FAMILY_SWAP = 0, FAMILY_SIMT = 0, FAMIL
 // bm; info.bk as the wgmma tiles' for the kind).
 #define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
     {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
-      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0, FAMILY_SWAP},                                                         \
+      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0, FAMILY_PLAIN},                                                         \
      conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0, NULL}
 // INT8's 128-channel patch kernel, also with the shortcut (its pixels and
 // weights in shared memory after the byte tiles).
 #define SWAP_SC_TILE(TP, MINB)                                                                                   \
-    {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0, FAMILY_SWAP},                   \
+    {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0, FAMILY_PLAIN},                   \
      conv3x3_swap_kernel<true, TP, MINB, 128>, conv3x3_swap_kernel<true, TP, MINB, 128, true>,                    \
      SWAP_SMEM(true, TP, 128) + 2 * (TP) * 64 + 64 * 64, 0, NULL}
 #define F32_TILE(BM, BN) \
-    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0, FAMILY_SIMT}, conv2d_igemm_f32_kernel<BM, BN>}
+    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0, FAMILY_PLAIN}, conv2d_igemm_f32_kernel<BM, BN>}
 #define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
     {{"3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                  \
       x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_3XTF32}, \
@@ -2336,14 +2337,6 @@ int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, const conv_
         if (tile_allowed(kind, i, s, f))
             out[n++] = plan_for_tile(kind, i, s, num_sms, f && f->unsplit);
     return n;
-}
-
-int conv_plans_same_bits(int kind, const conv_plan *a, const conv_plan *b)
-{
-    if (kind == CONV_INT8)
-        return 1;
-    const conv_tile_info *ta = conv_tile_get(kind, a->tile), *tb = conv_tile_get(kind, b->tile);
-    return ta && tb && ta->family == tb->family && a->splits == 1 && b->splits == 1;
 }
 
 // Estimated time of a plan: the waves of CTAs it takes, each as long as a

@@ -67,8 +67,8 @@
 // Batch invariance. An image's logits are the same bits at any position of
 // any batch size when every bucket's kernels compute each output in the
 // same order. INT8 does by construction (int32 sums are exact, split-K or
-// not; the epilogues are one formula). The FC runs as cuBLAS GEMMs of
-// FC_COLS images each, all of one shape, whatever the bucket. FP16 and FP32
+// not; the epilogues are one formula). The FC runs in FC_COLS-image GEMMs
+// of one shape whatever the bucket. FP16 and FP32
 // differ between buckets only through split-K, whose partial sums round
 // otherwise than one running sum, and (FP32) through SIMT against 3xTF32
 // tiles; engine_config.deterministic plans them without split-K and with

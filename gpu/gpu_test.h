@@ -32,7 +32,7 @@ const char *gpu_test_conv_tile_name(int kind, int tile);
  * 0 when not, -1 when the device cannot be queried. */
 int gpu_test_conv_tile_usable(int kind, int tile);
 /* The tile's family: without split-K, tiles of one family give every output
- * the same bits (gpu/kernels.cuh, conv_plans_same_bits). */
+ * the same bits (gpu/kernels.cuh, conv_tile_info.family). */
 int gpu_test_conv_tile_family(int kind, int tile);
 
 /* out[n][oh][ow][k] = relu?(conv(in, w) + bias (+ res)); res may be NULL.

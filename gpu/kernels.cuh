@@ -152,10 +152,7 @@ struct conv_filter {
 int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, const conv_filter *f, conv_plan *out, int max);
 // The plan a cost model picks among them (used when the engine does not autotune).
 conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms, const conv_filter *f);
-// 1 when plans a and b of shape s give every output the same bits: INT8's
-// int32 sums are exact, so any two; the float kinds' when the tiles are of
-// one family and neither splits K.
-int conv_plans_same_bits(int kind, const conv_plan *a, const conv_plan *b);
+
 // Workspace a plan needs (32-bit partial sums), 0 without split-K.
 size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
 // 1 when plan p can run INT8 conv s with the average pool inside
