@@ -3,7 +3,8 @@
  * NVJPEG_OUTPUT_RGB), so that libjpeg's "fancy" upsampling can then be
  * applied and the CPU path's pixels come back.
  *
- * Inside one chroma block (2x2 pixels for 4:2:0, 2x1 for 4:2:2) every pixel
+ * Inside one chroma block (2x2 pixels for 4:2:0, 2x1 for 4:2:2, 1x2 for
+ * 4:4:0, 4x1 for 4:1:1, 4x2 for 4:1:0) every pixel
  * shares Cb and Cr; R-G and B-G depend on them only, so their mean gives an
  * estimate. Each (Cb, Cr) within 1 of it is then tried: every pixel's best
  * Y, pushed through jdcolor.c's
@@ -13,9 +14,12 @@
  * right pair reproduces the block exactly; clamped channels (0 or 255) are
  * kept out of the estimate but still scored.
  *
- * Plain C, also compiled by nvcc for the kernel (gpu/resize.cu), so that a
+ * chroma_upsample_at then upsamples Cb/Cr planes (rebuilt ones, or the
+ * decoder's own in exact mode) as libjpeg's jdsample.c does.
+ *
+ * Plain C, also compiled by nvcc for the kernels (gpu/resize.cu), so that a
  * CPU test (tests/test_chroma_rebuild.c) checks the same code against
- * libjpeg's own replicated and fancy decodes. */
+ * libjpeg's own replicated, raw and fancy decodes. */
 #ifndef RESNETD_CHROMA_REBUILD_H
 #define RESNETD_CHROMA_REBUILD_H
 
@@ -27,7 +31,7 @@
 #define CHROMA_REBUILD_FN static inline
 #endif
 
-#define CHROMA_REBUILD_MAX_PIXELS 4   /* 2x2 blocks: 4:2:0 and 4:2:2 only */
+#define CHROMA_REBUILD_MAX_PIXELS 8   /* 4x2 blocks: 4:1:0 */
 
 CHROMA_REBUILD_FN int chroma_rebuild_clamp(int v)
 {
@@ -124,7 +128,7 @@ CHROMA_REBUILD_FN void chroma_rebuild_search(const uint8_t rgb[][3], int n, int 
     }
 }
 
-/* n pixels (1..4) of one chroma block, rgb[i] = {R, G, B}: their shared
+/* n pixels (1..CHROMA_REBUILD_MAX_PIXELS) of one chroma block, rgb[i] = {R, G, B}: their shared
  * Cb, Cr and each one's Y. */
 CHROMA_REBUILD_FN void chroma_rebuild_block(const uint8_t rgb[][3], int n, uint8_t *cb_out, uint8_t *cr_out,
                                             uint8_t *y_out)
@@ -156,6 +160,39 @@ CHROMA_REBUILD_FN void chroma_rebuild_block(const uint8_t rgb[][3], int n, uint8
     }
     *cb_out = (uint8_t)bcb;
     *cr_out = (uint8_t)bcr;
+}
+
+/* Chroma plane c (cw x ch samples, rows cpitch bytes apart, samples cstep
+ * apart), subsampled hs (1, 2, 4) across and vs (1, 2) down, at full
+ * resolution pixel (x, y) after libjpeg's upsampling with
+ * do_fancy_upsampling (as PIL decodes): h2v1, h2v2 and h1v2 "fancy"
+ * (triangle) filters with their edge rules and rounding biases, and
+ * replication (int_upsample) for 4:1:1 and 4:1:0. libjpeg replicates
+ * 2x-subsampled rows under 3 samples wide too: callers keep those out. */
+CHROMA_REBUILD_FN int chroma_upsample_at(const uint8_t *c, int cw, int ch, int cpitch, int cstep, int hs, int vs,
+                                         int x, int y)
+{
+    const int s = cstep;
+    if (hs == 4)
+        return c[(long)(y / vs) * cpitch + (x >> 2) * s];
+    /* vertically: the nearer chroma row weighs 3, the farther 1 (the edge
+     * rows stand in for the missing neighbours) */
+    const int r = vs == 2 ? y >> 1 : y;
+    const int rf = vs == 1 ? r : y & 1 ? (r + 1 < ch ? r + 1 : r) : (r > 0 ? r - 1 : 0);
+    const uint8_t *near = c + (long)r * cpitch, *far = c + (long)rf * cpitch;
+    if (hs == 1)   /* h1v2: bias 1 above, 2 below */
+        return vs == 1 ? near[x * s] : (near[x * s] * 3 + far[x * s] + (y & 1 ? 2 : 1)) >> 2;
+    const int k = x >> 1;
+    if (vs == 1) {   /* h2v1: 3:1 across, biases 2 and 1 */
+        if (x & 1)
+            return k == cw - 1 ? near[k * s] : (near[k * s] * 3 + near[(k + 1) * s] + 2) >> 2;
+        return k == 0 ? near[0] : (near[k * s] * 3 + near[(k - 1) * s] + 1) >> 2;
+    }
+    /* h2v2: 3:1 down, then 3:1 across, biases 8 and 7 */
+    int sum = near[k * s] * 3 + far[k * s];
+    if (x & 1)
+        return k == cw - 1 ? (sum * 4 + 7) >> 4 : (sum * 3 + near[(k + 1) * s] * 3 + far[(k + 1) * s] + 7) >> 4;
+    return k == 0 ? (sum * 4 + 8) >> 4 : (sum * 3 + near[(k - 1) * s] * 3 + far[(k - 1) * s] + 8) >> 4;
 }
 
 #endif

@@ -579,7 +579,7 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rebuild_vs, int rw, int rh, int left,
+extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int hs, int vs, int rw, int rh, int left,
                                     int top, uint8_t *out, char *err, size_t errlen)
 {
     size_t plane = (size_t)w * h, crop = (size_t)224 * 224 * 3;
@@ -599,7 +599,7 @@ extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rebuil
     CUDA_TRY(cudaMemset(ddst, 0xff, crop));
     {
         resize_job j = {};
-        resize_job_rebuilt(&j, dsrc, w, h, rebuild_vs);
+        resize_job_rebuilt(&j, dsrc, w, h, hs, vs);
         j.rw = rw;
         j.rh = rh;
         j.left = left;

@@ -126,10 +126,10 @@ int gpu_test_softmax_topk(const float *logits, const float *bias, int n, int cla
 /* PIL-exact resize + crop (gpu/resize.cu) of one w x h RGB image, given
  * interleaved on the host and handed to the kernel as planes, as nvJPEG
  * writes them; rw, rh, left, top as preprocess_geometry gives them.
- * rebuild_vs 2 or 1: the image's 4:2:0 or 4:2:2 chroma is replicated (as
- * the hardware decoder returns it) and is rebuilt first
- * (chroma_rebuild_launch); 0: plain RGB. out: 224x224x3 HWC. */
-int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int rebuild_vs, int rw, int rh, int left, int top,
+ * hs x vs other than 1 x 1: the image's chroma, subsampled that much, is
+ * replicated (as the hardware decoder returns it) and is rebuilt first
+ * (chroma_rebuild_launch); 1 x 1: plain RGB. out: 224x224x3 HWC. */
+int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int hs, int vs, int rw, int rh, int left, int top,
                          uint8_t *out, char *err, size_t errlen);
 
 /* Copies the first n images of a CUDA engine slot's device input (what the

@@ -291,33 +291,38 @@ cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int cla
 // apart); or the JPEG's own planes as the decoder produced them, Y at src
 // (w x h) and, unless grey, Cb at u and Cr at v (cw x ch, rows `cpitch`
 // apart), which the kernel upsamples and converts to RGB exactly as
-// libjpeg-turbo does (fancy upsampling, JFIF YCbCr -> RGB in fixed point).
-// Chroma samples are `cstep` bytes apart within a row: 1 for packed planes,
-// 2 where chroma_rebuild_launch left them in the RGB planes it rebuilt.
+// libjpeg-turbo does (JFIF YCbCr -> RGB in fixed point after jdsample.c's
+// upsampling: "fancy" for 4:2:2, 4:2:0 and 4:4:0, replication for 4:1:1
+// and 4:1:0). Chroma samples are `cstep` bytes apart within a row: 1 for
+// packed planes, hs where chroma_rebuild_launch left them in the RGB planes
+// it rebuilt.
 #define RESIZE_MAX_TAPS 67   // Pillow's ksize for a scale of 32 (8192 -> 256)
-enum resize_src { RESIZE_SRC_RGB, RESIZE_SRC_GRAY, RESIZE_SRC_YUV444, RESIZE_SRC_YUV422, RESIZE_SRC_YUV420 };
+enum resize_src { RESIZE_SRC_RGB, RESIZE_SRC_GRAY, RESIZE_SRC_YCC };
 struct resize_job {
     const uint8_t *src, *u, *v;
     long plane;
     int fmt;                 // resize_src
+    int hs, vs;              // YCC: luma samples per chroma sample across (1, 2, 4) and down (1, 2)
     int w, h, pitch;
     int cw, ch, cpitch, cstep;
     int rw, rh, left, top;
     uint8_t *dst;
     uint8_t *rebuild;        // or NULL: see resize_job_rebuilt
 };
-// Sets j up for planar RGB at base (w x h, rows w apart) whose 4:2:0
-// (vs = 2) or 4:2:2 (vs = 1) chroma was replicated, as nvJPEG's hardware
+// Sets j up for planar RGB at base (w x h, rows w apart) whose chroma,
+// subsampled hs x vs in the JPEG, was replicated, as nvJPEG's hardware
 // decoder returns it: chroma_rebuild_launch turns the planes, in place, into
 // Y (plane 0) and each chroma block's Cb and Cr (at the block's first pixel
 // in planes 1 and 2; gpu/chroma_rebuild.h), which resize_crop_launch then
-// upsamples as libjpeg does. Images below 3x3 are left as RGB.
-void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int vs);
-// The plane half of a job: format, Y (or RGB) planes w x h at y (rows w
-// apart, planes w*h apart), chroma cw x ch at u and v (rows cpitch apart,
-// samples cstep apart); no rebuild.
-void resize_job_planes(resize_job *j, int fmt, const uint8_t *y, int w, int h, const uint8_t *u, const uint8_t *v,
-                       int cw, int ch, int cpitch, int cstep);
+// upsamples as libjpeg does. Where libjpeg replicates chroma too (4:4:4,
+// 4:1:1, 4:1:0, 2x-subsampled chroma under 3 samples wide) and below 3x3
+// the planes are left as RGB.
+void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int hs, int vs);
+// The plane half of a job: format, chroma factors, Y (or RGB) planes
+// w x h at y (rows w apart, planes w*h apart), chroma cw x ch at u and v
+// (rows cpitch apart, samples cstep apart); no rebuild.
+void resize_job_planes(resize_job *j, int fmt, int hs, int vs, const uint8_t *y, int w, int h, const uint8_t *u,
+                       const uint8_t *v, int cw, int ch, int cpitch, int cstep);
 // Rebuilds the planes of every job with `rebuild` set; the others are left.
 cudaError_t chroma_rebuild_launch(const resize_job *d_jobs, int njobs, cudaStream_t st);
 // PIL-exact bilinear antialiased resize + crop of njobs images; d_jobs in

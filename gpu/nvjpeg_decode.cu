@@ -6,9 +6,9 @@
 // Two modes, measured on an H100 with the 0.58 MP corpus:
 // - fast (decode = gpu): the hardware's planar RGB (NVJPEG_OUTPUT_RGB),
 //   12.0k img/s with the rebuild below. Its chroma upsampling replicates
-//   samples where libjpeg's "fancy" upsampling interpolates (4:2:0 and
-//   4:2:2 pixels then differed from the CPU path's by up to ~30 levels at
-//   colour edges), so a kernel
+//   samples where libjpeg's "fancy" upsampling interpolates (4:2:0, 4:2:2
+//   and 4:4:0 pixels then differed from the CPU path's by up to ~30 levels
+//   at colour edges), so a kernel
 //   first rebuilds Y, Cb, Cr from the RGB (gpu/chroma_rebuild.h) and the
 //   resize upsamples them as libjpeg does: the same pixels but in a few
 //   clamped ones.
@@ -142,6 +142,48 @@ static size_t decoded_bytes(int w, int h)
     return ((size_t)w * (size_t)h * 3 + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
+// Luma samples per chroma sample across and down for the layouts the
+// device path takes; 0 for any other.
+static int css_factors(nvjpegChromaSubsampling_t css, int *hs, int *vs)
+{
+    switch (css) {
+    case NVJPEG_CSS_444: *hs = 1; *vs = 1; return 1;
+    case NVJPEG_CSS_422: *hs = 2; *vs = 1; return 1;
+    case NVJPEG_CSS_420: *hs = 2; *vs = 2; return 1;
+    case NVJPEG_CSS_440: *hs = 1; *vs = 2; return 1;
+    case NVJPEG_CSS_411: *hs = 4; *vs = 1; return 1;
+    case NVJPEG_CSS_410: *hs = 4; *vs = 2; return 1;
+    case NVJPEG_CSS_GRAY: *hs = 1; *vs = 1; return 1;
+    default: return 0;
+    }
+}
+
+// The stream parser's view of the JPEG must be what layout() assumes: the
+// frame size the CPU read, a layout with known factors whose chroma planes
+// have the subsampled size libjpeg gives them, and hardware support.
+static int stream_ok(nvj_decoder *d, nvjpegJpegStream_t p, const uint8_t *jpeg, size_t len, int w, int h)
+{
+    unsigned int pw = 0, ph = 0;
+    int unsupported = 1, hs, vs;
+    nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
+    if (nvjpegJpegStreamParseHeader(d->handle, jpeg, len, p) != NVJPEG_STATUS_SUCCESS ||
+        nvjpegJpegStreamGetFrameDimensions(p, &pw, &ph) != NVJPEG_STATUS_SUCCESS || (int)pw != w || (int)ph != h ||
+        nvjpegJpegStreamGetChromaSubsampling(p, &css) != NVJPEG_STATUS_SUCCESS || !css_factors(css, &hs, &vs))
+        return 0;
+    if (css != NVJPEG_CSS_GRAY)
+        for (unsigned int c = 1; c < 3; c++) {
+            unsigned int cw = 0, ch = 0;
+            if (nvjpegJpegStreamGetComponentDimensions(p, c, &cw, &ch) != NVJPEG_STATUS_SUCCESS ||
+                (int)cw != (w + hs - 1) / hs || (int)ch != (h + vs - 1) / vs)
+                return 0;
+        }
+    // libjpeg replicates 2x-subsampled chroma under 3 samples wide where
+    // the exact kernels would interpolate.
+    if (d->exact && hs == 2 && (w + 1) / 2 <= 2)
+        return 0;
+    return nvjpegDecodeBatchedSupported(d->handle, p, &unsupported) == NVJPEG_STATUS_SUCCESS && unsupported == 0;
+}
+
 static devjpeg_reason nvj_check(void *ctx, const uint8_t *jpeg, size_t len, const preprocess_info *info)
 {
     nvj_decoder *d = (nvj_decoder *)ctx;
@@ -150,8 +192,8 @@ static devjpeg_reason nvj_check(void *ctx, const uint8_t *jpeg, size_t len, cons
     preprocess_geometry(w, h, &g);
     if (g.ksize_x > RESIZE_MAX_TAPS || g.ksize_y > RESIZE_MAX_TAPS || decoded_bytes(w, h) > d->arena_bytes)
         return DEVJPEG_TOO_LARGE;
-    // Adobe RGB JPEGs are not YCbCr; below 3 pixels libjpeg's upsampling
-    // reads block padding the planes do not have.
+    // Adobe RGB and CMYK JPEGs are not YCbCr; below 3 pixels libjpeg's
+    // upsampling reads block padding the planes do not have.
     if (!info->ycc || (d->exact && (w < 3 || h < 3)))
         return DEVJPEG_UNSUPPORTED;
     // The hardware decodes a truncated stream without complaint; libjpeg
@@ -162,17 +204,7 @@ static devjpeg_reason nvj_check(void *ctx, const uint8_t *jpeg, size_t len, cons
     nvjpegJpegStream_t p = parser_take(d);
     if (!p)
         return DEVJPEG_BUSY;
-    devjpeg_reason r = DEVJPEG_UNSUPPORTED;
-    int unsupported = 1;
-    unsigned int pw = 0, ph = 0;
-    nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
-    if (nvjpegJpegStreamParseHeader(d->handle, jpeg, len, p) == NVJPEG_STATUS_SUCCESS &&
-        nvjpegJpegStreamGetFrameDimensions(p, &pw, &ph) == NVJPEG_STATUS_SUCCESS &&
-        nvjpegJpegStreamGetChromaSubsampling(p, &css) == NVJPEG_STATUS_SUCCESS &&
-        (css == NVJPEG_CSS_444 || css == NVJPEG_CSS_422 || css == NVJPEG_CSS_420 || css == NVJPEG_CSS_GRAY) &&
-        nvjpegDecodeBatchedSupported(d->handle, p, &unsupported) == NVJPEG_STATUS_SUCCESS && unsupported == 0 &&
-        (int)pw == w && (int)ph == h)
-        r = DEVJPEG_OK;
+    devjpeg_reason r = stream_ok(d, p, jpeg, len, w, h) ? DEVJPEG_OK : DEVJPEG_UNSUPPORTED;
     parser_give(d, p);
     return r;
 }
@@ -180,38 +212,31 @@ static devjpeg_reason nvj_check(void *ctx, const uint8_t *jpeg, size_t len, cons
 /* ---- stage: on the batcher thread ---------------------------------------- */
 
 // Lays image (w x h) out at base as the hardware writes it: fast mode,
-// three w x h RGB planes, which for 4:2:0 and 4:2:2 JPEGs the rebuild
-// kernel turns back into Y, Cb, Cr before the resize; exact mode
-// (NVJPEG_OUTPUT_YUV), Y, then Cb and Cr at their subsampled size (grey
-// gets unused chroma planes too). Fills its output descriptor and the plane
-// half of its job; returns the bytes used, at most decoded_bytes(w, h).
-// Check accepted only 4:4:4, 4:2:2, 4:2:0 and grey; anything else is laid
-// out as 4:4:4 and its crop is whatever the decode gives, as with any image
-// the device got wrong.
+// three w x h RGB planes, whose replicated chroma the rebuild kernel turns
+// back into Y, Cb, Cr before the resize; exact mode (NVJPEG_OUTPUT_YUV), Y,
+// then Cb and Cr at their subsampled size (grey gets unused chroma planes
+// too). Fills its output descriptor and the plane half of its job; returns
+// the bytes used, at most decoded_bytes(w, h). Check accepted only layouts
+// with known factors; anything else is laid out as 4:4:4 and its crop is
+// whatever the decode gives, as with any image the device got wrong.
 static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int h, uint8_t *base,
                      nvjpegImage_t *out, resize_job *j)
 {
-    int nc = 0, ws[NVJPEG_MAX_COMPONENT] = {0}, hs[NVJPEG_MAX_COMPONENT] = {0};
+    int nc = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0}, hs = 1, vs = 1;
     nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
-    if (nvjpegGetImageInfo(d->handle, jpeg, len, &nc, &css, ws, hs) != NVJPEG_STATUS_SUCCESS)
-        css = NVJPEG_CSS_UNKNOWN;
+    if (nvjpegGetImageInfo(d->handle, jpeg, len, &nc, &css, widths, heights) != NVJPEG_STATUS_SUCCESS ||
+        !css_factors(css, &hs, &vs))
+        css = NVJPEG_CSS_444;
     size_t luma = (size_t)w * h;
     if (!d->exact) {
-        resize_job_rebuilt(j, base, w, h, css == NVJPEG_CSS_420 ? 2 : css == NVJPEG_CSS_422 ? 1 : 0);
+        resize_job_rebuilt(j, base, w, h, hs, vs);
         for (int c = 0; c < 3; c++) {
             out->channel[c] = base + c * luma;
             out->pitch[c] = (size_t)w;
         }
         return (3 * luma + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     }
-    int cw = w, ch = h, fmt = RESIZE_SRC_YUV444;
-    if (css == NVJPEG_CSS_GRAY) {
-        fmt = RESIZE_SRC_GRAY;
-    } else if (css == NVJPEG_CSS_422 || css == NVJPEG_CSS_420) {
-        fmt = css == NVJPEG_CSS_422 ? RESIZE_SRC_YUV422 : RESIZE_SRC_YUV420;
-        cw = (w + 1) / 2;
-        ch = css == NVJPEG_CSS_420 ? (h + 1) / 2 : h;
-    }
+    int cw = (w + hs - 1) / hs, ch = (h + vs - 1) / vs;
     size_t chroma = (size_t)cw * ch;
     out->channel[0] = base;
     out->pitch[0] = (size_t)w;
@@ -219,7 +244,8 @@ static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int
     out->pitch[1] = (size_t)cw;
     out->channel[2] = base + luma + chroma;
     out->pitch[2] = (size_t)cw;
-    resize_job_planes(j, fmt, base, w, h, out->channel[1], out->channel[2], cw, ch, cw, 1);
+    resize_job_planes(j, css == NVJPEG_CSS_GRAY ? RESIZE_SRC_GRAY : RESIZE_SRC_YCC, hs, vs, base, w, h,
+                      out->channel[1], out->channel[2], cw, ch, cw, 1);
     return ((luma + 2 * chroma) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 

@@ -17,10 +17,12 @@
 //
 // A YCbCr source is turned into the RGB pixels libjpeg-turbo would have
 // produced from the same planes, where the kernel reads them: chroma by
-// libjpeg's "fancy" (triangle) upsampling, h2v1 for 4:2:2 and h2v2 for
-// 4:2:0 (jdsample.c), with its edge rules and rounding biases, then
-// jdcolor.c's fixed-point YCbCr -> RGB. Images narrower or shorter than 3
-// pixels never come here (libjpeg reads padding there).
+// libjpeg's "fancy" (triangle) upsampling, h2v1 for 4:2:2, h2v2 for 4:2:0
+// and h1v2 for 4:4:0, or by replication for 4:1:1 and 4:1:0 (jdsample.c),
+// with its edge rules and rounding biases, then jdcolor.c's fixed-point
+// YCbCr -> RGB. Images narrower or shorter than 3 pixels, and 2x-subsampled
+// ones whose chroma is under 3 samples wide (libjpeg replicates there),
+// never come here.
 //
 // The coefficient arithmetic follows Pillow's expression order with
 // explicitly rounded double operations (__dadd_rn etc.), so no FMA
@@ -79,30 +81,6 @@ __device__ static int clip8(int32_t v)
     return v >> PRECISION_BITS;
 }
 
-// Chroma sample at full-resolution pixel (x, y) after fancy upsampling.
-__device__ static int chroma_at(const resize_job &j, const uint8_t *c, int x, int y)
-{
-    if (j.fmt == RESIZE_SRC_YUV444)
-        return c[(size_t)y * j.cpitch + x];
-    const int k = x >> 1, s = j.cstep;   // sample k of a row is at row[k * s]
-    if (j.fmt == RESIZE_SRC_YUV422) {   // h2v1_fancy_upsample
-        const uint8_t *row = c + (size_t)y * j.cpitch;
-        if (x & 1)
-            return k == j.cw - 1 ? row[k * s] : (row[k * s] * 3 + row[(k + 1) * s] + 2) >> 2;
-        return k == 0 ? row[0] : (row[k * s] * 3 + row[(k - 1) * s] + 1) >> 2;
-    }
-    // h2v2_fancy_upsample: the nearer chroma row weighs 3, the farther 1
-    // (the edge rows stand in for the missing neighbours), then the same
-    // 3:1 horizontally, biases 8 and 7 alternating.
-    int r = y >> 1, rf = y & 1 ? (r + 1 < j.ch ? r + 1 : r) : (r > 0 ? r - 1 : 0);
-    const uint8_t *near = c + (size_t)r * j.cpitch, *far = c + (size_t)rf * j.cpitch;
-    int sum = near[k * s] * 3 + far[k * s];
-    if (x & 1)
-        return k == j.cw - 1 ? (sum * 4 + 7) >> 4
-                             : (sum * 3 + near[(k + 1) * s] * 3 + far[(k + 1) * s] + 7) >> 4;
-    return k == 0 ? (sum * 4 + 8) >> 4 : (sum * 3 + near[(k - 1) * s] * 3 + far[(k - 1) * s] + 8) >> 4;
-}
-
 __device__ static int range_limit(int v)
 {
     return v < 0 ? 0 : v > 255 ? 255 : v;
@@ -125,7 +103,8 @@ __device__ static void src_rgb(const resize_job &j, int x, int y, int32_t px[3])
     }
     // jdcolor.c: FIX(1.40200), FIX(1.77200), FIX(0.71414), FIX(0.34414) at
     // 16 fractional bits, ONE_HALF rounding, arithmetic right shifts.
-    int cb = chroma_at(j, j.u, x, y) - 128, cr = chroma_at(j, j.v, x, y) - 128;
+    int cb = chroma_upsample_at(j.u, j.cw, j.ch, j.cpitch, j.cstep, j.hs, j.vs, x, y) - 128;
+    int cr = chroma_upsample_at(j.v, j.cw, j.ch, j.cpitch, j.cstep, j.hs, j.vs, x, y) - 128;
     px[0] = range_limit(luma + ((91881 * cr + 32768) >> 16));
     px[1] = range_limit(luma + ((-22554 * cb + 32768 - 46802 * cr) >> 16));
     px[2] = range_limit(luma + ((116130 * cb + 32768) >> 16));
@@ -163,25 +142,24 @@ __global__ void resize_crop_u8_kernel(const resize_job *jobs)
     out[2] = (uint8_t)clip8(acc[2]);
 }
 
-// grid (any, jobs), one thread per chroma block and pass: the block's 2 or
-// 4 replicated RGB pixels -> their Y in plane 0, Cb and Cr at the block's
-// first pixel in planes 1 and 2. Each thread reads and writes only its own
-// block's bytes, so the planes are rebuilt in place.
+// grid (any, jobs), one thread per chroma block and pass: the block's
+// hs x vs replicated RGB pixels -> their Y in plane 0, Cb and Cr at the
+// block's first pixel in planes 1 and 2. Each thread reads and writes only
+// its own block's bytes, so the planes are rebuilt in place.
 __global__ void chroma_rebuild_kernel(const resize_job *jobs)
 {
     const resize_job j = jobs[blockIdx.y];
     if (!j.rebuild)
         return;
-    const int vs = j.fmt == RESIZE_SRC_YUV420 ? 2 : 1;
     uint8_t *r = j.rebuild, *g = r + j.plane, *b = g + j.plane;
     for (int blk = blockIdx.x * blockDim.x + threadIdx.x; blk < j.cw * j.ch; blk += gridDim.x * blockDim.x) {
         const int bx = blk % j.cw, by = blk / j.cw;
         uint8_t px[CHROMA_REBUILD_MAX_PIXELS][3], ys[CHROMA_REBUILD_MAX_PIXELS], cb, cr;
         size_t at[CHROMA_REBUILD_MAX_PIXELS];
         int n = 0;
-        for (int dy = 0; dy < vs; dy++)
-            for (int dx = 0; dx < 2; dx++) {
-                int x = 2 * bx + dx, y = by * vs + dy;
+        for (int dy = 0; dy < j.vs; dy++)
+            for (int dx = 0; dx < j.hs; dx++) {
+                int x = bx * j.hs + dx, y = by * j.vs + dy;
                 if (x >= j.w || y >= j.h)
                     continue;
                 at[n] = (size_t)y * j.pitch + x;
@@ -198,10 +176,12 @@ __global__ void chroma_rebuild_kernel(const resize_job *jobs)
     }
 }
 
-void resize_job_planes(resize_job *j, int fmt, const uint8_t *y, int w, int h, const uint8_t *u, const uint8_t *v,
-                       int cw, int ch, int cpitch, int cstep)
+void resize_job_planes(resize_job *j, int fmt, int hs, int vs, const uint8_t *y, int w, int h, const uint8_t *u,
+                       const uint8_t *v, int cw, int ch, int cpitch, int cstep)
 {
     j->fmt = fmt;
+    j->hs = hs;
+    j->vs = vs;
     j->src = y;
     j->u = u;
     j->v = v;
@@ -216,15 +196,18 @@ void resize_job_planes(resize_job *j, int fmt, const uint8_t *y, int w, int h, c
     j->rebuild = NULL;
 }
 
-void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int vs)
+void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int hs, int vs)
 {
     long plane = (long)w * h;
-    if (w < 3 || h < 3 || (vs != 1 && vs != 2)) {
-        resize_job_planes(j, RESIZE_SRC_RGB, base, w, h, base + plane, base + 2 * plane, w, h, w, 1);
+    int cw = (w + hs - 1) / hs, ch = (h + vs - 1) / vs;
+    // libjpeg interpolates 2x-subsampled chroma only (it replicates 4:1:1
+    // and 4:1:0 as the hardware does)
+    int interpolated = (hs == 2 && (vs == 1 || vs == 2)) || (hs == 1 && vs == 2);
+    if (!interpolated || w < 3 || h < 3 || (hs == 2 && cw <= 2)) {
+        resize_job_planes(j, RESIZE_SRC_RGB, 1, 1, base, w, h, base + plane, base + 2 * plane, w, h, w, 1);
         return;
     }
-    resize_job_planes(j, vs == 2 ? RESIZE_SRC_YUV420 : RESIZE_SRC_YUV422, base, w, h, base + plane,
-                      base + 2 * plane, (w + 1) / 2, (h + vs - 1) / vs, w * vs, 2);
+    resize_job_planes(j, RESIZE_SRC_YCC, hs, vs, base, w, h, base + plane, base + 2 * plane, cw, ch, w * vs, hs);
     j->rebuild = base;
 }
 
