@@ -128,7 +128,7 @@ static int cpu_fallback(void *cls, int index, uint8_t *out)
  * rest behind them. Returns how many images the slot holds (their items
  * back in b->batch, in slot order) and sets *staged; 0 when nothing is left
  * to run. */
-static int fill_slot(batcher *b, int slot, int n, int *staged)
+static int fill_slot(batcher *b, int slot, int n, int *staged, uint64_t *stage_ns)
 {
     int kept = 0, ncomp = 0;
     uint8_t *input = infer_begin(b->inf, slot);
@@ -158,8 +158,11 @@ static int fill_slot(batcher *b, int slot, int n, int *staged)
     }
     char err[256];
     int nfallback = 0;
-    if (devjpeg_stage(b->dj, slot, kept, b->jpeg, b->jpeg_len, b->w, b->h, ncomp, cpu_fallback, b, &nfallback, err,
-                      sizeof err) != 0) {
+    uint64_t t0 = clock_now_ns();
+    int rc = devjpeg_stage(b->dj, slot, kept, b->jpeg, b->jpeg_len, b->w, b->h, ncomp, cpu_fallback, b, &nfallback,
+                           err, sizeof err);
+    *stage_ns = clock_now_ns() - t0;
+    if (rc != 0) {
         infer_report_failure(b->inf, err);
         for (int i = 0; i < kept; i++)
             b->sink->fail(b->batch[i].req, b->batch[i].image, 500, "engine_failure", err);
@@ -192,12 +195,13 @@ static void *batcher_main(void *arg)
         if (rc < 0)
             break;
         int staged;
-        int kept = fill_slot(b, slot, n, &staged);
+        uint64_t stage_ns = 0;
+        int kept = fill_slot(b, slot, n, &staged, &stage_ns);
         if (kept == 0) {
             infer_abandon(b->inf);
             continue;
         }
-        infer_submit(b->inf, slot, b->batch, kept, staged);
+        infer_submit(b->inf, slot, b->batch, kept, staged, stage_ns);
         slot = -1;
     }
     if (slot >= 0)

@@ -114,9 +114,9 @@ static const config_option options[] = {
       "a hardware decoder)", check_decode },
     { "gpu_decode_memory", BYTES(gpu_decode_memory, 16L << 20, 64L << 30), "512M",
       "GPU memory for decoded pixels, split between the engine slots (suffixes K, M, G); larger images decode on the CPU", NULL },
-    { "cpu_decode_assist", INT_AUTO(cpu_decode_assist, 0, 1000000), "0",
-      "with GPU decoding: while at least this many images wait in the queue (the GPU decoder is saturated), the "
-      "decode threads decode JPEGs on the CPU too; auto: one full batch per GPU; 0: never", NULL },
+    { "cpu_decode_assist", INT_AUTO(cpu_decode_assist, 0, 1000000), "auto",
+      "with GPU decoding, when the decode threads decode JPEGs the GPU could take: auto: each one the CPU finishes "
+      "before the GPU's measured backlog would; N: all while at least N images wait in the queue; 0: never", NULL },
     { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
     { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
       "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },

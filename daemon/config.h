@@ -34,7 +34,7 @@ typedef struct config {
     long decode_threads;          /* the JPEG decode pool, shared by all connections */
     char decode[16];              /* auto, gpu, cpu */
     long gpu_decode_memory;       /* device arena for decoded pixels */
-    long cpu_decode_assist;       /* GPU decoding: queue depth past which the CPU decodes too; 0: never */
+    long cpu_decode_assist;       /* GPU decoding: CONFIG_AUTO by cost, N past a queue depth of N, 0 never */
     long engine_threads;          /* CPU engine threads, 0 = all cores */
     long max_body_bytes;
     long body_memory_bytes;       /* all buffered request bodies together (503 past it) */

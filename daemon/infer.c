@@ -18,6 +18,7 @@ typedef struct infer_batch {
     queue_item *items;      /* [max_batch] */
     int n;
     int staged;             /* the device decoder filled the slot's input */
+    uint64_t stage_ns;      /* ... and its call took this long on the batcher */
     uint64_t submit_us;
     int failed;             /* submit failed: err holds why */
     char err[256];
@@ -27,6 +28,7 @@ struct infer {
     engine *e;
     served_model *model;    /* the model e computes: one reference */
     devjpeg *dj;            /* the device decoder staging slots, or NULL */
+    decode_route *route;    /* told each stage's cost, or NULL */
     const pipeline_sink *sink;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* slot freed, batch submitted, or stopping */
@@ -83,6 +85,14 @@ static void complete(infer *x, int slot)
             metrics_observe_gpu_preprocess(ms / 1e3);
             gpu_decode_us = (uint64_t)(ms * 1e3 + 0.5);
         }
+        /* The decoder was busy for the longer of the host's call (nvJPEG's
+         * host side) and the device's work. */
+        uint64_t px = 0, busy_ns = b->stage_ns > gpu_decode_us * 1000 ? b->stage_ns : gpu_decode_us * 1000;
+        for (int i = 0; i < b->n; i++)
+            if (b->items[i].jpeg)
+                px += (uint64_t)b->items[i].w * (uint64_t)b->items[i].h;
+        if (x->route)
+            decode_route_gpu(x->route, px, busy_ns);
     }
     for (int i = 0; i < b->n; i++) {
         if (!b->items[i].req)
@@ -124,7 +134,8 @@ static void *completion_main(void *arg)
     return NULL;
 }
 
-infer *infer_create(engine *e, served_model *m, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen)
+infer *infer_create(engine *e, served_model *m, devjpeg *dj, decode_route *route, const pipeline_sink *sink, char *err,
+                    size_t errlen)
 {
     infer *x = calloc(1, sizeof *x);
     if (!x) {
@@ -134,6 +145,7 @@ infer *infer_create(engine *e, served_model *m, devjpeg *dj, const pipeline_sink
     x->e = e;
     x->model = served_model_ref(m);
     x->dj = dj;
+    x->route = route;
     char label[32];
     infer_engine_label(e, label, sizeof label);
     x->metrics_id = metrics_engine(label);
@@ -259,12 +271,13 @@ served_model *infer_model(infer *x)
     return m;
 }
 
-void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged)
+void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged, uint64_t stage_ns)
 {
     infer_batch *b = &x->batch[slot];
     memcpy(b->items, items, (size_t)n * sizeof *items);
     b->n = n;
     b->staged = staged;
+    b->stage_ns = stage_ns;
     b->submit_us = clock_now_us();
     for (int i = 0; i < n; i++)
         x->e->input_f32[slot][i] = items[i].f32;

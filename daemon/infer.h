@@ -13,14 +13,17 @@
 #include <stdint.h>
 #include "daemon/pipeline.h"
 #include "daemon/reload.h"
+#include "daemon/route.h"
 #include "model/devjpeg.h"
 #include "model/engine.h"
 
 typedef struct infer infer;
 
 /* m: the model e computes (infer takes a reference); dj: the device
- * decoder that stages slots (for its timings), or NULL. */
-infer *infer_create(engine *e, served_model *m, devjpeg *dj, const pipeline_sink *sink, char *err, size_t errlen);
+ * decoder that stages slots (for its timings), or NULL; route: told what
+ * each stage cost, or NULL. */
+infer *infer_create(engine *e, served_model *m, devjpeg *dj, decode_route *route, const pipeline_sink *sink, char *err,
+                    size_t errlen);
 
 /* Blocks until an engine slot is free; -1 once infer_stop() has begun. */
 int infer_acquire(infer *x);
@@ -50,9 +53,9 @@ served_model *infer_model(infer *x);
 /* Submits the first n images of the slot; items[i] describes image i (an
  * item with req == NULL is run but not reported; one with f32 is given to
  * the engine as that FP32 tensor instead of the slot's pixels). staged: the device
- * decoder filled the slot's input (devjpeg_stage). Outcomes arrive through
- * the sink from the completion thread. */
-void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged);
+ * decoder filled the slot's input (devjpeg_stage), in a call of stage_ns.
+ * Outcomes arrive through the sink from the completion thread. */
+void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged, uint64_t stage_ns);
 
 /* A batch failed before it reached the engine (the device JPEG decoder):
  * logged, and not healthy until a batch succeeds, as for engine failures. */

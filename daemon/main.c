@@ -359,13 +359,18 @@ int main(int argc, char **argv)
         log_error("%s", err);
         return 1;
     }
+    /* The GPU/CPU decode costs, measured by the completion and decode
+     * threads for the decode threads' routing; lives as long as they do. */
+    static decode_route route;
+    decode_route_init(&route, ndev);
+    decode_route *rt = dj ? &route : NULL;
     for (int i = 0; i < ndev; i++)
-        if (!(inf[i] = infer_create(eng[i], model, djs[i], &server_sink, err, sizeof err))) {
+        if (!(inf[i] = infer_create(eng[i], model, djs[i], rt, &server_sink, err, sizeof err))) {
             log_error("%s", err);
             return 1;
         }
     if (!(rl = reloader_start(argc, argv, &cfg, inf, ndev, err, sizeof err)) ||
-        !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, &bodies, err, sizeof err))) {
+        !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, rt, &bodies, err, sizeof err))) {
         log_error("%s", err);
         return 1;
     }

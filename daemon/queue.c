@@ -20,6 +20,7 @@ struct queue {
     int nfree;
     queue_item *ring;           /* [capacity] FIFO */
     int head, count;
+    uint64_t jpeg_px;           /* pixels of the still-compressed items queued */
     int flush, stopped;
 };
 
@@ -113,8 +114,11 @@ void queue_release(queue *q, const int *slots, int n)
 void queue_push(queue *q, const queue_item *items, int n)
 {
     pthread_mutex_lock(&q->mu);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         q->ring[(q->head + q->count++) % q->capacity] = items[i];
+        if (items[i].jpeg)
+            q->jpeg_px += (uint64_t)items[i].w * (uint64_t)items[i].h;
+    }
     long depth = q->count;
     pthread_cond_broadcast(&q->cv);   /* one batcher per engine may be waiting */
     pthread_mutex_unlock(&q->mu);
@@ -129,9 +133,19 @@ int queue_depth(queue *q)
     return n;
 }
 
+uint64_t queue_jpeg_pixels(queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t px = q->jpeg_px;
+    pthread_mutex_unlock(&q->mu);
+    return px;
+}
+
 static queue_item pop_front(queue *q)
 {
     queue_item it = q->ring[q->head];
+    if (it.jpeg)
+        q->jpeg_px -= (uint64_t)it.w * (uint64_t)it.h;
     q->head = (q->head + 1) % q->capacity;
     q->count--;
     return it;

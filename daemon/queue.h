@@ -32,6 +32,9 @@ void queue_push(queue *q, const queue_item *items, int n);
 
 /* Images pushed and not yet popped. */
 int queue_depth(queue *q);
+/* Pixels of the still-compressed images among them: the device
+ * decoders' backlog. */
+uint64_t queue_jpeg_pixels(queue *q);
 
 /* Blocks until batcher_decide() says send, or until some queued images have
  * passed their deadline. Fills batch[0..*nbatch) (at most p->max_batch) and

@@ -93,7 +93,11 @@ struct server {
     long max_body_bytes;
     long max_pixels;
     long request_timeout_ms;
-    int assist_depth;       /* GPU decoding: queue depth past which the CPU decodes too; 0: never */
+    /* GPU decoding: when the decode threads decode JPEGs the GPU could take:
+     * -1 when the CPU answers them sooner (route), N > 0 past a queue depth
+     * of N, 0 never. */
+    int assist_depth;
+    decode_route *route;
     int port;
     atomic_int warm;
     atomic_int draining;
@@ -523,12 +527,16 @@ static int decode_should_stop(void *cls)
     return 0;
 }
 
-/* With GPU decoding: can the device decode image i, whose header the CPU
- * has read (info)? 1 when it goes to the queue compressed, 0 when the CPU
- * decodes it (the reason is counted). */
+/* With GPU decoding: does image i, whose header the CPU has read (info),
+ * go to the device? 1 when it goes to the queue compressed, 0 when the CPU
+ * decodes it: the device cannot, or (assist by cost) this thread answers
+ * it sooner than the device's backlog would; the reason is counted. */
 static int gpu_route(server *s, const preprocess_info *info, request *r, int i, queue_item *it)
 {
     devjpeg_reason dr = devjpeg_check(s->dj, r->parts[i].data, r->parts[i].len, info);
+    if (dr == DEVJPEG_OK && s->assist_depth < 0 &&
+        decode_route_to_cpu(s->route, info->w, info->h, queue_jpeg_pixels(s->q)))
+        dr = DEVJPEG_SATURATED;
     if (dr != DEVJPEG_OK) {
         metrics_add_decode_fallback(dr, 1);
         return 0;
@@ -664,9 +672,10 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
     int n = r->nimages, compressed = 0;
     queue_item items[REQUEST_MAX_IMAGES];
     decode_watch watch = { .s = s, .r = r };
-    /* A full batch per GPU already waits: the GPU decoder is the
-     * bottleneck and this thread is free, so it decodes this request
-     * itself and adds its throughput to the hardware's. */
+    /* cpu_decode_assist = N: N images already wait, so the GPU decoder is
+     * the bottleneck and this thread is free: it decodes this request
+     * itself and adds its throughput to the hardware's. (By cost, the
+     * choice is per image, in gpu_route.) */
     const int assist = s->dj && s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth;
     for (int i = 0; i < n; i++) {
         /* Past the drain timeout, a long multi-image decode stops here
@@ -737,6 +746,8 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
         }
         metrics_observe_decode((double)dt / 1e6);
         metrics_add_decoded(METRICS_DECODE_CPU, 1);
+        if (s->route)
+            decode_route_cpu(s->route, info.w, info.h, dt * 1000);
     }
     /* The crops are in the slots: the body is no longer needed, unless the
      * GPU still has JPEGs in it to decode. */
@@ -1129,7 +1140,7 @@ static void on_done(void *cls, void *req, int delivered)
 /* ---- lifecycle ---------------------------------------------------------- */
 
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
-                     reloader *reload, devjpeg *dj, budget *bodies, char *err, size_t errlen)
+                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, char *err, size_t errlen)
 {
     char host[256];
     int port;
@@ -1167,8 +1178,8 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->max_pixels = cfg->max_pixels;
     s->request_timeout_ms = cfg->request_timeout_ms;
     s->decode_threads = (int)cfg->decode_threads;
-    s->assist_depth = (int)(cfg->cpu_decode_assist == CONFIG_AUTO ? cfg->max_batch_size * ninf
-                                                                   : cfg->cpu_decode_assist);
+    s->route = route;
+    s->assist_depth = cfg->cpu_decode_assist == CONFIG_AUTO ? -1 : (int)cfg->cpu_decode_assist;
     if (s->assist_depth > queue_capacity(q))  /* a depth the queue never reaches: at a full queue */
         s->assist_depth = queue_capacity(q);
     atomic_init(&s->warm, 0);

@@ -27,10 +27,11 @@ extern const pipeline_sink server_sink;
  * cfg->listen and starts the HTTP worker threads. inf: the ninf engines'
  * pipelines (readiness, Retry-After, the served model); dj: a device JPEG
  * decoder whose header check the decode threads use, or NULL to decode
- * every image on the CPU. Request bodies are charged to `bodies` (past its
- * cap: 503). */
+ * every image on the CPU; route: the GPU/CPU costs the decode threads
+ * record and route by (with dj). Request bodies are charged to `bodies`
+ * (past its cap: 503). */
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
-                     reloader *reload, devjpeg *dj, budget *bodies, char *err, size_t errlen);
+                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, char *err, size_t errlen);
 
 /* The bound port (useful with port 0). */
 int server_port(const server *s);

@@ -397,7 +397,7 @@ START_TEST(pipeline_keeps_two_batches_in_flight_and_reports_each_image_once)
     engine *e = fake_engine_create(&f, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, NULL, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
     ck_assert_ptr_nonnull(q);
     ck_assert_ptr_nonnull(inf);
     batcher_policy p = policy(4, 1000);
@@ -433,7 +433,7 @@ START_TEST(engine_failure_fails_its_batch_with_500_until_a_batch_succeeds)
     engine *e = fake_engine_create(&f, 1, 4);
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
-    infer *inf = infer_create(e, NULL, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 0);
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
@@ -471,7 +471,7 @@ START_TEST(swap_moves_batches_to_the_new_engine_without_losing_any)
     atomic_init(&mb.refs, 1);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(a, &ma, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(a, &ma, NULL, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 1000);
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
@@ -527,8 +527,8 @@ START_TEST(engines_share_one_queue)
     engine *a = fake_engine_create(&fa, 2, 4), *b2 = fake_engine_create(&fb, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *ia = infer_create(a, NULL, NULL, &test_sink, err, sizeof err);
-    infer *ib = infer_create(b2, NULL, NULL, &test_sink, err, sizeof err);
+    infer *ia = infer_create(a, NULL, NULL, NULL, &test_sink, err, sizeof err);
+    infer *ib = infer_create(b2, NULL, NULL, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 1000);
     batcher *ba = batcher_start(q, ia, &p, &test_sink, NULL, 0, err, sizeof err);
     batcher *bb = batcher_start(q, ib, &p, &test_sink, NULL, 0, err, sizeof err);
@@ -564,7 +564,7 @@ START_TEST(stop_drains_queued_images_before_the_batcher_exits)
     engine *e = fake_engine_create(&f, 2, 4);
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, NULL, NULL, &test_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
     batcher_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     push_images(q, 0, 3);
@@ -689,7 +689,10 @@ START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_ima
     devjpeg dj = { .ops = &fake_dj_ops, .ctx = &fd };
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
-    infer *inf = infer_create(e, NULL, &dj, &gpu_sink, err, sizeof err);
+    decode_route route;
+    decode_route_init(&route, 1);
+    const uint64_t seed_ps = decode_route_gpu_ps(&route);
+    infer *inf = infer_create(e, NULL, &dj, &route, &gpu_sink, err, sizeof err);
     batcher_policy p = policy(8, 10000000);   /* full batches only: 24 images make 3 */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     ck_assert_ptr_nonnull(b);
@@ -726,6 +729,8 @@ START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_ima
     ck_assert_int_eq(atomic_load(&fd.host_out_of_order), 0);
     ck_assert_int_gt(atomic_load(&fd.max_nhost), 0);
     ck_assert_int_eq(atomic_load(&gpu_timed), 11);    /* the compressed ones carry the stage time */
+    ck_assert_uint_ne(decode_route_gpu_ps(&route), seed_ps);   /* and the router learnt what it cost */
+    ck_assert_uint_eq(queue_jpeg_pixels(q), 0);        /* no backlog is left counted */
     infer_destroy(inf);
     queue_destroy(q);
     fake_engine_free(e);
@@ -742,7 +747,7 @@ START_TEST(device_decoder_error_fails_its_batch_with_500)
     devjpeg dj = { .ops = &fake_dj_ops, .ctx = &fd };
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
-    infer *inf = infer_create(e, NULL, &dj, &gpu_sink, err, sizeof err);
+    infer *inf = infer_create(e, NULL, &dj, NULL, &gpu_sink, err, sizeof err);
     batcher_policy p = policy(4, 10000000);   /* full batches only */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     atomic_store(&fd.fail_next, 1);

@@ -9,7 +9,11 @@
 # (resnetd-bench --decode gpu: nvJPEG hardware decode + resize/crop into the
 # engine slot) and PyTorch's anchor (tools/torchvision_decode_anchor.py:
 # torchvision.io.decode_jpeg on the GPU, with and without resize + crop),
-# and sets the e2e figure against the GPU ceiling.
+# and sets the e2e figure against the GPU ceiling and against the mixed
+# ceiling: what the GPU and the decode threads together can decode of this
+# corpus (the files the hardware refuses only on the CPU), decode-only. The
+# summary splits the images by path (/metrics: decoded by the hardware, on
+# the CPU by reason).
 #
 # Pinning: with 4 or more CPUs the daemon and the decode-only bench share
 # CPUs 0..N-2 and resnetd-load gets CPU N-1, so the comparison is on the same
@@ -156,16 +160,19 @@ decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/decode-only.js
 echo "decode-only: $decode_ips img/s"
 
 # --- GPU decode-only ceiling and PyTorch's anchor (CUDA) -----------------------
-gpu_decode_ips=''
+gpu_decode_ips='' mixed_ips=''
 tv_decode='' tv_resize=''
 if [ "$device" != cpu ] && [ "$decode" != cpu ]; then
   bench_decode=gpu
   [ "$decode" = gpu-exact ] && bench_decode=gpu-exact
-  if "$builddir/resnetd-bench" --device "$device" --decode-only --decode "$bench_decode" --decode-dir "$corpus" --json \
+  if "$builddir/resnetd-bench" --device "$device" --decode-only --decode "$bench_decode" --decode-dir "$corpus" \
+      --decode-threads "$threads" --json \
       >"$out/gpu-decode-only.json" 2>"$out/gpu-decode-only.err"; then
     gpu_decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/gpu-decode-only.json")
     gpu_refused=$(sed -n 's/.*"refused":\([0-9]*\).*/\1/p' "$out/gpu-decode-only.json")
+    mixed_ips=$(sed -n 's/.*"mixed_img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/gpu-decode-only.json")
     echo "GPU decode-only: $gpu_decode_ips img/s ($gpu_refused of $ncorpus files refused by the hardware)"
+    echo "mixed decode-only ceiling (GPU + $threads CPU threads, as the daemon decodes): $mixed_ips img/s"
   else
     echo "GPU decode-only: not available: $(tail -n 1 "$out/gpu-decode-only.err")"
   fi
@@ -251,12 +258,16 @@ client_where="any CPU"
   echo "daemon CPUs $daemon_cpus ($daemon_ncpu), $threads decode threads; client on $client_where"
   echo "decode-only: $decode_ips img/s ($threads threads, same CPUs)"
   [ -n "$gpu_decode_ips" ] && echo "GPU decode-only: $gpu_decode_ips img/s (nvJPEG hardware + resize/crop, $bench_decode)"
+  [ -n "$mixed_ips" ] && echo "mixed decode-only ceiling: $mixed_ips img/s (the GPU and $threads CPU threads together)"
   [ -n "$tv_resize" ] && echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s"
   echo "daemon: $(grep -m1 'listening' "$log" | sed 's/.*JPEG decoding on the /JPEG decoding on the /')"
   echo "best e2e:    $best_ips img/s at $best_c connections"
   echo "e2e / decode-only = $ratio"
   if [ -n "$gpu_decode_ips" ]; then
     awk -v a="$best_ips" -v b="$gpu_decode_ips" 'BEGIN { printf "e2e / GPU decode-only = %.3f\n", a / b }'
+  fi
+  if [ -n "$mixed_ips" ]; then
+    awk -v a="$best_ips" -v b="$mixed_ips" 'BEGIN { printf "e2e / mixed decode-only ceiling = %.3f\n", a / b }'
   fi
   if [ -n "$tv_resize" ]; then
     awk -v a="$best_ips" -v b="$tv_resize" 'BEGIN { printf "e2e / torchvision GPU decode + resize + crop = %.2f\n", a / b }'

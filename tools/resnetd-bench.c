@@ -122,6 +122,10 @@ typedef struct decode_result {
     int images;                 /* gpu: images per timed pass */
     int threads;
     double img_per_s;           /* median over passes */
+    /* gpu: the CPU beside it (threads, the daemon's decode options in this
+     * mode) on the files the hardware takes and on those it refuses, and
+     * the mixed ceiling: the most img/s of this corpus both can decode */
+    double cpu_accepted_img_per_s, cpu_refused_img_per_s, mixed_img_per_s;
 } decode_result;
 
 static void usage(FILE *f)
@@ -716,6 +720,80 @@ fail:
     return -1;
 }
 
+/* img/s of nthreads threads decoding files[0..nfiles) with options opt
+ * (median of passes, after one warm-up pass). */
+static int cpu_decode_ips(jpeg_file *files, int nfiles, int nt, int passes, const preprocess_options *opt,
+                          double *img_per_s, char *err, size_t errlen)
+{
+    decode_worker *workers = calloc((size_t)nt, sizeof *workers);
+    pthread_t *th = calloc((size_t)nt, sizeof *th);
+    double *ips = calloc((size_t)passes, sizeof *ips);
+    int rc = -1;
+    if (!workers || !th || !ips) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int t = 0; t < nt; t++)
+        if (!(workers[t].ctx = preprocess_create(opt))) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+    for (int p = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
+        decode_pass pass = {.files = files, .nfiles = nfiles};
+        atomic_init(&pass.next, 0);
+        atomic_init(&pass.errors, 0);
+        uint64_t t0 = clock_now_ns();
+        int started = 0;
+        for (int t = 0; t < nt; t++) {
+            workers[t].pass = &pass;
+            int e = pthread_create(&th[t], NULL, decode_thread, &workers[t]);
+            if (e != 0) {
+                snprintf(err, errlen, "pthread_create: %s", strerror(e));
+                break;
+            }
+            started++;
+        }
+        for (int t = 0; t < started; t++)
+            pthread_join(th[t], NULL);
+        if (started < nt)
+            goto out;
+        if (atomic_load(&pass.errors) > 0) {
+            snprintf(err, errlen, "%d files failed to decode on a timed pass", atomic_load(&pass.errors));
+            goto out;
+        }
+        if (p > 0)
+            ips[p - 1] = nfiles / ((double)(clock_now_ns() - t0) / 1e9);
+    }
+    *img_per_s = median(ips, passes);
+    rc = 0;
+out:
+    for (int t = 0; workers && t < nt; t++)
+        if (workers[t].ctx)
+            preprocess_destroy(workers[t].ctx);
+    free(workers);
+    free(th);
+    free(ips);
+    return rc;
+}
+
+/* The most img/s of a corpus whose share f only the CPU can decode (at
+ * cpu_ref img/s alone), the rest either the GPU (gpu img/s) or the CPU
+ * (cpu_acc img/s): T is reachable when the CPU has time for the refused
+ * share plus whatever the GPU cannot take. */
+static double mixed_ceiling(double f, double gpu, double cpu_acc, double cpu_ref)
+{
+    double lo = 0, hi = gpu + cpu_acc + cpu_ref + 1;
+    for (int i = 0; i < 100; i++) {
+        double t = (lo + hi) / 2, spill = (1 - f) * t - gpu;
+        double cpu_time = (f > 0 ? f * t / cpu_ref : 0) + (spill > 0 ? spill / cpu_acc : 0);
+        if (cpu_time <= 1)
+            lo = t;
+        else
+            hi = t;
+    }
+    return lo;
+}
+
 /* The GPU decode path, stage after stage on alternating slots of a CUDA
  * engine (synthetic weights; the engine itself does not run): img/s of the
  * device decoder, the GPU decode-only ceiling of the daemon. */
@@ -740,8 +818,9 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
     size_t *lens = calloc((size_t)nfiles, sizeof *lens);
     int *ws = calloc((size_t)nfiles, sizeof *ws), *hs = calloc((size_t)nfiles, sizeof *hs);
     double *ips = calloc((size_t)passes, sizeof *ips);
-    int rc = -1, nok = 0, have_w = 0;
-    if (!ctx || !ptrs || !lens || !ws || !hs || !ips) {
+    jpeg_file *acc = calloc((size_t)nfiles, sizeof *acc), *ref = calloc((size_t)nfiles, sizeof *ref);
+    int rc = -1, nok = 0, nref = 0, have_w = 0;
+    if (!ctx || !ptrs || !lens || !ws || !hs || !ips || !acc || !ref) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -763,8 +842,10 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
         if (dr != DEVJPEG_OK) {
             r->refused++;
             r->refused_by[dr]++;
+            ref[nref++] = files[i];
             continue;
         }
+        acc[nok] = files[i];
         ws[nok] = info.w;
         hs[nok] = info.h;
         ptrs[nok] = files[i].data;
@@ -802,8 +883,21 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
     }
     r->images = per_pass;
     r->img_per_s = median(ips, passes);
+    /* The CPU beside it, decoding as the daemon's decode threads do in this
+     * mode (DCT-scaled large photos unless exact), each set on its own. */
+    {
+        preprocess_options po = devjpeg_cpu_options(dj, 0);
+        if (cpu_decode_ips(acc, nok, o->decode_threads, passes, &po, &r->cpu_accepted_img_per_s, err, errlen) != 0 ||
+            (nref > 0 &&
+             cpu_decode_ips(ref, nref, o->decode_threads, passes, &po, &r->cpu_refused_img_per_s, err, errlen) != 0))
+            goto out;
+        r->mixed_img_per_s = mixed_ceiling((double)nref / (nok + nref), r->img_per_s, r->cpu_accepted_img_per_s,
+                                           r->cpu_refused_img_per_s);
+    }
     rc = 0;
 out:
+    free(acc);
+    free(ref);
     devjpeg_destroy(dj);
     if (e)
         engine_destroy(e);
@@ -825,69 +919,17 @@ static int bench_decode(const bench_opts *o, decode_result *r, char *err, size_t
     int nfiles, failed;
     if (load_jpegs(o->decode_dir, &files, &nfiles, &failed, err, errlen) != 0)
         return -1;
-    if (o->decode_gpu) {
-        r->files = nfiles;
-        r->failed = failed;
-        r->threads = 0;
-        int grc = bench_decode_gpu(o, files, nfiles, r, err, errlen);
-        for (int i = 0; i < nfiles; i++)
-            free(files[i].data);
-        free(files);
-        return grc;
-    }
-    const int nt = o->decode_threads;
-    const int passes = o->iters < 3 ? 3 : o->iters;
-    decode_worker *workers = calloc((size_t)nt, sizeof *workers);
-    pthread_t *th = calloc((size_t)nt, sizeof *th);
-    double *ips = calloc((size_t)passes, sizeof *ips);
-    int rc = -1;
-    if (!workers || !th || !ips) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    for (int t = 0; t < nt; t++)
-        if (!(workers[t].ctx = preprocess_create(NULL))) {
-            snprintf(err, errlen, "out of memory");
-            goto out;
-        }
-    for (int p = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
-        decode_pass pass = {.files = files, .nfiles = nfiles};
-        atomic_init(&pass.next, 0);
-        atomic_init(&pass.errors, 0);
-        uint64_t t0 = clock_now_ns();
-        int started = 0;
-        for (int t = 0; t < nt; t++) {
-            workers[t].pass = &pass;
-            int e = pthread_create(&th[t], NULL, decode_thread, &workers[t]);
-            if (e != 0) {
-                snprintf(err, errlen, "pthread_create: %s", strerror(e));
-                break;
-            }
-            started++;
-        }
-        for (int t = 0; t < started; t++)
-            pthread_join(th[t], NULL);
-        if (started < nt)
-            goto out;
-        if (atomic_load(&pass.errors) > 0) {
-            snprintf(err, errlen, "%d files failed to decode on a timed pass", atomic_load(&pass.errors));
-            goto out;
-        }
-        if (p > 0)
-            ips[p - 1] = nfiles / ((double)(clock_now_ns() - t0) / 1e9);
-    }
     r->files = nfiles;
     r->failed = failed;
-    r->threads = nt;
-    r->img_per_s = median(ips, passes);
-    rc = 0;
-out:
-    for (int t = 0; workers && t < nt; t++)
-        if (workers[t].ctx)
-            preprocess_destroy(workers[t].ctx);
-    free(workers);
-    free(th);
-    free(ips);
+    int rc;
+    if (o->decode_gpu) {
+        r->threads = o->decode_threads;
+        rc = bench_decode_gpu(o, files, nfiles, r, err, errlen);
+    } else {
+        r->threads = o->decode_threads;
+        rc = cpu_decode_ips(files, nfiles, o->decode_threads, o->iters < 3 ? 3 : o->iters, NULL, &r->img_per_s, err,
+                            errlen);
+    }
     for (int i = 0; i < nfiles; i++)
         free(files[i].data);
     free(files);
@@ -967,6 +1009,10 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
                 printf(" (%s %d)", devjpeg_reason_name((devjpeg_reason)k), dec->refused_by[k]);
         printf("; batch %d, %d images per pass: %.1f img/s (median of %d passes)\n", o->decode_batch, dec->images,
                dec->img_per_s, o->iters < 3 ? 3 : o->iters);
+        printf("decode (cpu beside it, %d threads%s): %.1f img/s on the files the hardware takes, %.1f on those it "
+               "refuses; mixed ceiling of this corpus, both together: %.1f img/s\n", dec->threads,
+               o->decode_exact ? "" : ", large photos DCT-scaled", dec->cpu_accepted_img_per_s,
+               dec->cpu_refused_img_per_s, dec->mixed_img_per_s);
     }
 }
 
@@ -1030,7 +1076,7 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         }
 #endif
     }
-    if (o->decode_dir)
+    if (o->decode_dir) {
         json_object_set_new(root, "decode", json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}",
                                                       "dir", o->decode_dir,
                                                       "backend", o->decode_exact ? "gpu-exact" : o->decode_gpu ? "gpu" : "cpu",
@@ -1040,6 +1086,13 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
                                                       "threads", dec->threads,
                                                       "batch", o->decode_gpu ? o->decode_batch : 0,
                                                       "img_per_s", dec->img_per_s));
+        if (o->decode_gpu) {
+            json_t *d = json_object_get(root, "decode");
+            json_object_set_new(d, "cpu_accepted_img_per_s", json_real(dec->cpu_accepted_img_per_s));
+            json_object_set_new(d, "cpu_refused_img_per_s", json_real(dec->cpu_refused_img_per_s));
+            json_object_set_new(d, "mixed_img_per_s", json_real(dec->mixed_img_per_s));
+        }
+    }
     if (nmulti > 0) {
         json_t *rows = json_array();
         for (int i = 0; i < nmulti; i++)
