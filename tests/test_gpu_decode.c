@@ -419,6 +419,57 @@ static int load_dir(jpeg_file *out, int max)
     return n;
 }
 
+/* A directory's manifest.tsv (tools/make-camera-corpus): each file's group
+ * "CLASS LAYOUT[+DRI]" into group[i] (files[i] order); 0 without one. */
+static int load_groups(jpeg_file *files, int n, char (*group)[48])
+{
+    const char *dir = getenv("RESNETD_FIDELITY_DIR");
+    char path[4096], line[512];
+    snprintf(path, sizeof path, "%s/manifest.tsv", dir ? dir : "");
+    FILE *f = dir ? fopen(path, "r") : NULL;
+    if (!f)
+        return 0;
+    for (int i = 0; i < n; i++)
+        snprintf(group[i], sizeof group[i], "unlisted");
+    while (fgets(line, sizeof line, f)) {
+        char name[160], cls[16], layout[16];
+        int w, h, restart;
+        if (sscanf(line, "%159s %15s %d %d %15s %d", name, cls, &w, &h, layout, &restart) != 6)
+            continue;   /* the header */
+        for (int i = 0; i < n; i++)
+            if (strcmp(files[i].name, name) == 0)
+                snprintf(group[i], sizeof group[i], "%s %s%s", cls, layout, restart ? "+DRI" : "");
+    }
+    fclose(f);
+    return 1;
+}
+
+/* With a manifest: the comparison again per size class and layout. */
+static void report_groups(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file *ok, int nok, const char *mode)
+{
+    static char group[1000][48];
+    static jpeg_file sub[1000];
+    static int done[1000];
+    if (nok > 1000 || !load_groups(ok, nok, group))
+        return;
+    memset(done, 0, sizeof done);
+    for (int i = 0; i < nok; i++) {
+        if (done[i])
+            continue;
+        int m = 0;
+        for (int k = i; k < nok; k++)
+            if (!done[k] && strcmp(group[k], group[i]) == 0) {
+                sub[m++] = ok[k];
+                done[k] = 1;
+            }
+        fidelity f = {0};
+        compare_paths(e, dj, ctx, sub, m, &f);
+        char label[96];
+        snprintf(label, sizeof label, "%s %.47s", mode, group[i]);
+        report(label, &f);
+    }
+}
+
 /* Both paths over the reference JPEGs, the generated set and the optional
  * directory. Exact mode: every crop equal byte for byte. Fast mode: bounds
  * on the photo-like sets; the reference set (edge-case sizes, sharp colour
@@ -456,6 +507,8 @@ static void fidelity_run(int exact)
         char label[64];
         snprintf(label, sizeof label, "%s %s", mode, sets[k].name);
         report(label, &f);
+        if (k == 2)
+            report_groups(e, dj, ctx, ok, nok, mode);
         if (exact)
             ck_assert_msg(f.max_diff == 0, "%s: crops differ from the CPU path's by up to %d levels", label,
                           f.max_diff);

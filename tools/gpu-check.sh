@@ -15,16 +15,25 @@
 #   mixed   end to end on the baseline corpus and on corpora with a share
 #           of progressive JPEGs (MIXED, default "0.10 0.25"), which the
 #           CPU decodes (~4 min; not part of all)
+#   camera  camera photos: for each corpus in CAMERA (directories from
+#           tools/make-camera-corpus, relative to the checkout; default
+#           .camera/mixed) the GPU decode fidelity per size class and
+#           layout, then end to end with the mixed ceiling and the
+#           torchvision anchor; then make-corpus size classes CAMERA_MP
+#           (default "2-3 10-13") end to end (not part of all)
 #   all     tests, bench and engine (default; ~7 min on an H100)
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
-# tools/e2e-bench.sh options), SKIP_MEMCHECK=1, RACE_TILES (the racecheck's
+# tools/e2e-bench.sh options), SKIP_MEMCHECK=1, SKIP_RACECHECK=1, RACE_TILES (the racecheck's
 # tiles, as RESNETD_GPU_TEST_TILES: all of them outlast its 200 s),
 # GPU_TESTS (the tests stage's list), BATCHES (the engine stage's, default
 # 256), COMPILE= (the engine stage without torch.compile).
 set -u
 what=${1:-all}
 # A comma list of stages runs each: bench,mixed
-run() { case ",$what," in *",$1,"*) return 0 ;; esac; [ "$what" = all ] && [ "$1" != mixed ] && [ "$1" != sanitize ]; }
+run() {
+    case ",$what," in *",$1,"*) return 0 ;; esac
+    [ "$what" = all ] && [ "$1" != mixed ] && [ "$1" != sanitize ] && [ "$1" != camera ]
+}
 OUT=${OUT:-$PWD/gpu-check-out}
 JOBS=${JOBS:-16}
 mkdir -p "$OUT"
@@ -61,6 +70,8 @@ if run tests; then
         RESNETD_GPU_TEST_QUICK=1 RESNETD_REF_DIR=$PWD/tests/ref timeout 300 \
             compute-sanitizer --tool memcheck --leak-check full ./tests/test_gpu_decode >"$OUT/memcheck.txt" 2>&1
         say "memcheck test_gpu_decode: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck.txt")"
+    fi
+    if [ "${SKIP_MEMCHECK:-0}" != 1 ] && [ "${SKIP_RACECHECK:-0}" != 1 ]; then
         t0=$(date +%s)
         RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TEST_TILES=${RACE_TILES:-} timeout 200 \
             compute-sanitizer --tool racecheck ./tests/test_gpu_kernels >racecheck.txt 2>&1
@@ -129,6 +140,43 @@ if run mixed; then
         say "mixed, progressive share $share: rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^best e2e' mixed.txt)"
         grep -E '^(decoded by|CPU fallbacks)' mixed.txt | tr '\n' ';' | tee -a "$summary"
         echo | tee -a "$summary"
+    done
+fi
+if run camera; then
+    root=$(cd .. && pwd)
+    cam=$OUT/camera.txt
+    : >"$cam"
+    for d in ${CAMERA:-.camera/mixed}; do
+        name=$(basename "$d")
+        t0=$(date +%s)
+        # both GPU modes against the CPU path
+        RESNETD_FIDELITY_DIR=$root/$d CK_RUN_CASE=fidelity RESNETD_REF_DIR=$PWD/tests/ref \
+            ./tests/test_gpu_decode >fid.txt 2>&1
+        echo "=== fidelity $name (rc=$?)" >>"$cam"
+        cat fid.txt >>"$cam"
+        grep -E '^fidelity gpu(-exact)? [0-9a-z-]+mp|^fidelity gpu(-exact)? (web|directory)|^100%|Failures: [1-9]' fid.txt |
+            sed "s/^/$name: /" | tee -a "$summary"
+        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus "$root/$d" --client-threads 4 --no-pin \
+            --concurrency "${CAMERA_CONC:-64 512}" --duration "${CAMERA_DURATION:-8}" --out "e2e-$name" \
+            ${E2E_ARGS:-} >e2e-cam.txt 2>&1
+        rc=$?
+        { echo "=== e2e $name (rc=$rc)"; cat e2e-cam.txt; } >>"$cam"
+        say "camera $name: e2e rc=$rc in $(( $(date +%s) - t0 )) s"
+        grep -E '^( +[0-9]+ |best e2e|e2e /|GPU decode-only|mixed decode-only|decode-only:|torchvision|decoded by|CPU fallbacks)' \
+            e2e-cam.txt | sed "s/^/$name: /" | tee -a "$summary"
+    done
+    for mp in ${CAMERA_MP-2-3 10-13}; do
+        dir=corpus-mp$mp
+        [ -d "$dir" ] || ./tools/make-corpus --out "$dir" --count 40 --min-mp "${mp%-*}" --max-mp "${mp#*-}" >/dev/null
+        t0=$(date +%s)
+        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus "$dir" --client-threads 4 --no-pin \
+            --concurrency "${CAMERA_CONC:-64 512}" --duration "${CAMERA_DURATION:-8}" --out "e2e-mp$mp" \
+            ${E2E_ARGS:-} >e2e-cam.txt 2>&1
+        rc=$?
+        { echo "=== e2e make-corpus $mp MP (rc=$rc)"; cat e2e-cam.txt; } >>"$cam"
+        say "make-corpus $mp MP: e2e rc=$rc in $(( $(date +%s) - t0 )) s"
+        grep -E '^( +[0-9]+ |best e2e|e2e /|GPU decode-only|mixed decode-only|decode-only:|torchvision|decoded by|CPU fallbacks)' \
+            e2e-cam.txt | sed "s/^/$mp MP: /" | tee -a "$summary"
     done
 fi
 echo
