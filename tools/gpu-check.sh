@@ -25,7 +25,8 @@
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
 # tools/e2e-bench.sh options), SKIP_MEMCHECK=1, SKIP_RACECHECK=1, RACE_TILES (the racecheck's
 # tiles, as RESNETD_GPU_TEST_TILES: all of them outlast its 200 s),
-# GPU_TESTS (the tests stage's list), BATCHES (the engine stage's, default
+# GPU_TESTS (the tests stage's list), REBUILD=0 (make in the b/ an earlier
+# call on the same machine configured), BATCHES (the engine stage's, default
 # 256), COMPILE= (the engine stage without torch.compile).
 set -u
 what=${1:-all}
@@ -47,8 +48,14 @@ say "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 
 ldflags=
 [ -n "${LIBRARY_PATH:-}" ] && ldflags="-L${LIBRARY_PATH%%:*}"
 t0=$(date +%s)
-if ! { autoreconf -fi && mkdir -p b && cd b && ../configure --with-cuda --enable-werror LDFLAGS="$ldflags" &&
-       make -j"$JOBS"; } >"$OUT/build.txt" 2>&1; then
+# REBUILD=0: a later call on the same machine, b/ configured already
+if [ "${REBUILD:-1}" = 0 ] && [ -f b/Makefile ]; then
+    build() { cd b && make -j"$JOBS"; }
+else
+    build() { autoreconf -fi && mkdir -p b && cd b && ../configure --with-cuda --enable-werror LDFLAGS="$ldflags" &&
+              make -j"$JOBS"; }
+fi
+if ! build >"$OUT/build.txt" 2>&1; then
     tail -40 "$OUT/build.txt"
     say "build: FAILED (see build.txt)"
     exit 1
