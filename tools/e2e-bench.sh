@@ -153,7 +153,7 @@ jget() {
 
 # --- decode-only ceiling -----------------------------------------------------
 echo "decode-only: $ncorpus images, $threads threads, CPUs $daemon_cpus"
-$daemon_pin "$builddir/resnetd-bench" --decode-only --decode-dir "$corpus" --decode-threads "$threads" --json \
+$daemon_pin "$builddir/resnetd-bench" --decode-only --decode-dir "$corpus" --decode-threads "$threads" --iters 3 --json \
   >"$out/decode-only.json"
 decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/decode-only.json")
 [ -n "$decode_ips" ] || { echo "e2e-bench: no img_per_s in $out/decode-only.json" >&2; exit 1; }
@@ -161,12 +161,12 @@ echo "decode-only: $decode_ips img/s"
 
 # --- GPU decode-only ceiling and PyTorch's anchor (CUDA) -----------------------
 gpu_decode_ips='' mixed_ips=''
-tv_decode='' tv_resize=''
+tv_decode='' tv_resize='' tv_files=''
 if [ "$device" != cpu ] && [ "$decode" != cpu ]; then
   bench_decode=gpu
   [ "$decode" = gpu-exact ] && bench_decode=gpu-exact
   if "$builddir/resnetd-bench" --device "$device" --decode-only --decode "$bench_decode" --decode-dir "$corpus" \
-      --decode-threads "$threads" --json \
+      --decode-threads "$threads" --iters 3 --json \
       >"$out/gpu-decode-only.json" 2>"$out/gpu-decode-only.err"; then
     gpu_decode_ips=$(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' "$out/gpu-decode-only.json")
     gpu_refused=$(sed -n 's/.*"refused":\([0-9]*\).*/\1/p' "$out/gpu-decode-only.json")
@@ -180,7 +180,9 @@ if [ "$device" != cpu ] && [ "$decode" != cpu ]; then
     python3 "$here/tools/torchvision_decode_anchor.py" "$corpus" >"$out/torchvision-decode.json" 2>&1 || true
     tv_decode=$(sed -n 's/.*"decode_img_per_s": \([0-9.e+-]*\).*/\1/p' "$out/torchvision-decode.json")
     tv_resize=$(sed -n 's/.*"decode_resize_crop_img_per_s": \([0-9.e+-]*\).*/\1/p' "$out/torchvision-decode.json")
-    echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s"
+    tv_files=$(sed -n 's/.*"gpu_decodable": \([0-9]*\).*/\1/p' "$out/torchvision-decode.json")
+    echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s" \
+      "(the $tv_files of $ncorpus files it decodes on the GPU)"
   fi
 fi
 
@@ -242,6 +244,12 @@ for c in $conc; do
 done
 
 curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics-final.txt" 2>/dev/null || true
+# Non-2xx answers by status, per point (resnetd-load's http_status).
+errors_by_status=$(for c in $conc; do
+  awk -v c="$c" '/^  "http_status": \{/ { on = 1; next } on && /^  [}]/ { on = 0 }
+    on { k = $1; v = $2; gsub(/[":,]/, "", k); gsub(/,/, "", v); if (k !~ /^2/ && v > 0) s = s " " k ": " v }
+    END { if (s != "") print "non-2xx answers at " c " connections:" s }' "$out/load-c$c.json"
+done)
 kill -TERM $daemon
 wait $daemon || true
 trap - EXIT INT TERM
@@ -259,7 +267,8 @@ client_where="any CPU"
   echo "decode-only: $decode_ips img/s ($threads threads, same CPUs)"
   [ -n "$gpu_decode_ips" ] && echo "GPU decode-only: $gpu_decode_ips img/s (nvJPEG hardware + resize/crop, $bench_decode)"
   [ -n "$mixed_ips" ] && echo "mixed decode-only ceiling: $mixed_ips img/s (the GPU and $threads CPU threads together)"
-  [ -n "$tv_resize" ] && echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s"
+  [ -n "$tv_resize" ] && echo "torchvision GPU anchor: decode $tv_decode img/s, decode + resize + crop $tv_resize img/s" \
+    "(the $tv_files of $ncorpus files it decodes on the GPU)"
   echo "daemon: $(grep -m1 'listening' "$log" | sed 's/.*JPEG decoding on the /JPEG decoding on the /')"
   echo "best e2e:    $best_ips img/s at $best_c connections"
   echo "e2e / decode-only = $ratio"
@@ -272,6 +281,7 @@ client_where="any CPU"
   if [ -n "$tv_resize" ]; then
     awk -v a="$best_ips" -v b="$tv_resize" 'BEGIN { printf "e2e / torchvision GPU decode + resize + crop = %.2f\n", a / b }'
   fi
+  [ -n "$errors_by_status" ] && echo "$errors_by_status"
   sed -n 's/^resnetd_decoded_images_total{backend="\([a-z]*\)"} \([0-9]*\)/decoded by \1: \2/p; s/^resnetd_decode_fallbacks_total{reason="\([a-z_]*\)"} \([1-9][0-9]*\)/CPU fallbacks, \1: \2/p' \
     "$out/metrics-final.txt" 2>/dev/null || true
   awk -F'\t' -v c="$best_c" -v n="$daemon_ncpu" -v t="$threads" -v d="$decode_ips" 'NR > 1 && $1 == c {
