@@ -364,6 +364,8 @@ int main(int argc, char **argv)
     static decode_route route;
     decode_route_init(&route, ndev);
     decode_route *rt = dj ? &route : NULL;
+    for (int c = -1; rt && c < ROUTE_CPU_CLASSES; c++)   /* the seeds, until measured */
+        metrics_set_decode_cost(c, c < 0 ? decode_route_gpu_ps(rt) : decode_route_cpu_ps(rt, c));
     for (int i = 0; i < ndev; i++)
         if (!(inf[i] = infer_create(eng[i], model, djs[i], rt, &server_sink, err, sizeof err))) {
             log_error("%s", err);

@@ -138,6 +138,14 @@ static const char *const backend_names[METRICS_DECODE_NBACKENDS] = {
 };
 static counter decoded[METRICS_DECODE_NBACKENDS];
 static counter decode_fallbacks[DEVJPEG_NREASONS];
+/* The decode router's means (daemon/route.h), picoseconds per pixel:
+ * [0] one GPU decoder, [1..3] one CPU thread by size class; 0 = unset. */
+#define DECODE_COSTS 4
+static counter decode_cost_ps[DECODE_COSTS];
+static const char *const decode_cost_labels[DECODE_COSTS] = {
+    "path=\"gpu\"", "path=\"cpu\",size=\"under_1mp\"", "path=\"cpu\",size=\"1_to_4mp\"",
+    "path=\"cpu\",size=\"4mp_and_over\"",
+};
 
 static counter images_total;
 static atomic_llong queue_depth;
@@ -244,6 +252,13 @@ void metrics_set_connections(long open, unsigned long long dropped_slow)
 {
     atomic_store_explicit(&connections_open, open, memory_order_relaxed);
     atomic_store_explicit(&connections_dropped_slow, dropped_slow, memory_order_relaxed);
+}
+
+void metrics_set_decode_cost(int cpu_class, unsigned long long ps_per_pixel)
+{
+    int i = cpu_class < 0 ? 0 : 1 + cpu_class;
+    if (i < DECODE_COSTS)
+        atomic_store_explicit(&decode_cost_ps[i], ps_per_pixel, memory_order_relaxed);
 }
 
 void metrics_set_body_memory(size_t used, size_t cap)
@@ -550,6 +565,14 @@ char *metrics_render(size_t *len)
     for (int r = DEVJPEG_OK + 1; r < DEVJPEG_NREASONS; r++)
         buf_printf(&b, "resnetd_decode_fallbacks_total{reason=\"%s\"} %llu\n",
                    devjpeg_reason_name((devjpeg_reason)r), load(&decode_fallbacks[r]));
+    if (load(&decode_cost_ps[0])) {   /* GPU decoding on: the router's measured costs */
+        render_header(&b, "resnetd_decode_cost_seconds_per_megapixel", "gauge",
+                      "Measured decode time per megapixel that routes JPEGs between the GPU and the CPU: one GPU "
+                      "decoder, and one CPU thread by image size.");
+        for (int i = 0; i < DECODE_COSTS; i++)
+            buf_printf(&b, "resnetd_decode_cost_seconds_per_megapixel{%s} %.6g\n", decode_cost_labels[i],
+                       (double)load(&decode_cost_ps[i]) * 1e-6);
+    }
 
     render_histogram(&b, &hist_request);
     render_histogram(&b, &hist_queue);

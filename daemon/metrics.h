@@ -48,6 +48,9 @@ void metrics_set_ready(int ready);
 void metrics_set_connections(long open, unsigned long long dropped_slow);
 /* Bytes of request bodies buffered now, and the budget's cap. */
 void metrics_set_body_memory(size_t used, size_t cap);
+/* The decode router's mean cost (daemon/route.h): cpu_class -1 for a GPU
+ * decoder, else one CPU thread's for that size class. */
+void metrics_set_decode_cost(int cpu_class, unsigned long long ps_per_pixel);
 /* The id of the engine labelled label ("cpu", "cuda:1"): registered on
  * first use, the same id after (a reload's new engine on the same device);
  * -1 past 16 engines (then not counted). */

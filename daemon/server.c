@@ -746,8 +746,11 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
         }
         metrics_observe_decode((double)dt / 1e6);
         metrics_add_decoded(METRICS_DECODE_CPU, 1);
-        if (s->route)
+        if (s->route) {
             decode_route_cpu(s->route, info.w, info.h, dt * 1000);
+            int cls = decode_route_class(info.w, info.h);
+            metrics_set_decode_cost(cls, decode_route_cpu_ps(s->route, cls));
+        }
     }
     /* The crops are in the slots: the body is no longer needed, unless the
      * GPU still has JPEGs in it to decode. */

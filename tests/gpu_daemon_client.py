@@ -62,6 +62,9 @@ def check_reference_jpegs(opts):
     assert hw + on_cpu == len(names) and hw > 0, (hw, on_cpu, len(names))
     assert fb >= progressive, (fb, progressive)
     assert agree >= 0.99 * len(names), (agree, len(names))
+    # The router's measured GPU cost is published (cpu_decode_assist = auto).
+    cost = dc.metric(text, "resnetd_decode_cost_seconds_per_megapixel", {"path": "gpu"})
+    assert cost is not None and 0 < cost < 1, cost
     return "%d JPEGs: 200 each, top-1 as with decode = cpu for %d; %d by the hardware, %d on the CPU " \
            "(%d unsupported, %d progressive)" % (len(names), agree, hw, on_cpu, fb, progressive)
 

@@ -30,6 +30,8 @@ static void fill(void)
     metrics_add_batches_in_flight(2);
     metrics_set_ready(1);
     metrics_set_memory((size_t)5 << 30, (size_t)64 << 20);
+    for (int c = -1; c < 3; c++)
+        metrics_set_decode_cost(c, 150ull + 4000ull * (unsigned long long)(c + 1));
 }
 
 int main(int argc, char **argv)
