@@ -210,6 +210,14 @@ static int wait_for_zero(server *srv, long (*count)(server *), long ms)
     return 0;
 }
 
+/* Exit statuses that restarting cannot fix (the unit's
+ * RestartPreventExitStatus): a configuration that does not parse or is
+ * invalid, and a file it names (weights, labels, calibration) that cannot
+ * be loaded. Anything else that fails at start-up (the engine, the GPU)
+ * exits 1 and may succeed on a restart. */
+#define EXIT_BAD_CONFIG 2
+#define EXIT_BAD_FILE 3
+
 int main(int argc, char **argv)
 {
     char err[1024];
@@ -217,7 +225,7 @@ int main(int argc, char **argv)
     config_cli cli;
     if (config_load(&cfg, &cli, argc, argv, err, sizeof err) != 0) {
         fprintf(stderr, "resnetd: %s\n", err);
-        return 2;
+        return EXIT_BAD_CONFIG;
     }
     if (cli.help) {
         config_print_help(stdout, "resnetd");
@@ -229,7 +237,7 @@ int main(int argc, char **argv)
     }
     if (config_validate(&cfg, err, sizeof err) != 0) {
         log_error("%s%s%s", cli.config_path ? cli.config_path : "", cli.config_path ? ": " : "", err);
-        return 1;
+        return EXIT_BAD_CONFIG;
     }
     resnet18_weights w;
     const char *key;
@@ -239,7 +247,7 @@ int main(int argc, char **argv)
         char where[CONFIG_PATH_MAX + 64];
         config_where(&cfg, cli.config_path, key, where, sizeof where);
         log_error("%s: %s", where, err);
-        return 1;
+        return EXIT_BAD_FILE;
     }
     if (model->synthetic && !cli.check_config)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
@@ -249,7 +257,7 @@ int main(int argc, char **argv)
         if (calib_load(cfg.calibration, &calib, err, sizeof err) != 0 ||
             calib_check_weights(&calib, cfg.calibration, &w, cfg.weights, err, sizeof err) != 0) {
             log_error("%s", err);
-            return 1;
+            return EXIT_BAD_FILE;
         }
         calib_ptr = &calib;
     }

@@ -929,18 +929,29 @@ def check_config_file_and_check_config(opts):
         with open(bad, "w") as f:
             f.write("weights = %s\n\nqueue_capacity = lots\n" % weights)
         p = subprocess.run([opts.resnetd, "--config", bad, "--check-config"], capture_output=True, text=True)
-        assert p.returncode != 0 and "%s:3: queue_capacity: 'lots'" % bad in p.stderr, (p.returncode, p.stderr)
+        # Exit 2: the configuration is wrong; 3: a file it names cannot be
+        # loaded (the unit restarts for neither).
+        assert p.returncode == 2 and "%s:3: queue_capacity: 'lots'" % bad in p.stderr, (p.returncode, p.stderr)
         p = subprocess.run([opts.resnetd, "--weights", os.path.join(tmp, "missing.safetensors"), "--check-config"],
                            capture_output=True, text=True)
-        assert p.returncode != 0 and "--weights: " in p.stderr and "missing.safetensors" in p.stderr, p.stderr
+        assert p.returncode == 3 and "--weights: " in p.stderr and "missing.safetensors" in p.stderr, p.stderr
         # From the file: the error names the file, the line and the key.
         missing = os.path.join(tmp, "missing.conf")
         with open(missing, "w") as f:
             f.write("device = cpu\nweights = %s\n" % os.path.join(tmp, "missing.safetensors"))
         p = subprocess.run([opts.resnetd, "--config", missing, "--check-config"], capture_output=True, text=True)
-        assert p.returncode != 0 and "%s:2: weights: " % missing in p.stderr, p.stderr
+        assert p.returncode == 3 and "%s:2: weights: " % missing in p.stderr, p.stderr
         p = subprocess.run([opts.resnetd, "--device", "cpu"], capture_output=True, text=True)
-        assert p.returncode != 0 and "weights: required" in p.stderr, p.stderr
+        assert p.returncode == 2 and "weights: required" in p.stderr, p.stderr
+        # The shipped config names the packaged weights path: without the
+        # file there, a clear error naming its line, exit 3.
+        sample = os.path.join(os.path.dirname(opts.labels), "resnetd.conf")
+        shipped = "/var/lib/resnetd/resnet18.safetensors"
+        if not os.path.exists(shipped):
+            p = subprocess.run([opts.resnetd, "--config", sample, "--check-config"], capture_output=True, text=True)
+            line = [i + 1 for i, t in enumerate(open(sample)) if t.startswith("weights = ")]
+            assert p.returncode == 3 and "%s:%d: weights: " % (sample, line[0]) in p.stderr and shipped in p.stderr, \
+                (p.returncode, p.stderr)
         # The file sets max batch 4; the flag overrides it.
         d = Daemon(opts, "--config", good, "--max-batch-size", "2")
         try:

@@ -90,5 +90,12 @@ if command -v systemd-sysusers >/dev/null 2>&1; then
     grep -q '^resnetd:x:' "$tmp/root/etc/group" || fail "no group resnetd"
     echo "sysusers.d entry creates user and group resnetd"
 fi
+# A configuration error (2) or a file it names that cannot be loaded (3,
+# e.g. no weights yet) is not restarted every RestartSec until the limit.
+prevent=$(sed -n 's/^RestartPreventExitStatus=//p' "$tmp/resnetd.service")
+for code in 2 3; do
+    echo " $prevent " | grep -q " $code " || fail "RestartPreventExitStatus ($prevent) lacks $code"
+done
+echo "RestartPreventExitStatus=$prevent"
 echo "PASS"
 exit 0
