@@ -12,6 +12,7 @@
 #include "daemon/infer.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/stats.h"
 #include "model/clock.h"
 
 typedef struct infer_batch {
@@ -96,6 +97,7 @@ static void complete(infer *x, int slot)
             metrics_set_decode_cost(-1, decode_route_gpu_ps(x->route));
         }
     }
+    stats_batch(b->n, gpu_decode_us * 1000, infer_us * 1000);
     for (int i = 0; i < b->n; i++) {
         if (!b->items[i].req)
             continue;   /* its decode failed after staging; already answered */

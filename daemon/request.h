@@ -89,6 +89,7 @@ typedef struct request {
     /* decode: CPU time (header checks only for GPU-decoded images);
      * queue/gpu_decode/infer: the slowest image's. */
     uint64_t decode_us, queue_us, gpu_decode_us, infer_us;
+    uint64_t output_us;     /* formatting the answer */
     int batch_size;         /* largest batch any of its images ran in */
 } request;
 

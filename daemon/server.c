@@ -28,6 +28,7 @@
  * request is freed in on_done, which also counts it. */
 #include <config.h>  /* autoconf's (PACKAGE_VERSION), not daemon/config.h */
 #include <errno.h>
+#include <jansson.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -43,13 +44,15 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
+#include "daemon/stats.h"
 #include "daemon/v2.h"
 #include "model/clock.h"
 
 enum {
     ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL,
     ROUTE_V2_SERVER, ROUTE_V2_LIVE, ROUTE_V2_READY, ROUTE_V2_MODEL, ROUTE_V2_MODEL_READY, ROUTE_V2_INFER,
-    ROUTE_LOAD,
+    ROUTE_V2_CONFIG, ROUTE_V2_STATS, ROUTE_V2_STATS_ALL,
+    ROUTE_LOAD, ROUTE_INDEX,
 };
 
 static const struct {
@@ -68,13 +71,17 @@ static const struct {
     [ROUTE_V2_MODEL] = { "/v2/models/resnet18", "GET, HEAD" },
     [ROUTE_V2_MODEL_READY] = { "/v2/models/resnet18/ready", "GET, HEAD" },
     [ROUTE_V2_INFER] = { "/v2/models/resnet18/infer", "POST" },
+    [ROUTE_V2_CONFIG] = { "/v2/models/resnet18/config", "GET, HEAD" },
+    [ROUTE_V2_STATS] = { "/v2/models/resnet18/stats", "GET, HEAD" },
+    [ROUTE_V2_STATS_ALL] = { "/v2/models/stats", "GET, HEAD" },
     [ROUTE_LOAD] = { "/v2/repository/models/resnet18/load", "POST" },
+    [ROUTE_INDEX] = { "/v2/repository/index", "POST" },
 };
 
 /* Routes that take a body (POST), the others being GETs. */
 static int takes_body(int route)
 {
-    return route == ROUTE_CLASSIFY || route == ROUTE_V2_INFER || route == ROUTE_LOAD;
+    return route == ROUTE_CLASSIFY || route == ROUTE_V2_INFER || route == ROUTE_LOAD || route == ROUTE_INDEX;
 }
 
 struct server {
@@ -791,15 +798,18 @@ static int classify_answer(server *s, request *r, http_conn *c)
         return send_error(s, r, c, r->fail_status, r->fail_code, r->fail_msg, ra, NULL, 0);
     }
     size_t len = 0;
+    uint64_t t0 = clock_now_us();
     if (r->v2) {
         const labels *labs[REQUEST_MAX_IMAGES];
         for (int i = 0; i < r->nimages; i++)
             labs[i] = &r->models[i]->lab;   /* each image's: a reload may fall between its batches */
         char *body = v2_response_infer(r->v2, r->logits, r->classes, labs, &len, &r->answer_header_len);
+        r->output_us = clock_now_us() - t0;
         return send_body(s, r, c, 200, body, len, r->answer_header_len ? "application/octet-stream"
                                                                         : "application/json", 0, NULL, 0);
     }
-    char *body = response_classify(s->svc, r, clock_now_us() - r->start_us, &len);
+    char *body = response_classify(s->svc, r, t0 - r->start_us, &len);
+    r->output_us = clock_now_us() - t0;
     return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
 }
 
@@ -853,6 +863,31 @@ static int answer_get(server *s, request *r, http_conn *c)
             return send_error(s, r, c, 503, "not_ready", msg, 1, NULL, 0);
         }
         return send_empty(s, r, c);
+    case ROUTE_V2_CONFIG: {
+        int pref[64], npref = 0, gpus[ENGINE_MAX_DEVICES], ngpus = 0;
+        for (const char *p = s->svc->preferred_batch_sizes; p && *p && npref < 64;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;   /* "auto": none */
+            pref[npref++] = (int)v;
+            p = *end == ',' ? end + 1 : end;
+        }
+        int gpu = strcmp(s->svc->device, "cuda") == 0;
+        for (const char *p = s->svc->engines; gpu && p && (p = strstr(p, "cuda:")) && ngpus < ENGINE_MAX_DEVICES;) {
+            p += 5;
+            gpus[ngpus++] = atoi(p);
+        }
+        char backend[64];
+        snprintf(backend, sizeof backend, "resnetd_%s", s->svc->device);
+        body = v2_response_config(classes(s), s->svc->max_batch_size, pref, npref, s->svc->max_queue_delay_us, backend,
+                                  gpu, gpus, ngpus, &len);
+        return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
+    }
+    case ROUTE_V2_STATS:
+    case ROUTE_V2_STATS_ALL:
+        body = stats_render(V2_MODEL_NAME, V2_MODEL_VERSION, &len);
+        return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
     case ROUTE_V2_MODEL: {
         char platform[64];
         snprintf(platform, sizeof platform, "resnetd_%s", s->svc->device);
@@ -962,6 +997,40 @@ static int load_answer(server *s, request *r, http_conn *c)
     return send_body(s, r, c, 200, empty, 0, "application/json", 0, NULL, 0);
 }
 
+/* ---- POST /v2/repository/index ------------------------------------------ */
+
+/* The repository extension's index: the one model and its state. The body
+ * is empty or a JSON object whose "ready", if true, lists only ready
+ * models (Triton's request). */
+static int index_answer(server *s, request *r, http_conn *c)
+{
+    const char *why;
+    int only_ready = 0;
+    if (r->too_large)
+        return send_error(s, r, c, 413, "too_large", "the index request's body is larger than 64 KiB", 0, NULL, 0);
+    if (r->over_budget)
+        return send_error(s, r, c, 503, "memory_full", memory_full_msg, retry_after(s), NULL, 0);
+    if (r->len > 0) {
+        json_error_t jerr;
+        json_t *j = json_loadb((const char *)r->body, r->len, 0, &jerr);
+        if (!json_is_object(j)) {
+            json_decref(j);
+            return send_error(s, r, c, 400, "bad_request", "the index request's body must be a JSON object", 0,
+                              NULL, 0);
+        }
+        only_ready = json_is_true(json_object_get(j, "ready"));
+        json_decref(j);
+    }
+    request_drop_body(r);
+    int ready = is_ready(s, &why);
+    size_t len = 0;
+    char *body = only_ready && !ready ? strdup("[]\n") : v2_response_index(ready, &len);
+    if (body && len == 0)
+        len = strlen(body);
+    r->state = REQ_ANSWERED;
+    return send_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
+}
+
 /* ---- the HTTP layer's callbacks ----------------------------------------- */
 
 /* Does the request announce a body? */
@@ -979,12 +1048,15 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
     for (int i = 0; i < ROUTE_V2_SERVER; i++)
         if (strcmp(url, routes[i].path) == 0)
             r->route = i;
-    /* The repository extension's load: under /v2 but not a model path. */
+    /* The repository extension's load and index: under /v2 but not model paths. */
     if (strcmp(url, routes[ROUTE_LOAD].path) == 0)
         r->route = ROUTE_LOAD;
+    if (strcmp(url, routes[ROUTE_INDEX].path) == 0)
+        r->route = ROUTE_INDEX;
     static const int v2_routes[] = {
         [V2_SERVER_META] = ROUTE_V2_SERVER, [V2_LIVE] = ROUTE_V2_LIVE, [V2_READY] = ROUTE_V2_READY,
         [V2_MODEL_META] = ROUTE_V2_MODEL, [V2_MODEL_READY] = ROUTE_V2_MODEL_READY, [V2_INFER] = ROUTE_V2_INFER,
+        [V2_MODEL_CONFIG] = ROUTE_V2_CONFIG, [V2_MODEL_STATS] = ROUTE_V2_STATS, [V2_STATS] = ROUTE_V2_STATS_ALL,
     };
     switch (r->v2_route) {
     case V2_NOT_V2:
@@ -996,7 +1068,7 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
         return send_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(h));
     }
     case V2_UNKNOWN_PATH:
-        break;   /* 404 below, unless it is the load */
+        break;   /* 404 below, unless it is the load or the index */
     default:
         r->route = v2_routes[r->v2_route];
     }
@@ -1022,8 +1094,8 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
     }
     if (!takes_body(r->route))
         return answer_get(s, r, c);
-    if (r->route == ROUTE_LOAD)
-        return 0;   /* a load's body is read as it comes */
+    if (r->route == ROUTE_LOAD || r->route == ROUTE_INDEX)
+        return 0;   /* a load's or an index's body is read as it comes */
     return r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c, h) : v2_begin(s, r, c, h);
 }
 
@@ -1066,7 +1138,8 @@ static void on_body(void *cls, http_conn *c, void *req, const char *data, size_t
     request *r = req;
     if (r->state != REQ_RECEIVING || !takes_body(r->route))
         return;
-    if ((r->route == ROUTE_LOAD ? load_body(r, data, n) : classify_body(s, r, data, n)) != 0)
+    int small = r->route == ROUTE_LOAD || r->route == ROUTE_INDEX;
+    if ((small ? load_body(r, data, n) : classify_body(s, r, data, n)) != 0)
         http_drop(c);
 }
 
@@ -1084,6 +1157,8 @@ static void on_body_end(void *cls, http_conn *c, void *req)
         v2_submit(s, r, c);
     else if (r->route == ROUTE_LOAD)
         load_check(s, r, c);
+    else if (r->route == ROUTE_INDEX)
+        index_answer(s, r, c);
     if (r->state == REQ_SUBMITTING && r->route == ROUTE_LOAD)
         load_suspend(s, r);
     else if (r->state == REQ_SUBMITTING)
@@ -1122,7 +1197,11 @@ static void on_done(void *cls, void *req, int delivered)
         metrics_reject(METRICS_REJECT_CLIENT_GONE);
         code = 499;
     }
-    metrics_observe_request(code, (double)(clock_now_us() - r->start_us) / 1e6);
+    uint64_t total_us = clock_now_us() - r->start_us;
+    metrics_observe_request(code, (double)total_us / 1e6);
+    if (r->route == ROUTE_CLASSIFY || r->route == ROUTE_V2_INFER)
+        stats_request(code == 200, total_us * 1000, r->nimages, r->queue_us * 1000,
+                      (r->decode_us + r->gpu_decode_us) * 1000, r->infer_us * 1000, r->output_us * 1000);
     atomic_fetch_sub(&s->active, 1);
     /* Slots reserved but never handed on; a request still counted as
      * waiting in the pipeline (the HTTP layer stopping). */

@@ -56,6 +56,8 @@ v2_route v2_route_of(const char *url)
         return V2_LIVE;
     if (strcmp(p, "health/ready") == 0)
         return V2_READY;
+    if (strcmp(p, "models/stats") == 0)
+        return V2_STATS;
     if (!(p = after(p, "models/")))
         return V2_UNKNOWN_PATH;
     const char *slash = strchr(p, '/');
@@ -78,6 +80,10 @@ v2_route v2_route_of(const char *url)
         return V2_MODEL_META;
     if (strcmp(p, "/ready") == 0)
         return V2_MODEL_READY;
+    if (strcmp(p, "/config") == 0)
+        return V2_MODEL_CONFIG;
+    if (strcmp(p, "/stats") == 0)
+        return V2_MODEL_STATS;
     if (strcmp(p, "/infer") == 0)
         return V2_INFER;
     return V2_UNKNOWN_PATH;
@@ -562,8 +568,9 @@ char *v2_response_error(const char *message, size_t *len)
 
 char *v2_response_server(const char *version, size_t *len)
 {
-    return json_dump_line(json_pack("{s:s, s:s, s:[s,s,s]}", "name", "resnetd", "version", version, "extensions",
-                          "classification", "binary_tensor_data", "model_repository"), len);
+    return json_dump_line(json_pack("{s:s, s:s, s:[s,s,s,s,s]}", "name", "resnetd", "version", version, "extensions",
+                          "classification", "binary_tensor_data", "model_repository", "statistics",
+                          "model_configuration"), len);
 }
 
 char *v2_response_model(int classes, const char *platform, size_t *len)
@@ -581,6 +588,49 @@ char *v2_response_model(int classes, const char *platform, size_t *len)
                           "name", output_names[V2_OUT_LOGITS], "datatype", "FP32", "shape", -1, classes,
                           "name", output_names[V2_OUT_PROBABILITIES], "datatype", "FP32", "shape", -1, classes),
                 len);
+}
+
+char *v2_response_config(int classes, int max_batch, const int *preferred, int npreferred, long max_queue_delay_us,
+                         const char *backend, int gpu, const int *gpus, int ngpus, size_t *len)
+{
+    json_t *pref = json_array(), *devs = json_array();
+    for (int i = 0; pref && i < npreferred; i++)
+        json_array_append_new(pref, json_integer(preferred[i]));
+    for (int i = 0; devs && i < ngpus; i++)
+        json_array_append_new(devs, json_integer(gpus[i]));
+    json_t *group = json_pack("{s:s, s:s, s:i}", "name", V2_MODEL_NAME "_0", "kind", gpu ? "KIND_GPU" : "KIND_CPU",
+                              "count", 1);
+    if (group && gpu)
+        json_object_set_new(group, "gpus", devs);
+    else
+        json_decref(devs);
+    /* Triton's dims leave out the batch dimension (max_batch_size > 0);
+     * one JPEG per image is a BYTES element of shape [1] reshaped to []. */
+    return json_dump_line(
+        json_pack("{s:s, s:s, s:s, s:i, s:{s:{s:i}},"
+                  " s:[{s:s, s:s, s:[i,i,i]}, {s:s, s:s, s:[i,i,i]}, {s:s, s:s, s:[i], s:{s:[]}}],"
+                  " s:[{s:s, s:s, s:[i]}, {s:s, s:s, s:[i]}],"
+                  " s:{s:o, s:I}, s:[o]}",
+                  "name", V2_MODEL_NAME, "platform", "", "backend", backend, "max_batch_size", max_batch,
+                  "version_policy", "latest", "num_versions", 1,
+                  "input",
+                  "name", inputs[V2_IN_TENSOR].name, "data_type", "TYPE_FP32", "dims", 3, RESNET18_IMG, RESNET18_IMG,
+                  "name", inputs[V2_IN_PIXELS].name, "data_type", "TYPE_UINT8", "dims", -1, -1, 3,
+                  "name", inputs[V2_IN_JPEG].name, "data_type", "TYPE_STRING", "dims", 1, "reshape", "shape",
+                  "output",
+                  "name", output_names[V2_OUT_LOGITS], "data_type", "TYPE_FP32", "dims", classes,
+                  "name", output_names[V2_OUT_PROBABILITIES], "data_type", "TYPE_FP32", "dims", classes,
+                  "dynamic_batching", "preferred_batch_size", pref, "max_queue_delay_microseconds",
+                  (json_int_t)max_queue_delay_us,
+                  "instance_group", group),
+        len);
+}
+
+char *v2_response_index(int ready, size_t *len)
+{
+    return json_dump_line(json_pack("[{s:s, s:s, s:s, s:s}]", "name", V2_MODEL_NAME, "version", V2_MODEL_VERSION,
+                                    "state", ready ? "READY" : "UNAVAILABLE", "reason", ready ? "" : "not ready"),
+                          len);
 }
 
 /* A growing byte buffer for the binary section. */

@@ -36,6 +36,9 @@ typedef enum {
     V2_MODEL_META,      /* /v2/models/resnet18[/versions/1] */
     V2_MODEL_READY,     /* .../ready */
     V2_INFER,           /* .../infer */
+    V2_MODEL_CONFIG,    /* .../config: Triton's model configuration */
+    V2_MODEL_STATS,     /* .../stats: Triton's statistics extension */
+    V2_STATS,           /* /v2/models/stats: the same, every model */
     V2_UNKNOWN_MODEL,   /* a model or version that is not served: 404 */
     V2_UNKNOWN_PATH,    /* anything else under /v2: 404 */
 } v2_route;
@@ -95,6 +98,17 @@ char *v2_response_error(const char *message, size_t *len);
 
 /* {"name":"resnetd","version":..,"extensions":[..]} */
 char *v2_response_server(const char *version, size_t *len);
+
+/* Triton's model configuration (GET .../config), as its JSON: the inputs
+ * and outputs without the batch dimension, dynamic batching (preferred
+ * sizes, the queue delay) and one instance group on the GPUs given (gpu) or
+ * the CPU. */
+char *v2_response_config(int classes, int max_batch, const int *preferred, int npreferred, long max_queue_delay_us,
+                         const char *backend, int gpu, const int *gpus, int ngpus, size_t *len);
+
+/* The repository index (POST /v2/repository/index): the one model and
+ * whether it is ready. */
+char *v2_response_index(int ready, size_t *len);
 
 /* {"name":"resnetd",..,"inputs":[..],"outputs":[..]} with classes in the
  * output shapes. */

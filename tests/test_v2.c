@@ -26,7 +26,10 @@ START_TEST(routes_follow_the_spec_paths)
         { "/v2/models/resnet50", V2_UNKNOWN_MODEL }, { "/v2/models/resnet18/versions/2", V2_UNKNOWN_MODEL },
         { "/v2/models/resnet18/versions/10/infer", V2_UNKNOWN_MODEL }, { "/v2/models/resnet1", V2_UNKNOWN_MODEL },
         { "/v2/models/resnet18x/infer", V2_UNKNOWN_MODEL }, { "/v2/models/", V2_UNKNOWN_PATH },
-        { "/v2/models/resnet18/versions/", V2_UNKNOWN_PATH }, { "/v2/models/resnet18/stats", V2_UNKNOWN_PATH },
+        { "/v2/models/resnet18/versions/", V2_UNKNOWN_PATH }, { "/v2/models/resnet18/stats", V2_MODEL_STATS },
+        { "/v2/models/resnet18/versions/1/config", V2_MODEL_CONFIG }, { "/v2/models/resnet18/config", V2_MODEL_CONFIG },
+        { "/v2/models/stats", V2_STATS }, { "/v2/models/resnet50/stats", V2_UNKNOWN_MODEL },
+        { "/v2/models/resnet18/statsx", V2_UNKNOWN_PATH },
         { "/v2/repository/index", V2_UNKNOWN_PATH }, { "/v2/", V2_UNKNOWN_PATH },
         { "/v2x", V2_NOT_V2 }, { "/classify", V2_NOT_V2 }, { "", V2_NOT_V2 },
     };

@@ -127,12 +127,77 @@ def check_errors(opts, d):
     return "wrong shape: InferenceServerException 400"
 
 
+def check_config_stats_index(opts, d):
+    """What Triton's tools (perf_analyzer, model_analyzer, dashboards) ask
+    for: the model configuration, the inference statistics and the
+    repository index, in Triton's shapes."""
+    c = client(d)
+    cfg = c.get_model_config(MODEL)
+    assert cfg["name"] == MODEL and cfg["max_batch_size"] >= 1, cfg
+    ins = {i["name"]: i for i in cfg["input"]}
+    assert ins["input"]["data_type"] == "TYPE_FP32" and ins["input"]["dims"] == [3, 224, 224], cfg
+    assert ins["jpeg"]["data_type"] == "TYPE_STRING" and ins["pixels"]["dims"] == [-1, -1, 3], cfg
+    outs = {o["name"]: o for o in cfg["output"]}
+    assert outs["logits"]["dims"] == [1000] and outs["probabilities"]["data_type"] == "TYPE_FP32", cfg
+    assert "max_queue_delay_microseconds" in cfg["dynamic_batching"], cfg
+    assert cfg["instance_group"][0]["kind"] == "KIND_CPU", cfg
+    assert c.get_model_config(MODEL, "1") == cfg
+    before = c.get_inference_statistics(MODEL)["model_stats"][0]
+    x = np.zeros((2, 3, 224, 224), np.float32)
+    inp = httpclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    c.infer(MODEL, [inp])
+    st = c.get_inference_statistics(MODEL, "1")["model_stats"][0]
+    assert st["name"] == MODEL and st["version"] == "1", st
+    ok = st["inference_stats"]["success"]
+    assert ok["count"] == before["inference_stats"]["success"]["count"] + 1 and ok["ns"] > 0, (before, st)
+    assert st["inference_count"] == before["inference_count"] + 2 and st["execution_count"] >= 1, st
+    for k in ("queue", "compute_input", "compute_infer", "compute_output", "fail"):
+        assert set(st["inference_stats"][k]) == {"count", "ns"}, st
+    assert st["inference_stats"]["compute_infer"]["ns"] > 0 and st["last_inference"] > 1.7e12, st
+    assert st["batch_stats"] and all(b["compute_infer"]["count"] > 0 for b in st["batch_stats"]), st
+    every = c.get_inference_statistics()["model_stats"]
+    assert [m["name"] for m in every] == [MODEL], every
+    index = c.get_model_repository_index()
+    assert index == [{"name": MODEL, "version": "1", "state": "READY", "reason": ""}], index
+    try:
+        c.get_model_config("resnet50")
+        raise AssertionError("an unknown model's config answered")
+    except InferenceServerException as e:
+        assert "resnet50" in e.message(), e
+    return "config (%d inputs, max batch %d), stats (%d successes, %d batch sizes), index %s" % (
+        len(cfg["input"]), cfg["max_batch_size"], ok["count"], len(st["batch_stats"]), index[0]["state"])
+
+
+def check_readme_example(opts, d):
+    """README.md's tritonclient example, run as written but for the port
+    (and the sample photo, where python-matplotlib-data is missing)."""
+    import contextlib
+    import io
+    import re
+    readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+    text = open(readme).read()
+    block = re.search(r"```python\n(.*?)```", text[text.index("tritonclient[http]"):], re.S).group(1)
+    code = block.replace("localhost:8080", "127.0.0.1:%d" % d.port)
+    photo = "/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg"
+    if not os.path.exists(photo):
+        code = code.replace(photo, os.path.join(opts.ref, "jpeg", "s640x480.jpg"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines and lines[0].count(":") >= 3 and int(lines[-1].split()[1]) >= 1, out.getvalue()
+    return "README's tritonclient example: %d lines printed" % len(lines)
+
+
 CHECKS = [
     ("triton_metadata", check_metadata, True),
     ("triton_fp32_json_and_binary", check_fp32_json_and_binary, True),
     ("triton_jpeg_bytes_classification", check_jpeg_bytes_classification, True),
     ("triton_pixels", check_pixels, True),
     ("triton_errors", check_errors, True),
+    ("triton_config_stats_index", check_config_stats_index, True),
+    ("triton_readme_example", check_readme_example, True),
 ]
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def check_endpoints(opts, d):
         assert outs == {"logits": ("FP32", [-1, classes]), "probabilities": ("FP32", [-1, classes])}, outs
     before = dc.metric(d.metrics(), "resnetd_requests_total", {"code": "404"}) or 0
     for p in ("/v2/models/resnet50", "/v2/models/resnet18/versions/2", "/v2/models/resnet18/versions/2/infer",
-              "/v2/models/other/ready", "/v2/models/resnet18/versions/1x", "/v2/health/dead", "/v2/repository/index"):
+              "/v2/models/other/ready", "/v2/models/resnet18/versions/1x", "/v2/health/dead", "/v2/repository/other"):
         expect_error(d, 404, path=p, method="GET")
     expect_error(d, 404, {"inputs": []}, path="/v2/models/resnet50/infer")
     assert dc.wait_metric(d, "resnetd_requests_total", {"code": "404"}, before + 8, 5) >= before + 8
@@ -165,6 +165,13 @@ def check_endpoints(opts, d):
     assert s == 405 and h["allow"] == "GET, HEAD" and json.loads(b)["error"], (s, h, b)
     s, h, b = d.request("GET", INFER)
     assert s == 405 and h["allow"] == "POST" and json.loads(b)["error"], (s, h, b)
+    # Triton's repository index is a POST (tritonclient's get_model_repository_index)
+    s, h, b = d.request("GET", "/v2/repository/index")
+    assert s == 405 and h["allow"] == "POST", (s, h, b)
+    s, h, b = d.request("POST", "/v2/repository/index", b'{"ready": true}')
+    assert s == 200 and json.loads(b) == [{"name": "resnet18", "version": "1", "state": "READY", "reason": ""}], b
+    s, h, b = d.request("POST", "/v2/repository/index", b'[1]')
+    assert s == 400 and json.loads(b)["error"], (s, b)
     return "metadata, health, model ready, 404 for 8 unknown models/versions/paths, 405"
 
 
