@@ -323,8 +323,14 @@ static int v2_begin(server *s, request *r, http_conn *c, const http_head *h)
 {
     if (atomic_load(&s->draining))
         return send_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 1);
+    /* The body's framing is the protocol's (JSON, then binary tensors when
+     * Inference-Header-Content-Length says so), not the content type's; curl
+     * -d's application/x-www-form-urlencoded is taken as JSON too, so a
+     * plain `curl -d '{...}'` works, and anything not JSON gets the parser's
+     * 400. */
     const char *ct = http_header(h, "Content-Type");
-    if (ct && strncasecmp(ct, "application/json", 16) != 0 && strncasecmp(ct, "application/octet-stream", 24) != 0) {
+    if (ct && strncasecmp(ct, "application/json", 16) != 0 && strncasecmp(ct, "application/octet-stream", 24) != 0 &&
+        strncasecmp(ct, "application/x-www-form-urlencoded", 33) != 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "content type '%.100s' is not application/json or application/octet-stream", ct);
         return send_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);

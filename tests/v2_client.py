@@ -429,6 +429,32 @@ def check_errors_and_metrics(opts, d):
     return "%d hostile requests: JSON errors, counted by code and as bad_input; still serving" % n
 
 
+def check_api_md_curl_example(opts, d):
+    """protocol/API.md's v2 curl example, as written but for the port: curl
+    -d sends application/x-www-form-urlencoded, which /v2 takes as JSON."""
+    import re
+    import shutil
+    import subprocess
+    api = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "protocol", "API.md")).read()
+    cmd = re.search(r"```sh\n(curl -s localhost:8080/v2/models/resnet18/infer -d '.*?')\n```", api, re.S).group(1)
+    body = re.search(r"-d '(.*)'", cmd, re.S).group(1)
+    if shutil.which("curl"):
+        p = subprocess.run(["curl", "-s", "localhost:%d/v2/models/resnet18/infer" % d.port, "-d", body],
+                           capture_output=True, timeout=30)
+        answer, how = p.stdout, "curl"
+    else:   # what curl -d sends
+        status, _, answer = d.request("POST", INFER, body.encode(),
+                                      {"Content-Type": "application/x-www-form-urlencoded"})
+        assert status == 200, (status, answer)
+        how = "curl's request"
+    out = json.loads(answer)["outputs"][0]
+    assert out["name"] == "probabilities" and out["shape"] == [1, 3] and len(out["data"]) == 3, answer
+    parse_classification(out["data"][0])
+    # A form that is not JSON is the parser's 400, not a 415.
+    expect_error(d, 400, raw=b"a=1&b=2", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    return "API.md's curl -d example (%s): 200, top 3" % how
+
+
 def check_overload_gets_503(opts):
     d = dc.Daemon(opts, "--queue-capacity", "8", "--max-batch-size", "4", "--max-queue-delay-us", "1000")
     try:
@@ -533,6 +559,7 @@ CHECKS = [
     ("v2_fp32_matches_torchvision", check_fp32_matches_torchvision, True),
     ("v2_pixels_equal_classify", check_pixels_equal_classify, True),
     ("v2_errors_and_metrics", check_errors_and_metrics, True),
+    ("v2_api_md_curl_example", check_api_md_curl_example, True),
     ("v2_overload_gets_503", check_overload_gets_503, False),
     ("v2_resets_give_back_queue_slots", check_resets_give_back_queue_slots, False),
     ("v2_drain", check_drain, False),
