@@ -140,6 +140,9 @@ static const config_option options[] = {
     { "connection_memory_bytes", BYTES(connection_memory_bytes, 8192, 16L << 20), "64K",
       "per-connection memory for headers and read buffers (suffixes K, M)", NULL },
     { "listen_backlog", INT(listen_backlog, 1, 65535), "1024", "kernel listen queue length", NULL },
+    { "access_log", STR(access_log), "",
+      "a file to append one JSON line per request to (time, peer, method, path, status, bytes, images, latency, "
+      "id); empty: none", NULL },
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

@@ -47,6 +47,7 @@ typedef struct config {
     long min_body_rate;           /* bytes/s a body must average after header_timeout_s; 0: none */
     long connection_memory_bytes; /* a connection's read buffer at most: the largest head */
     long listen_backlog;
+    char access_log[CONFIG_PATH_MAX];  /* one JSON line per request; "" = none */
     /* Where each option (in config_options' order) was set: its line in
      * --config's file, CONFIG_FROM_FLAG, or 0 (the default). */
     int line[CONFIG_MAX_OPTIONS];

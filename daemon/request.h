@@ -90,6 +90,9 @@ typedef struct request {
      * queue/gpu_decode/infer: the slowest image's. */
     uint64_t decode_us, queue_us, gpu_decode_us, infer_us;
     uint64_t output_us;     /* formatting the answer */
+    /* For the access log (set only when there is one): */
+    uint64_t bytes_in, bytes_out;
+    char log_peer[64], log_method[16], log_path[192], log_id[72];
     int batch_size;         /* largest batch any of its images ran in */
 } request;
 

@@ -36,8 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "daemon/accesslog.h"
 #include "daemon/batcher.h"
 #include "daemon/http.h"
 #include "daemon/decode.h"
@@ -105,6 +107,8 @@ struct server {
      * of N, 0 never. */
     int assist_depth;
     decode_route *route;
+    accesslog *alog;        /* or NULL */
+    atomic_ullong request_ids;
     int port;
     atomic_int warm;
     atomic_int draining;
@@ -146,6 +150,7 @@ static int send_body(server *s, request *r, http_conn *c, int status, char *body
     };
     r->state = REQ_ANSWERED;
     r->status = status;
+    r->bytes_out = resp.len;
     return http_respond(c, &resp);
 }
 
@@ -1121,6 +1126,32 @@ static request *new_request(server *s, http_conn *c)
 /* A request's head: from here on the drain waits for it. One the HTTP
  * layer refused (malformed, too large, unsupported, too slow) is answered
  * here too, in the API's format, and counted like any other. */
+/* What the access log needs of a request that is gone by its end. */
+static void log_begin(server *s, request *r, const http_head *h)
+{
+    struct sockaddr_storage a = { 0 };
+    socklen_t alen = sizeof a;
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (getpeername(r->fd, (struct sockaddr *)&a, &alen) == 0) {
+        if (a.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&a)->sin_addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in *)&a)->sin_port);
+        } else if (a.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&a)->sin6_addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+        }
+    }
+    snprintf(r->log_peer, sizeof r->log_peer, a.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
+    snprintf(r->log_method, sizeof r->log_method, "%s", h->method);
+    snprintf(r->log_path, sizeof r->log_path, "%s", h->path);
+    const char *id = h->status ? NULL : http_header(h, "X-Request-Id");
+    if (id && *id)
+        snprintf(r->log_id, sizeof r->log_id, "%s", id);
+    else
+        snprintf(r->log_id, sizeof r->log_id, "resnetd-%llu", atomic_fetch_add(&s->request_ids, 1) + 1);
+}
+
 static void *on_request(void *cls, http_conn *c, const http_head *h)
 {
     server *s = cls;
@@ -1128,6 +1159,8 @@ static void *on_request(void *cls, http_conn *c, const http_head *h)
     if (!r)
         return NULL;
     atomic_fetch_add(&s->active, 1);
+    if (s->alog)
+        log_begin(s, r, h);
     if (h->status) {
         r->state = REQ_RECEIVING;
         r->v2_route = v2_route_of(h->path);
@@ -1142,6 +1175,7 @@ static void on_body(void *cls, http_conn *c, void *req, const char *data, size_t
 {
     server *s = cls;
     request *r = req;
+    r->bytes_in += n;
     if (r->state != REQ_RECEIVING || !takes_body(r->route))
         return;
     int small = r->route == ROUTE_LOAD || r->route == ROUTE_INDEX;
@@ -1208,6 +1242,13 @@ static void on_done(void *cls, void *req, int delivered)
     if (r->route == ROUTE_CLASSIFY || r->route == ROUTE_V2_INFER)
         stats_request(code == 200, total_us * 1000, r->nimages, r->queue_us * 1000,
                       (r->decode_us + r->gpu_decode_us) * 1000, r->infer_us * 1000, r->output_us * 1000);
+    if (s->alog) {
+        accesslog_entry e = { .peer = r->log_peer, .method = r->log_method, .path = r->log_path, .status = code,
+                              .bytes_in = r->bytes_in, .bytes_out = delivered ? r->bytes_out : 0,
+                              .images = code == 200 ? r->nimages : 0, .latency_ms = (double)total_us / 1e3,
+                              .id = r->log_id };
+        accesslog_write(s->alog, &e);
+    }
     atomic_fetch_sub(&s->active, 1);
     /* Slots reserved but never handed on; a request still counted as
      * waiting in the pipeline (the HTTP layer stopping). */
@@ -1276,6 +1317,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     atomic_init(&s->suspended, 0);
     atomic_init(&s->decoding, 0);
     atomic_init(&s->decodes_cancelled, 0);
+    atomic_init(&s->request_ids, 0);
     decode_pool_ops ops = { .cls = s, .run = decode_run, .cancel = decode_cancel };
     const preprocess_options po_decode = devjpeg_cpu_options(dj, (uint64_t)cfg->max_pixels);
     s->decoders = decode_pool_start((int)cfg->decode_threads, &po_decode, &ops, err, errlen);
@@ -1304,6 +1346,8 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
         .conn_memory = (size_t)cfg->connection_memory_bytes,
         .backlog = (int)cfg->listen_backlog,
     };
+    if (cfg->access_log[0] && !(s->alog = accesslog_open(cfg->access_log, err, errlen)))
+        goto fail_headers;
     http_handler handler = {
         .cls = s,
         .request = on_request,
@@ -1325,6 +1369,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     return s;
 
 fail_headers:
+    accesslog_close(s->alog);
     for (int i = 0; i < s->nheader_ctx; i++)
         preprocess_destroy(s->header_ctx[i]);
     free(s->header_ctx);
@@ -1380,6 +1425,7 @@ void server_stop(server *s)
     decode_pool_abort(s->decoders);
     http_stop(s->http);
     decode_pool_stop(s->decoders);
+    accesslog_close(s->alog);   /* after every request ended: their lines are queued */
     for (int i = 0; i < s->nheader_ctx; i++)
         preprocess_destroy(s->header_ctx[i]);
     free(s->header_ctx);

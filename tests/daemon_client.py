@@ -917,6 +917,36 @@ def check_systemd_notify(opts):
     return "READY=1, WATCHDOG=1 every 0.1 s, STOPPING=1"
 
 
+def check_access_log(opts):
+    """access_log: one JSON line per request, the client's X-Request-Id or
+    the daemon's own, every field; all written by the time it exits."""
+    jpeg = read_file(os.path.join(opts.ref, "jpeg", "s640x480.jpg"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "access.log")
+        d = Daemon(opts, "--access-log", path)
+        try:
+            status, _, body = d.request("POST", "/classify?top_k=1", jpeg,
+                                        {"Content-Type": "image/jpeg", "X-Request-Id": "abc-123"})
+            assert status == 200, (status, body)
+            answer_len = len(body)
+            status, _, _ = d.request("GET", "/nowhere")
+            assert status == 404
+            status, _, _ = d.request("GET", "/healthz")
+            assert status == 200
+        finally:
+            assert d.stop() == 0
+        lines = [json.loads(line) for line in open(path)]
+    assert len(lines) == 3, lines
+    cl, nf, hz = lines
+    assert cl["method"] == "POST" and cl["path"] == "/classify" and cl["status"] == 200, cl
+    assert cl["bytes_in"] == len(jpeg) and cl["bytes_out"] == answer_len and cl["images"] == 1, (cl, answer_len)
+    assert cl["id"] == "abc-123" and cl["latency_ms"] > 0 and re.match(r"127\.0\.0\.1:\d+$", cl["peer"]), cl
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", cl["time"]), cl
+    assert nf["status"] == 404 and nf["path"] == "/nowhere" and nf["id"].startswith("resnetd-"), nf
+    assert hz["status"] == 200 and hz["id"] != nf["id"] and hz["images"] == 0, hz
+    return "3 requests, 3 JSON lines: %s" % json.dumps(cl, sort_keys=True)[:160]
+
+
 def check_config_file_and_check_config(opts):
     weights = os.path.join(opts.ref, "weights.safetensors")
     with tempfile.TemporaryDirectory() as tmp:
@@ -981,6 +1011,7 @@ CHECKS = [
     ("synthetic_marks_responses", check_synthetic_marks_responses, False),
     ("systemd_notify", check_systemd_notify, False),
     ("config_file_and_check_config", check_config_file_and_check_config, False),
+    ("access_log", check_access_log, False),
 ]
 
 
