@@ -154,6 +154,18 @@ if run camera; then
     root=$(cd .. && pwd)
     cam=$OUT/camera.txt
     : >"$cam"
+    # cam_e2e LABEL CORPUS OUTDIR PREFIX: e2e-bench on a corpus, its log
+    # into camera.txt, its figures into the summary (t0: the stage's start).
+    cam_e2e() {
+        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus "$2" --client-threads 4 --no-pin \
+            --concurrency "${CAMERA_CONC:-64 512}" --duration "${CAMERA_DURATION:-8}" --out "$3" \
+            ${E2E_ARGS:-} >e2e-cam.txt 2>&1
+        rc=$?
+        { echo "=== e2e $1 (rc=$rc)"; cat e2e-cam.txt; } >>"$cam"
+        say "$1: e2e rc=$rc in $(( $(date +%s) - t0 )) s"
+        grep -E '^( +[0-9]+ |best e2e|e2e /|GPU decode-only|mixed decode-only|decode-only:|torchvision|decoded by|CPU fallbacks|non-2xx)' \
+            e2e-cam.txt | sed "s/^/$4: /" | tee -a "$summary"
+    }
     for d in ${CAMERA:-.camera/mixed}; do
         name=$(basename "$d")
         t0=$(date +%s)
@@ -165,27 +177,13 @@ if run camera; then
             grep -E '^fidelity gpu(-exact)? [0-9a-z-]+mp|^fidelity gpu(-exact)? (web|directory)|^100%|Failures: [1-9]' \
                 fid.txt | sed "s/^/$name: /" | tee -a "$summary"
         fi
-        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus "$root/$d" --client-threads 4 --no-pin \
-            --concurrency "${CAMERA_CONC:-64 512}" --duration "${CAMERA_DURATION:-8}" --out "e2e-$name" \
-            ${E2E_ARGS:-} >e2e-cam.txt 2>&1
-        rc=$?
-        { echo "=== e2e $name (rc=$rc)"; cat e2e-cam.txt; } >>"$cam"
-        say "camera $name: e2e rc=$rc in $(( $(date +%s) - t0 )) s"
-        grep -E '^( +[0-9]+ |best e2e|e2e /|GPU decode-only|mixed decode-only|decode-only:|torchvision|decoded by|CPU fallbacks|non-2xx)' \
-            e2e-cam.txt | sed "s/^/$name: /" | tee -a "$summary"
+        cam_e2e "camera $name" "$root/$d" "e2e-$name" "$name"
     done
     for mp in ${CAMERA_MP-2-3 10-13}; do
         dir=corpus-mp$mp
         [ -d "$dir" ] || ./tools/make-corpus --out "$dir" --count 40 --min-mp "${mp%-*}" --max-mp "${mp#*-}" >/dev/null
         t0=$(date +%s)
-        sh ../tools/e2e-bench.sh --builddir . --device cuda --corpus "$dir" --client-threads 4 --no-pin \
-            --concurrency "${CAMERA_CONC:-64 512}" --duration "${CAMERA_DURATION:-8}" --out "e2e-mp$mp" \
-            ${E2E_ARGS:-} >e2e-cam.txt 2>&1
-        rc=$?
-        { echo "=== e2e make-corpus $mp MP (rc=$rc)"; cat e2e-cam.txt; } >>"$cam"
-        say "make-corpus $mp MP: e2e rc=$rc in $(( $(date +%s) - t0 )) s"
-        grep -E '^( +[0-9]+ |best e2e|e2e /|GPU decode-only|mixed decode-only|decode-only:|torchvision|decoded by|CPU fallbacks|non-2xx)' \
-            e2e-cam.txt | sed "s/^/$mp MP: /" | tee -a "$summary"
+        cam_e2e "make-corpus $mp MP" "$dir" "e2e-mp$mp" "$mp MP"
     done
 fi
 echo
