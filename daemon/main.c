@@ -31,6 +31,7 @@
 #include "daemon/budget.h"
 #include "daemon/config.h"
 #include "daemon/infer.h"
+#include "daemon/gputel.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
@@ -345,6 +346,16 @@ int main(int argc, char **argv)
     metrics_init(PACKAGE_VERSION, device, precision);
     metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
     metrics_set_memory(gpu_bytes, pinned_bytes);
+    if (e->device == ENGINE_DEVICE_CUDA) {
+        int cuda[ENGINE_MAX_DEVICES];
+        for (int i = 0; i < ndev; i++)
+            cuda[i] = eng[i]->device_index;
+        int found = gputel_open(cuda, ndev);
+        if (found > 0)
+            metrics_set_gpu_probe(gputel_read);
+        log_info("GPU telemetry (utilisation, power, energy, memory) in /metrics: %s",
+                 found == ndev ? "from NVML" : found > 0 ? "from NVML, for some GPUs only" : "none (no NVML)");
+    }
 
     response_service svc = {
         .device = device, .device_index = e->device_index, .engines = engines, .precision = precision,
@@ -468,6 +479,8 @@ int main(int argc, char **argv)
     queue_destroy(q);
     reloader_destroy(rl);
     served_model_unref(model);
+    metrics_set_gpu_probe(NULL);
+    gputel_close();
     log_info("stopped");
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -254,6 +255,13 @@ void metrics_set_connections(long open, unsigned long long dropped_slow)
     atomic_store_explicit(&connections_dropped_slow, dropped_slow, memory_order_relaxed);
 }
 
+static int (*gpu_probe)(metrics_gpu_reading *out, int max);
+
+void metrics_set_gpu_probe(int (*probe)(metrics_gpu_reading *out, int max))
+{
+    gpu_probe = probe;
+}
+
 void metrics_set_decode_cost(int cpu_class, unsigned long long ps_per_pixel)
 {
     int i = cpu_class < 0 ? 0 : 1 + cpu_class;
@@ -358,6 +366,23 @@ static void buf_printf(buf *b, const char *fmt, ...)
 static void render_header(buf *b, const char *name, const char *type, const char *help)
 {
     buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One gauge (or counter) per GPU from its readings; unknown values left out. */
+static void render_gpu_series(buf *b, const metrics_gpu_reading *r, int n, const char *name, const char *type,
+                              const char *help, size_t field)
+{
+    int any = 0;
+    for (int i = 0; i < n; i++)
+        any |= *(const double *)((const char *)&r[i] + field) >= 0;
+    if (!any)
+        return;
+    render_header(b, name, type, help);
+    for (int i = 0; i < n; i++) {
+        double v = *(const double *)((const char *)&r[i] + field);
+        if (v >= 0)
+            buf_printf(b, "%s{gpu=\"%s\"} %.15g\n", name, r[i].gpu, v);
+    }
 }
 
 static unsigned long long load(counter *c)
@@ -607,6 +632,23 @@ char *metrics_render(size_t *len)
     render_header(&b, "resnetd_gpu_memory_bytes", "gauge",
                   "Device memory held by the engine in bytes (0 on CPU).");
     buf_printf(&b, "resnetd_gpu_memory_bytes %llu\n", load(&gpu_memory_bytes));
+    if (gpu_probe) {   /* NVML, where there is an NVIDIA driver (daemon/gputel.h) */
+        metrics_gpu_reading g[METRICS_MAX_GPUS];
+        int n = gpu_probe(g, METRICS_MAX_GPUS);
+        render_gpu_series(&b, g, n, "resnetd_gpu_utilization_ratio", "gauge",
+                          "Share of the last sample period the GPU was busy, per GPU (NVML).",
+                          offsetof(metrics_gpu_reading, utilization));
+        render_gpu_series(&b, g, n, "resnetd_gpu_power_watts", "gauge", "GPU power draw in watts (NVML).",
+                          offsetof(metrics_gpu_reading, power_watts));
+        render_gpu_series(&b, g, n, "resnetd_gpu_energy_joules_total", "counter",
+                          "GPU energy used since the driver loaded, in joules (NVML).",
+                          offsetof(metrics_gpu_reading, energy_joules));
+        render_gpu_series(&b, g, n, "resnetd_gpu_device_memory_used_bytes", "gauge",
+                          "GPU memory in use by every process, in bytes (NVML).",
+                          offsetof(metrics_gpu_reading, memory_used_bytes));
+        render_gpu_series(&b, g, n, "resnetd_gpu_device_memory_total_bytes", "gauge",
+                          "GPU memory in total, in bytes (NVML).", offsetof(metrics_gpu_reading, memory_total_bytes));
+    }
     render_header(&b, "resnetd_pinned_memory_bytes", "gauge",
                   "Pinned host memory held by the engine in bytes (0 on CPU).");
     buf_printf(&b, "resnetd_pinned_memory_bytes %llu\n", load(&pinned_memory_bytes));

@@ -48,6 +48,21 @@ void metrics_set_ready(int ready);
 void metrics_set_connections(long open, unsigned long long dropped_slow);
 /* Bytes of request bodies buffered now, and the budget's cap. */
 void metrics_set_body_memory(size_t used, size_t cap);
+/* One GPU's telemetry (daemon/gputel.h); a value < 0 is unknown and not
+ * reported. */
+#define METRICS_MAX_GPUS 16
+typedef struct metrics_gpu_reading {
+    char gpu[16];               /* the CUDA ordinal, as the engine label's */
+    double utilization;         /* 0..1 of the last sample period */
+    double power_watts;
+    double energy_joules;       /* since the driver loaded */
+    double memory_used_bytes, memory_total_bytes;
+} metrics_gpu_reading;
+
+/* Where /metrics reads GPU telemetry at each render (any thread); NULL:
+ * none, and no resnetd_gpu_* telemetry series are rendered. */
+void metrics_set_gpu_probe(int (*probe)(metrics_gpu_reading *out, int max));
+
 /* The decode router's mean cost (daemon/route.h): cpu_class -1 for a GPU
  * decoder, else one CPU thread's for that size class. */
 void metrics_set_decode_cost(int cpu_class, unsigned long long ps_per_pixel);

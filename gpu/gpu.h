@@ -14,6 +14,8 @@ extern "C" {
 
 /* Number of usable CUDA devices; 0 when there is no device or driver. */
 int gpu_device_count(void);
+/* Device index's PCI bus id ("0000:1B:00.0") into buf; 0, or -1. */
+int gpu_pci_bus_id(int index, char *buf, size_t len);
 
 /* Name of device `index` into buf; 0 on success. */
 int gpu_device_name(int index, char *buf, size_t len);

@@ -186,6 +186,18 @@ int engine_cuda_device_count(void)
 #endif
 }
 
+int engine_cuda_pci_bus_id(int device, char *buf, size_t len)
+{
+#ifdef HAVE_CUDA
+    return gpu_pci_bus_id(device, buf, len);
+#else
+    (void)device;
+    (void)buf;
+    (void)len;
+    return -1;
+#endif
+}
+
 int engine_parse_precision(const char *s, engine_precision *p)
 {
     if (strcmp(s, "fp32") == 0) { *p = ENGINE_PRECISION_FP32; return 0; }

@@ -111,6 +111,8 @@ int engine_parse_device(const char *s, engine_device *d, int *index);
 int engine_parse_devices(const char *s, engine_device *d, int *index, int max, int *n);
 /* CUDA devices usable (0 without CUDA or a device). */
 int engine_cuda_device_count(void);
+/* CUDA device's PCI bus id into buf (for NVML); 0, or -1 (no CUDA). */
+int engine_cuda_pci_bus_id(int device, char *buf, size_t len);
 int engine_parse_precision(const char *s, engine_precision *p);
 
 /* Calibration: on a CPU engine at FP32, fn sees every activation tensor

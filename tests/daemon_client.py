@@ -206,6 +206,8 @@ def check_endpoints(opts, d):
     assert m["labels"]["path"] == opts.labels and m["batching"]["max_batch_size"] >= 1, m
     text = d.metrics()
     assert metric(text, "resnetd_build_info", {"device": "cpu", "precision": "fp32"}) == 1, text[:500]
+    # On the CPU engine there is no GPU telemetry (NVML) and no decode router.
+    assert "resnetd_gpu_utilization_ratio" not in text and "resnetd_decode_cost" not in text, text[:300]
     if opts.promtool_check:
         rc = subprocess.run([opts.promtool_check, "-"], input=text.encode()).returncode
         assert rc in (0, 77), "promtool check metrics failed (%d)" % rc

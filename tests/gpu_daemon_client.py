@@ -65,6 +65,11 @@ def check_reference_jpegs(opts):
     # The router's measured GPU cost is published (cpu_decode_assist = auto).
     cost = dc.metric(text, "resnetd_decode_cost_seconds_per_megapixel", {"path": "gpu"})
     assert cost is not None and 0 < cost < 1, cost
+    # NVML telemetry of the GPU the engine runs on (daemon/gputel.c).
+    watts = dc.metric(text, "resnetd_gpu_power_watts")
+    total = dc.metric(text, "resnetd_gpu_device_memory_total_bytes")
+    util = dc.metric(text, "resnetd_gpu_utilization_ratio")
+    assert watts is not None and 0 < watts < 2000 and total > 1e9 and 0 <= util <= 1, (watts, total, util)
     return "%d JPEGs: 200 each, top-1 as with decode = cpu for %d; %d by the hardware, %d on the CPU " \
            "(%d unsupported, %d progressive)" % (len(names), agree, hw, on_cpu, fb, progressive)
 

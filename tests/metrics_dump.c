@@ -8,6 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* NVML's readings for two GPUs, the second without an energy counter. */
+static int two_gpus(metrics_gpu_reading *out, int max)
+{
+    const metrics_gpu_reading g[2] = {
+        { "0", 0.97, 412.5, 123456.789, 70e9, 80e9 },
+        { "1", 0.0, 61.0, -1, 1.5e9, 80e9 },
+    };
+    int n = max < 2 ? max : 2;
+    for (int i = 0; i < n; i++)
+        out[i] = g[i];
+    return n;
+}
+
 static void fill(void)
 {
     static const int codes[] = { 200, 200, 200, 400, 404, 405, 413, 415, 418, 500, 503, 504 };
@@ -32,6 +45,7 @@ static void fill(void)
     metrics_set_memory((size_t)5 << 30, (size_t)64 << 20);
     for (int c = -1; c < 3; c++)
         metrics_set_decode_cost(c, 150ull + 4000ull * (unsigned long long)(c + 1));
+    metrics_set_gpu_probe(two_gpus);
 }
 
 int main(int argc, char **argv)
