@@ -18,10 +18,11 @@ run_pkgs="curl python-matplotlib-data"
 # clang and its runtime (libFuzzer) for tests/fuzz, nginx for the scale-out
 # test (etc/nginx; the test runs its own unprivileged nginx, but where systemd
 # runs services, installing the package also starts Debian's default site),
-# python3-yaml to parse etc/kubernetes, python3-venv for the Triton client
+# python3-yaml to parse etc/kubernetes, curl to run the documented examples
+# (tests/test_doc_examples.sh), python3-venv for the Triton client
 # test (tests/test_tritonclient.sh installs tritonclient from PyPI into a
 # venv once, and skips when it cannot).
-test_pkgs="python3-venv python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
+test_pkgs="curl python3-venv python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
   python-matplotlib-data prometheus systemd gnuplot-nox clang libclang-rt-dev nginx python3-yaml"
 
 install_missing() {
