@@ -16,7 +16,7 @@ struct accesslog {
     int fd;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    char *buf, *out;            /* [BUF_BYTES]: filled by requests; the writer's copy */
+    char *buf, *out;            /* [BUF_BYTES] each: filled by requests; being written */
     size_t len;
     unsigned long long dropped; /* lines not queued since the last report */
     int stopping;
@@ -43,8 +43,11 @@ static void *writer_main(void *arg)
     for (;;) {
         while (a->len == 0 && !a->stopping)
             pthread_cond_wait(&a->cv, &a->mu);
+        /* Swap the buffers: requests fill the other while this one is written. */
+        char *full = a->buf;
         size_t n = a->len;
-        memcpy(a->out, a->buf, n);
+        a->buf = a->out;
+        a->out = full;
         a->len = 0;
         int stop = a->stopping;
         pthread_mutex_unlock(&a->mu);

@@ -92,7 +92,7 @@ static void complete(infer *x, int slot)
         for (int i = 0; i < b->n; i++)
             if (b->items[i].jpeg)
                 px += (uint64_t)b->items[i].w * (uint64_t)b->items[i].h;
-        if (x->route) {
+        if (x->route && b->stage_ns > 0) {   /* 0: the stage decoded CPU fallbacks too */
             decode_route_gpu(x->route, px, busy_ns);
             metrics_set_decode_cost(-1, decode_route_gpu_ps(x->route));
         }

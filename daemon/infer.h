@@ -53,7 +53,8 @@ served_model *infer_model(infer *x);
 /* Submits the first n images of the slot; items[i] describes image i (an
  * item with req == NULL is run but not reported; one with f32 is given to
  * the engine as that FP32 tensor instead of the slot's pixels). staged: the device
- * decoder filled the slot's input (devjpeg_stage), in a call of stage_ns.
+ * decoder filled the slot's input (devjpeg_stage), in a call of stage_ns
+ * (0: unknown, or it also decoded CPU fallbacks: no sample of its cost).
  * Outcomes arrive through the sink from the completion thread. */
 void infer_submit(infer *x, int slot, const queue_item *items, int n, int staged, uint64_t stage_ns);
 

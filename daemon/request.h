@@ -47,6 +47,7 @@ typedef struct request {
     uint64_t start_us;
     request_state state;
     int accepted;           /* body received and handed to the pipeline */
+    int inference;          /* an inference request (/classify, v2 infer) past its method check */
     int status;             /* HTTP status answered, 0 before */
 
     request_body_kind body_kind;

@@ -49,6 +49,7 @@
 #include "daemon/stats.h"
 #include "daemon/v2.h"
 #include "model/clock.h"
+#include "model/utf8.h"
 
 enum {
     ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL,
@@ -547,14 +548,17 @@ static int decode_should_stop(void *cls)
 
 /* With GPU decoding: does image i, whose header the CPU has read (info),
  * go to the device? 1 when it goes to the queue compressed, 0 when the CPU
- * decodes it: the device cannot, or (assist by cost) this thread answers
- * it sooner than the device's backlog would; the reason is counted. */
-static int gpu_route(server *s, const preprocess_info *info, request *r, int i, queue_item *it)
+ * decodes it: the device cannot, or (assist by cost: *by_cost set) this
+ * thread answers it sooner than the device's backlog would; the reason is
+ * counted. */
+static int gpu_route(server *s, const preprocess_info *info, request *r, int i, queue_item *it, int *by_cost)
 {
     devjpeg_reason dr = devjpeg_check(s->dj, r->parts[i].data, r->parts[i].len, info);
     if (dr == DEVJPEG_OK && s->assist_depth < 0 &&
-        decode_route_to_cpu(s->route, info->w, info->h, queue_jpeg_pixels(s->q)))
+        decode_route_to_cpu(s->route, info->w, info->h, queue_jpeg_pixels(s->q))) {
         dr = DEVJPEG_SATURATED;
+        *by_cost = 1;
+    }
     if (dr != DEVJPEG_OK) {
         metrics_add_decode_fallback(dr, 1);
         return 0;
@@ -705,10 +709,11 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
         uint64_t t0 = clock_now_us();
         items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
         preprocess_info info;
+        int by_cost = 0;   /* a JPEG the device takes, decoded here as sooner: a sample of the CPU's cost */
         preprocess_status st = preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why);
         if (st == PREP_OK && s->dj && assist) {
             metrics_add_decode_fallback(DEVJPEG_SATURATED, 1);
-        } else if (st == PREP_OK && s->dj && gpu_route(s, &info, r, i, &items[i])) {
+        } else if (st == PREP_OK && s->dj && gpu_route(s, &info, r, i, &items[i], &by_cost)) {
             r->decode_us += clock_now_us() - t0;
             compressed++;
             continue;
@@ -764,7 +769,9 @@ static void decode_images(server *s, request *r, preprocess_ctx *ctx)
         }
         metrics_observe_decode((double)dt / 1e6);
         metrics_add_decoded(METRICS_DECODE_CPU, 1);
-        if (s->route) {
+        /* Only decodes of JPEGs the device takes teach the router what the
+         * choice costs (progressive or refused files cost otherwise). */
+        if (s->route && by_cost) {
             decode_route_cpu(s->route, info.w, info.h, dt * 1000);
             int cls = decode_route_class(info.w, info.h);
             metrics_set_decode_cost(cls, decode_route_cpu_ps(s->route, cls));
@@ -1107,6 +1114,7 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
         return answer_get(s, r, c);
     if (r->route == ROUTE_LOAD || r->route == ROUTE_INDEX)
         return 0;   /* a load's or an index's body is read as it comes */
+    r->inference = 1;   /* counted in Triton's statistics, whatever its outcome */
     return r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c, h) : v2_begin(s, r, c, h);
 }
 
@@ -1116,6 +1124,7 @@ static request *new_request(server *s, http_conn *c)
     if (!r)
         return NULL;
     r->conn = c;
+    r->route = -1;   /* until route() names one: a refused head has none */
     r->fd = http_fd(c);
     r->budget = s->bodies;
     r->max_len = (size_t)s->max_body_bytes;
@@ -1143,11 +1152,12 @@ static void log_begin(server *s, request *r, const http_head *h)
         }
     }
     snprintf(r->log_peer, sizeof r->log_peer, a.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
-    snprintf(r->log_method, sizeof r->log_method, "%s", h->method);
-    snprintf(r->log_path, sizeof r->log_path, "%s", h->path);
+    /* JSON strings must be UTF-8: a decoded path or a header may not be */
+    utf8_sanitize(r->log_method, sizeof r->log_method, h->method);
+    utf8_sanitize(r->log_path, sizeof r->log_path, h->path);
     const char *id = h->status ? NULL : http_header(h, "X-Request-Id");
     if (id && *id)
-        snprintf(r->log_id, sizeof r->log_id, "%s", id);
+        utf8_sanitize(r->log_id, sizeof r->log_id, id);
     else
         snprintf(r->log_id, sizeof r->log_id, "resnetd-%llu", atomic_fetch_add(&s->request_ids, 1) + 1);
 }
@@ -1239,7 +1249,7 @@ static void on_done(void *cls, void *req, int delivered)
     }
     uint64_t total_us = clock_now_us() - r->start_us;
     metrics_observe_request(code, (double)total_us / 1e6);
-    if (r->route == ROUTE_CLASSIFY || r->route == ROUTE_V2_INFER)
+    if (r->inference)
         stats_request(code == 200, total_us * 1000, r->nimages, r->queue_us * 1000,
                       (r->decode_us + r->gpu_decode_us) * 1000, r->infer_us * 1000, r->output_us * 1000);
     if (s->alog) {

@@ -255,22 +255,23 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
         return st_fail(err, errlen, path, "mmap: %s", strerror(e));
     f->map = m;
 
-    /* Files users have instead of safetensors: say what they are and how
-     * to convert them. */
-    const char *kind = NULL;
-    if (memcmp(f->map, "PK\x03\x04", 4) == 0)
-        kind = "a PyTorch checkpoint (torch.save's zip: .pth/.pt)";
-    else if (f->map[0] == 0x80 && f->map[1] >= 2 && f->map[1] <= 5)
-        kind = "a Python pickle (an old-style torch.save .pth/.pt)";
-    else if (memcmp(f->map, "\x89HDF", 4) == 0)
-        kind = "an HDF5 file (Keras .h5)";
-    if (kind)
-        return st_fail(err, errlen, path, "not safetensors: this is %s; convert a torchvision/timm ResNet-18 "
-                       "checkpoint with: resnetd-convert FILE OUT.safetensors", kind);
-
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | f->map[i];
+    /* Files users have instead of safetensors (whose header is a JSON
+     * object that fits): say what they are and how to convert them. */
+    const char *kind = NULL;
+    if (hlen == 0 || hlen > f->size - 8 || f->map[8] != '{') {
+        if (memcmp(f->map, "PK\x03\x04", 4) == 0)
+            kind = "a PyTorch checkpoint (torch.save's zip: .pth/.pt)";
+        else if (f->map[0] == 0x80 && f->map[1] >= 2 && f->map[1] <= 5)
+            kind = "a Python pickle (an old-style torch.save .pth/.pt)";
+        else if (memcmp(f->map, "\x89HDF", 4) == 0)
+            kind = "an HDF5 file (Keras .h5)";
+    }
+    if (kind)
+        return st_fail(err, errlen, path, "not safetensors: this is %s; convert a torchvision/timm ResNet-18 "
+                       "checkpoint with: resnetd-convert FILE OUT.safetensors", kind);
     if (hlen > f->size - 8)
         return st_fail(err, errlen, path, "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
                        hlen, f->size);

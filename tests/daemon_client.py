@@ -935,18 +935,24 @@ def check_access_log(opts):
             assert status == 404
             status, _, _ = d.request("GET", "/healthz")
             assert status == 200
+            # Not UTF-8 once percent-decoded, and an id that is not either:
+            # the line is still written, the bytes shown as \xNN.
+            status, _, _ = d.request("GET", "/%FF", headers={"X-Request-Id": "id\udcff".encode(
+                "utf-8", "surrogateescape").decode("latin-1")})
+            assert status == 404
         finally:
             assert d.stop() == 0
         lines = [json.loads(line) for line in open(path)]
-    assert len(lines) == 3, lines
-    cl, nf, hz = lines
+    assert len(lines) == 4, lines
+    cl, nf, hz, bad = lines
+    assert bad["status"] == 404 and bad["path"].lower() == "/\\xff" and bad["id"].lower() == "id\\xff", bad
     assert cl["method"] == "POST" and cl["path"] == "/classify" and cl["status"] == 200, cl
     assert cl["bytes_in"] == len(jpeg) and cl["bytes_out"] == answer_len and cl["images"] == 1, (cl, answer_len)
     assert cl["id"] == "abc-123" and cl["latency_ms"] > 0 and re.match(r"127\.0\.0\.1:\d+$", cl["peer"]), cl
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", cl["time"]), cl
     assert nf["status"] == 404 and nf["path"] == "/nowhere" and nf["id"].startswith("resnetd-"), nf
     assert hz["status"] == 200 and hz["id"] != nf["id"] and hz["images"] == 0, hz
-    return "3 requests, 3 JSON lines: %s" % json.dumps(cl, sort_keys=True)[:160]
+    return "4 requests, 4 JSON lines: %s" % json.dumps(cl, sort_keys=True)[:160]
 
 
 def check_config_file_and_check_config(opts):

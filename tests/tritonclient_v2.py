@@ -156,6 +156,19 @@ def check_config_stats_index(opts, d):
         assert set(st["inference_stats"][k]) == {"count", "ns"}, st
     assert st["inference_stats"]["compute_infer"]["ns"] > 0 and st["last_inference"] > 1.7e12, st
     assert st["batch_stats"] and all(b["compute_infer"]["count"] > 0 for b in st["batch_stats"]), st
+    # A failed inference counts as a fail; a request for the wrong method
+    # is no inference and does not count.
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+    conn.request("POST", "/classify", b"not a jpeg", {"Content-Type": "image/jpeg"})
+    assert conn.getresponse().read() and True
+    conn.request("GET", "/classify")
+    r = conn.getresponse()
+    r.read()
+    assert r.status == 405, r.status
+    conn.close()
+    after = c.get_inference_statistics(MODEL)["model_stats"][0]["inference_stats"]["fail"]["count"]
+    assert after == st["inference_stats"]["fail"]["count"] + 1, (after, st["inference_stats"]["fail"])
     every = c.get_inference_statistics()["model_stats"]
     assert [m["name"] for m in every] == [MODEL], every
     index = c.get_model_repository_index()
