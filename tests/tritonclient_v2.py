@@ -10,6 +10,7 @@ tritonclient[http] and Debian's numpy.
 
 import os
 import sys
+import time
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -147,7 +148,13 @@ def check_config_stats_index(opts, d):
     inp = httpclient.InferInput("input", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     c.infer(MODEL, [inp])
-    st = c.get_inference_statistics(MODEL, "1")["model_stats"][0]
+    # A request is counted when it ends, just after its answer went out.
+    want = before["inference_stats"]["success"]["count"] + 1
+    for _ in range(100):
+        st = c.get_inference_statistics(MODEL, "1")["model_stats"][0]
+        if st["inference_stats"]["success"]["count"] >= want:
+            break
+        time.sleep(0.02)
     assert st["name"] == MODEL and st["version"] == "1", st
     ok = st["inference_stats"]["success"]
     assert ok["count"] == before["inference_stats"]["success"]["count"] + 1 and ok["ns"] > 0, (before, st)
@@ -167,6 +174,12 @@ def check_config_stats_index(opts, d):
     r.read()
     assert r.status == 405, r.status
     conn.close()
+    for _ in range(100):
+        after = c.get_inference_statistics(MODEL)["model_stats"][0]["inference_stats"]["fail"]["count"]
+        if after > st["inference_stats"]["fail"]["count"]:
+            break
+        time.sleep(0.02)
+    time.sleep(0.1)   # the 405, had it counted, would be in by now
     after = c.get_inference_statistics(MODEL)["model_stats"][0]["inference_stats"]["fail"]["count"]
     assert after == st["inference_stats"]["fail"]["count"] + 1, (after, st["inference_stats"]["fail"])
     every = c.get_inference_statistics()["model_stats"]
