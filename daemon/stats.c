@@ -26,7 +26,6 @@ void stats_request(int ok, uint64_t total_ns, int images, uint64_t queue_ns, uin
         add(&fail, total_ns);
         return;
     }
-    add(&success, total_ns);
     add(&queue, queue_ns);
     add(&input, input_ns);
     add(&infer, infer_ns);
@@ -36,6 +35,9 @@ void stats_request(int ok, uint64_t total_ns, int images, uint64_t queue_ns, uin
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store_explicit(&last_inference_ms, (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000,
                           memory_order_relaxed);
+    /* Last, released: a reader that sees the success sees the rest. */
+    atomic_fetch_add_explicit(&success.ns, total_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&success.count, 1, memory_order_release);
 }
 
 void stats_batch(int size, uint64_t input_ns, uint64_t infer_ns)
@@ -49,11 +51,14 @@ void stats_batch(int size, uint64_t input_ns, uint64_t infer_ns)
 
 static json_t *duration_json(duration *d)
 {
-    return json_pack("{s:I, s:I}", "count", (json_int_t)atomic_load(&d->count), "ns", (json_int_t)atomic_load(&d->ns));
+    json_int_t count = (json_int_t)atomic_load_explicit(&d->count, memory_order_acquire);
+    return json_pack("{s:I, s:I}", "count", count, "ns", (json_int_t)atomic_load(&d->ns));
 }
 
 char *stats_render(const char *name, const char *version, size_t *len)
 {
+    /* success first: what it counts is then in every other figure */
+    json_t *succ = duration_json(&success);
     json_t *batches = json_array();
     for (int b = 1; batches && b <= STATS_MAX_BATCH; b++) {
         if (atomic_load(&batch_infer[b].count) == 0)
@@ -68,7 +73,7 @@ char *stats_render(const char *name, const char *version, size_t *len)
         "{s:s, s:s, s:I, s:I, s:I, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:O, s:O}, s:o}", "name", name, "version", version,
         "last_inference", (json_int_t)atomic_load(&last_inference_ms), "inference_count",
         (json_int_t)atomic_load(&inference_count), "execution_count", (json_int_t)atomic_load(&execution_count),
-        "inference_stats", "success", duration_json(&success), "fail", duration_json(&fail), "queue",
+        "inference_stats", "success", succ, "fail", duration_json(&fail), "queue",
         duration_json(&queue), "compute_input", duration_json(&input), "compute_infer", duration_json(&infer),
         "compute_output", duration_json(&output), "cache_hit", zero, "cache_miss", zero, "batch_stats", batches);
     json_decref(zero);
