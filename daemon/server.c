@@ -882,15 +882,11 @@ static int answer_get(server *s, request *r, http_conn *c)
         }
         return send_empty(s, r, c);
     case ROUTE_V2_CONFIG: {
-        int pref[64], npref = 0, gpus[ENGINE_MAX_DEVICES], ngpus = 0;
-        for (const char *p = s->svc->preferred_batch_sizes; p && *p && npref < 64;) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p)
-                break;   /* "auto": none */
-            pref[npref++] = (int)v;
-            p = *end == ',' ? end + 1 : end;
-        }
+        int pref[64], gpus[ENGINE_MAX_DEVICES], ngpus = 0;
+        char perr[160];
+        int npref = config_preferred_sizes(s->svc->preferred_batch_sizes, pref, 64, perr, sizeof perr);
+        if (npref < 0)   /* checked at start-up */
+            npref = 0;
         int gpu = strcmp(s->svc->device, "cuda") == 0;
         for (const char *p = s->svc->engines; gpu && p && (p = strstr(p, "cuda:")) && ngpus < ENGINE_MAX_DEVICES;) {
             p += 5;
