@@ -76,6 +76,7 @@ static int check_preferred(const char *v, char *err, size_t errlen)
 #define INT(field, lo, hi) CONFIG_INT, offsetof(config, field), 0, lo, hi, 0
 #define INT_AUTO(field, lo, hi) CONFIG_INT, offsetof(config, field), 0, lo, hi, 1
 #define BYTES(field, lo, hi) CONFIG_BYTES, offsetof(config, field), 0, lo, hi, 0
+#define BYTES_AUTO(field, lo, hi) CONFIG_BYTES, offsetof(config, field), 0, lo, hi, 1
 
 static const config_option options[] = {
     { "listen", STR(listen), "127.0.0.1:8080",
@@ -112,8 +113,9 @@ static const config_option options[] = {
       "where JPEGs are decoded: gpu (nvJPEG hardware decoder), gpu-exact (the same, pixels bit-exact with cpu, "
       "slower), cpu (libjpeg-turbo, bit-exact with torchvision), or auto (gpu when the CUDA engine's device has "
       "a hardware decoder)", check_decode },
-    { "gpu_decode_memory", BYTES(gpu_decode_memory, 16L << 20, 64L << 30), "512M",
-      "GPU memory for decoded pixels, split between the engine slots (suffixes K, M, G); larger images decode on the CPU", NULL },
+    { "gpu_decode_memory", BYTES_AUTO(gpu_decode_memory, 16L << 20, 64L << 30), "auto",
+      "GPU memory for decoded pixels, split between the engine slots (suffixes K, M, G); larger images decode on the "
+      "CPU; auto: 4G, at most an eighth of the device's memory", NULL },
     { "cpu_decode_assist", INT_AUTO(cpu_decode_assist, 0, 1000000), "auto",
       "with GPU decoding, when the decode threads decode JPEGs the GPU could take: auto: each one the CPU finishes "
       "before the GPU's measured backlog would; N: all while at least N images wait in the queue; 0: never", NULL },
@@ -209,7 +211,8 @@ static int option_set(config *c, const config_option *o, const char *value, char
         v = CONFIG_AUTO;
     } else if (parse_long(value, o->type == CONFIG_BYTES, &v) != 0) {
         snprintf(err, errlen, "%s: '%s' is not %s", o->name, value,
-                 o->type == CONFIG_BYTES ? "a size (digits, optional K/M/G)" :
+                 o->type == CONFIG_BYTES ? (o->allow_auto ? "a size (digits, optional K/M/G) or 'auto'"
+                                                  : "a size (digits, optional K/M/G)") :
                  o->allow_auto ? "a whole number or 'auto'" : "a whole number");
         return -1;
     } else if (v < o->min || v > o->max) {

@@ -122,7 +122,8 @@ static int create_devjpeg(const config *rc, engine *e, devjpeg **out)
         return 0;
     if (mode == DEVJPEG_MODE_AUTO && e->device != ENGINE_DEVICE_CUDA)
         return 0;
-    *out = devjpeg_create(e, (size_t)rc->gpu_decode_memory, (int)rc->decode_threads, mode == DEVJPEG_MODE_GPU_EXACT,
+    size_t arena = rc->gpu_decode_memory == CONFIG_AUTO ? 0 : (size_t)rc->gpu_decode_memory;
+    *out = devjpeg_create(e, arena, (int)rc->decode_threads, mode == DEVJPEG_MODE_GPU_EXACT,
                           err, sizeof err);
     if (*out)
         return 0;

@@ -93,7 +93,8 @@ int devjpeg_parse_mode(const char *s, devjpeg_mode *m);
 
 /* The device decoder for engine e. NULL with the reason in err when there
  * is none: not a CUDA engine, built without nvJPEG, or no hardware decoder
- * on the device. arena_bytes bounds the decoded pixels held at once;
+ * on the device. arena_bytes bounds the decoded pixels held at once (0:
+ * auto, what gpu_decode_memory = auto says);
  * checkers is how many threads may call check at once; exact: pixels
  * bit-exact with the CPU path (DEVJPEG_MODE_GPU_EXACT). Warms the decoder
  * up with a batch of max_batch synthetic JPEGs on every slot, so that its

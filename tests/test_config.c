@@ -179,6 +179,14 @@ START_TEST(values_parse_with_units_auto_and_comments)
     ck_assert_int_eq(config_set(&c, "request_timeout_ms", "auto", err, sizeof err), -1);   /* no auto here */
     ck_assert_int_eq(config_set(&c, "max_body_bytes", "12X", err, sizeof err), -1);
     ck_assert_int_eq(config_set(&c, "max_body_bytes", "-5", err, sizeof err), -1);
+    /* A size that may be auto; a size option without auto refuses it. */
+    ck_assert_int_eq(c.gpu_decode_memory, CONFIG_AUTO);
+    ck_assert_int_eq(config_set(&c, "gpu_decode_memory", "1G", err, sizeof err), 0);
+    ck_assert_int_eq(c.gpu_decode_memory, 1L << 30);
+    ck_assert_int_eq(config_set(&c, "gpu_decode_memory", "auto", err, sizeof err), 0);
+    ck_assert_int_eq(c.gpu_decode_memory, CONFIG_AUTO);
+    ck_assert_int_eq(config_set(&c, "gpu_decode_memory", "8M", err, sizeof err), -1);
+    ck_assert_int_eq(config_set(&c, "max_body_bytes", "auto", err, sizeof err), -1);
     ck_assert_int_eq(config_set(&c, "threads", "99999999999999999999", err, sizeof err), -1);
 }
 END_TEST

@@ -26,6 +26,8 @@
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
 # tools/e2e-bench.sh options), SKIP_MEMCHECK=1, SKIP_RACECHECK=1, RACE_TILES (the racecheck's
 # tiles, as RESNETD_GPU_TEST_TILES: all of them outlast its 200 s),
+# CAMERA_ARENAS (MiB list: the camera stage's GPU decode-only rate of each
+# make-corpus class with each gpu_decode_memory),
 # GPU_TESTS (the tests stage's list), REBUILD=0 (make in the b/ an earlier
 # call on the same machine configured), BATCHES (the engine stage's, default
 # 256), COMPILE= (the engine stage without torch.compile).
@@ -182,6 +184,11 @@ if run camera; then
     for mp in ${CAMERA_MP-2-3 10-13}; do
         dir=corpus-mp$mp
         [ -d "$dir" ] || ./tools/make-corpus --out "$dir" --count 40 --min-mp "${mp%-*}" --max-mp "${mp#*-}" >/dev/null
+        for mib in ${CAMERA_ARENAS:-}; do   # the GPU decode-only rate by arena size (MiB)
+            ./resnetd-bench --device cuda --decode-only --decode gpu --decode-dir "$dir" --iters 3 --json \
+                --decode-memory "$mib" >arena.json 2>&1
+            say "$mp MP: GPU decode-only with gpu_decode_memory ${mib}M: $(sed -n 's/.*"img_per_s":\([0-9.e+-]*\).*/\1/p' arena.json) img/s"
+        done
         t0=$(date +%s)
         cam_e2e "make-corpus $mp MP" "$dir" "e2e-mp$mp" "$mp MP"
     done

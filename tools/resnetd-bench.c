@@ -57,6 +57,7 @@ typedef struct bench_opts {
     int decode_gpu;             /* --decode gpu or gpu-exact */
     int decode_exact;           /* --decode gpu-exact */
     int decode_batch;           /* --decode gpu: images per stage */
+    long decode_memory_mib;     /* --decode gpu: the arena; 0: the daemon's auto */
     int json;
     int layers;                 /* CUDA: per-layer times at each batch size */
     int pipeline_batch;         /* >0: time the two-slot pipeline at this batch */
@@ -149,6 +150,8 @@ static void usage(FILE *f)
             "                       (nvJPEG hardware decoder + resize/crop into the CUDA engine);\n"
             "                       gpu-exact: the GPU path with libjpeg-exact pixels\n"
             "  --decode-batch N     --decode gpu: images per batch (default 128)\n"
+            "  --decode-memory MIB  --decode gpu: GPU memory for decoded pixels (default: as the\n"
+            "                       daemon's gpu_decode_memory = auto)\n"
             "  --json               print one JSON object\n"
             "  --layers             CUDA: per-layer GPU times at each batch size\n"
             "  --pipeline B         time the two-slot pipeline at batch B: overlap on vs off\n"
@@ -189,7 +192,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
            OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
-           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB, OPT_DETERMINISTIC };
+           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB, OPT_DETERMINISTIC,
+           OPT_DECODE_MEMORY };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
@@ -202,6 +206,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"decode-only", no_argument, NULL, OPT_DECODE_ONLY},
         {"decode", required_argument, NULL, OPT_DECODE},
         {"decode-batch", required_argument, NULL, OPT_DECODE_BATCH},
+        {"decode-memory", required_argument, NULL, OPT_DECODE_MEMORY},
         {"json", no_argument, NULL, OPT_JSON},
         {"layers", no_argument, NULL, OPT_LAYERS},
         {"pipeline", required_argument, NULL, OPT_PIPELINE},
@@ -280,6 +285,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return -1;
             }
             o->decode_batch = (int)v;
+            break;
+        case OPT_DECODE_MEMORY:
+            if (parse_int(optarg, 16, 65536, &v) != 0) {
+                fprintf(stderr, "resnetd-bench: --decode-memory must be 16..65536 MiB, got '%s'\n", optarg);
+                return -1;
+            }
+            o->decode_memory_mib = v;
             break;
         case OPT_JSON: o->json = 1; break;
         case OPT_LAYERS: o->layers = 1; break;
@@ -837,7 +849,7 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
     ec.device = ENGINE_DEVICE_CUDA;
     ec.max_batch = B;
     ec.nslots = 2;
-    if (!(e = engine_create(&w, &ec, err, errlen)) || !(dj = devjpeg_create(e, 512u << 20, 1, o->decode_exact, err, errlen)))
+    if (!(e = engine_create(&w, &ec, err, errlen)) || !(dj = devjpeg_create(e, (size_t)o->decode_memory_mib << 20, 1, o->decode_exact, err, errlen)))
         goto out;
     for (int i = 0; i < nfiles; i++) {
         char why[256];
