@@ -145,6 +145,9 @@ static const config_option options[] = {
     { "access_log", STR(access_log), "",
       "a file to append one JSON line per request to (time, peer, method, path, status, bytes, images, latency, "
       "id); empty: none", NULL },
+    { "tls_certificate", STR(tls_certificate), "",
+      "a PEM certificate (chain) file: the listener serves HTTPS instead of HTTP; needs tls_key", NULL },
+    { "tls_key", STR(tls_key), "", "the certificate's PEM private key file (unencrypted)", NULL },
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -421,6 +424,11 @@ int config_validate(const config *c, char *err, size_t errlen)
                      sizes[i], c->max_batch_size);
             return -1;
         }
+    if (!c->tls_certificate[0] != !c->tls_key[0]) {
+        snprintf(err, errlen, "%s: HTTPS needs both tls_certificate and tls_key",
+                 c->tls_key[0] ? "tls_key without tls_certificate" : "tls_certificate without tls_key");
+        return -1;
+    }
     if (c->body_memory_bytes < c->max_body_bytes) {
         snprintf(err, errlen, "body_memory_bytes %ld is smaller than max_body_bytes %ld: "
                  "a body of the largest size could never be received", c->body_memory_bytes, c->max_body_bytes);

@@ -48,6 +48,8 @@ typedef struct config {
     long connection_memory_bytes; /* a connection's read buffer at most: the largest head */
     long listen_backlog;
     char access_log[CONFIG_PATH_MAX];  /* one JSON line per request; "" = none */
+    char tls_certificate[CONFIG_PATH_MAX];  /* PEM chain: HTTPS on the listener; "" = plain HTTP */
+    char tls_key[CONFIG_PATH_MAX];          /* its private key (PEM) */
     /* Where each option (in config_options' order) was set: its line in
      * --config's file, CONFIG_FROM_FLAG, or 0 (the default). */
     int line[CONFIG_MAX_OPTIONS];

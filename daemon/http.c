@@ -1,927 +1,557 @@
-/* The HTTP/1.1 connection layer: an acceptor thread, worker threads on
- * level-triggered epoll, and each connection's state machine:
+/* The HTTP layer (http.h) on libmicrohttpd: its epoll thread pool reads,
+ * parses and frames; this file turns its access-handler calls into the
+ * handler's request / body / body_end / wake / done, suspends a request
+ * that waits for its answer, and closes slow clients.
  *
- *   HEAD -> (BODY) -> WAIT -> WRITE -> HEAD (kept alive) or LINGER -> closed
+ * A request's calls, all on its connection's thread:
+ *   first call (the head)      -> handler->request
+ *   calls with body bytes      -> handler->body
+ *   the first call without     -> handler->body_end
+ *   the next call              -> unanswered, the connection is suspended
+ *   a call after http_wake     -> handler->wake (suspended again if it did
+ *                                 not answer)
+ *   the request's completion   -> handler->done
+ * http_wake may run before the suspension (a decode thread faster than
+ * the return from body_end): the connection's mutex orders the two, and a
+ * wake that comes first is taken at once instead of suspending, since
+ * resuming a connection that is not suspended is undefined.
  *
- * HEAD reads until a complete head (httpparse.h), BODY feeds the body to
- * the handler as it arrives (Content-Length or chunked; nothing buffered
- * here past the read buffer), WAIT is the handler's turn (out of epoll,
- * until http_respond from a wake), WRITE sends the answer, LINGER half-
- * closes and drains what the client still sends, so a client whose body
- * was refused unread gets the answer instead of a reset.
- *
- * Handler callbacks only mark what to do (answer, drop); drive() does it
- * once the callback has returned, so callbacks never nest. */
-#define _GNU_SOURCE   /* accept4 */
+ * Slow clients: libmicrohttpd has only an inactivity timeout, which a
+ * byte every few seconds resets. A reaper thread judges every connection
+ * a few times a second (conn.h) and shuts a slow one's socket down, which
+ * libmicrohttpd sees as the client gone: the request ends undelivered.
+ * It also closes uploads whose client has gone (see client_left). */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
+#include <strings.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "daemon/conn.h"
 #include "daemon/http.h"
 #include "daemon/log.h"
 #include "model/clock.h"
 
-#define READ_BUFFER_START 16384     /* grown up to conn_memory for a large head */
 #define SCAN_INTERVAL_US 200000     /* slow clients outlive their bound by at most this */
-#define LINGER_US 2000000           /* draining a refused body before closing */
-#define HEADER_MAX 768              /* our answer's header block */
-
-typedef enum { ST_HEAD, ST_BODY, ST_WAIT, ST_WRITE, ST_LINGER } conn_state;
-
-typedef struct worker worker;
+#define EOF_SCANS 3                 /* an abandoned upload is closed after 0.4-0.6 s */
 
 struct http_conn {
-    http_conn *prev, *next;     /* the worker's connections */
-    http_conn *wake_next;       /* the worker's wake list (under its mutex) */
-    int woken;                  /* on the wake list (under its mutex) */
-    worker *w;
-    int fd;
-    conn_state state;
-    uint32_t events;            /* epoll interest; 0: not in epoll */
-    int drop;                   /* close after the current step */
-    int eof;                    /* the client's sending side ended */
-
-    char *buf;                  /* read buffer: [off, len) unconsumed */
-    size_t off, len, cap;
-    http_scan scan;             /* the head being read, relative to off */
-
-    void *req;                  /* the handler's, from request() to done() */
-    int in_request;             /* between request() and done(): answerable */
-    int head_only;              /* HEAD: the answer has no body */
-    int keep_alive;
-    int chunked;
-    uint64_t body_left;         /* Content-Length bytes still to read */
-    http_chunked ch;
-
-    conn_phase phase;           /* for conn_judge */
-    uint64_t since_us;          /* the phase's start */
-    uint64_t body_bytes;
-    uint64_t last_io_us;
-
-    char hdr[HEADER_MAX];       /* the answer being written */
-    size_t hdr_len, hdr_off;
-    char *body;
-    size_t body_len, body_off;
-    int close_after;
-};
-
-struct worker {
     http_server *s;
-    pthread_t thread;
-    int ep, wakefd;
-    pthread_mutex_t mu;         /* guards inbox, wake list, stop */
-    int *inbox;                 /* accepted sockets not yet taken */
-    int ninbox, capinbox;
-    http_conn *wake_head;
-    int stop;
-    http_conn *conns;           /* the worker's own: no lock */
-    atomic_long nconns;
-    char date[40];              /* the Date header's value, for date_at */
-    time_t date_at;
+    struct MHD_Connection *mc;
+    int fd;
+    http_conn *prev, *next;     /* the server's connections (under its mutex) */
+
+    /* The request, on the connection's thread only. */
+    void *req;                  /* the handler's, from request() to done() */
+    int in_request;
+    int answered, drop, body_ended, defer;
+    int in_head, head_body;     /* in request(); the request announced a body */
+    struct MHD_Response *pending;   /* answered in request() without a body: queued on the next call */
+    unsigned pending_status;
+
+    pthread_mutex_t mu;         /* guards the rest: shared with http_wake and the reaper */
+    int suspended, woken;
+    conn_phase phase;
+    uint64_t since_us, body_bytes;
+    uint64_t body_len;          /* the announced Content-Length; 0: none or chunked */
+    int eof_scans;              /* scans that saw the client's end of file, body_bytes unchanged */
+    uint64_t eof_bytes;
+    int slow;                   /* shut down by the reaper */
 };
 
 struct http_server {
     http_limits l;
     http_handler h;
+    struct MHD_Daemon *d;
     int lfd, port;
-    int stopfd;                 /* wakes the acceptor to stop */
-    pthread_t acceptor;
-    int accepting;              /* the acceptor runs (main thread only) */
     atomic_int quiesced;
-    int nworkers;
-    worker *w;
-    atomic_long conns;
+    atomic_int next_worker;
+    pthread_mutex_t mu;         /* guards conns and stop */
+    pthread_cond_t cv;
+    http_conn *conns;
+    int stop;
+    pthread_t reaper;
+    int reaping;
+    atomic_long nconns;
     atomic_ullong dropped_slow;
 };
 
-/* ---- small helpers ---------------------------------------------------- */
-
-static void wake_fd(int fd)
-{
-    uint64_t one = 1;
-    while (write(fd, &one, sizeof one) < 0 && errno == EINTR)
-        ;   /* EAGAIN: the counter is already non-zero, the reader wakes */
-}
-
-static void set_events(http_conn *c, uint32_t ev)
-{
-    if (c->events == ev)
-        return;
-    struct epoll_event e = { .events = ev, .data.ptr = c };
-    int op = ev == 0 ? EPOLL_CTL_DEL : c->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-    if (epoll_ctl(c->w->ep, op, c->fd, &e) != 0) {
-        log_warn("epoll_ctl on a client connection: %s", strerror(errno));
-        c->drop = 1;
-        return;
-    }
-    c->events = ev;
-}
+/* Each pool thread's index, 0 to threads - 1, given on its first call. */
+static _Thread_local int worker_index = -1;
 
 static void set_phase(http_conn *c, conn_phase p)
 {
+    pthread_mutex_lock(&c->mu);
     c->phase = p;
     c->since_us = clock_now_us();
     c->body_bytes = 0;
+    c->eof_scans = 0;
+    pthread_mutex_unlock(&c->mu);
 }
 
-static const char *reason(int status)
+/* ---- the head ----------------------------------------------------------- */
+
+const char *http_header(const http_head *h, const char *name)
 {
-    switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return status < 500 ? "Client Error" : "Server Error";
-    }
-}
-
-static const char *date_now(worker *w)
-{
-    time_t t = time(NULL);
-    if (t != w->date_at) {
-        struct tm tm;
-        if (gmtime_r(&t, &tm) && strftime(w->date, sizeof w->date, "%a, %d %b %Y %H:%M:%S GMT", &tm) > 0)
-            w->date_at = t;
-    }
-    return w->date;
-}
-
-/* ---- connections ------------------------------------------------------ */
-
-static void end_request(http_conn *c, int delivered)
-{
-    void *req = c->req;
-    c->in_request = 0;
-    c->req = NULL;
-    if (req)
-        c->w->s->h.done(c->w->s->h.cls, req, delivered);
-}
-
-static void conn_free(http_conn *c)
-{
-    worker *w = c->w;
-    end_request(c, 0);
-    if (c->events)
-        (void)epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    if (close(c->fd) != 0)
-        log_warn("closing a client connection: %s", strerror(errno));
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    free(c->body);
-    free(c->buf);
-    free(c);
-    atomic_fetch_sub(&w->nconns, 1);
-    atomic_fetch_sub(&w->s->conns, 1);
-}
-
-static void conn_open(worker *w, int fd)
-{
-    http_conn *c = calloc(1, sizeof *c);
-    size_t cap = w->s->l.conn_memory < READ_BUFFER_START ? w->s->l.conn_memory : READ_BUFFER_START;
-    char *buf = c ? malloc(cap) : NULL;
-    if (!buf) {
-        log_warn("out of memory for a new connection: closed");
-        free(c);
-        close(fd);
-        atomic_fetch_sub(&w->nconns, 1);
-        atomic_fetch_sub(&w->s->conns, 1);
-        return;
-    }
-    c->w = w;
-    c->fd = fd;
-    c->buf = buf;
-    c->cap = cap;
-    c->state = ST_HEAD;
-    c->last_io_us = clock_now_us();
-    set_phase(c, CONN_HEADERS);
-    c->next = w->conns;
-    if (w->conns)
-        w->conns->prev = c;
-    w->conns = c;
-    set_events(c, EPOLLIN | EPOLLRDHUP);
-    if (c->drop)
-        conn_free(c);
-}
-
-/* ---- answering -------------------------------------------------------- */
-
-int http_respond(http_conn *c, const http_response *r)
-{
-    http_server *s = c->w->s;
-    if (!c->in_request || c->state == ST_WRITE || c->state == ST_LINGER) {
-        free(r->body);
-        log_warn("a second answer to one request was refused");
-        return -1;
-    }
-    /* Bytes of the body still unread would be read as the next request:
-     * close instead. */
-    int unread = c->state == ST_HEAD || (c->state == ST_BODY);
-    c->close_after = r->close || !c->keep_alive || unread || atomic_load(&s->quiesced);
-    /* An interim 100 Continue not yet sent goes first. */
-    size_t pend = c->hdr_len - c->hdr_off;
-    memmove(c->hdr, c->hdr + c->hdr_off, pend);
-    char extra[256] = "";
-    size_t n = 0;
-    if (r->retry_after > 0)
-        n += (size_t)snprintf(extra + n, sizeof extra - n, "Retry-After: %d\r\n", r->retry_after);
-    if (r->allow && n < sizeof extra)
-        n += (size_t)snprintf(extra + n, sizeof extra - n, "Allow: %s\r\n", r->allow);
-    if (r->extra_name && n < sizeof extra)
-        n += (size_t)snprintf(extra + n, sizeof extra - n, "%s: %s\r\n", r->extra_name, r->extra_value);
-    int len = snprintf(c->hdr + pend, sizeof c->hdr - pend,
-                       "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
-                       r->status, reason(r->status), date_now(c->w), r->content_type ? r->content_type : "text/plain",
-                       r->body ? r->len : 0, n < sizeof extra ? extra : "",
-                       c->close_after ? "Connection: close\r\n" : c->keep_alive ? "Connection: keep-alive\r\n" : "");
-    if (len < 0 || (size_t)len >= sizeof c->hdr - pend) {
-        free(r->body);
-        log_error("an answer's header block does not fit in %d bytes", HEADER_MAX);
-        c->drop = 1;
-        return -1;
-    }
-    c->hdr_len = pend + (size_t)len;
-    c->hdr_off = 0;
-    free(c->body);
-    c->body = NULL;
-    c->body_len = c->body_off = 0;
-    if (c->head_only)
-        free(r->body);
-    else if (r->body) {
-        c->body = r->body;
-        c->body_len = r->len;
-    }
-    c->state = ST_WRITE;
-    set_phase(c, CONN_SERVER);
-    c->last_io_us = clock_now_us();
-    return 0;
-}
-
-void http_drop(http_conn *c)
-{
-    c->drop = 1;
-}
-
-int http_fd(const http_conn *c)
-{
-    return c->fd;
-}
-
-http_server *http_server_of(const http_conn *c)
-{
-    return c->w->s;
-}
-
-int http_worker(const http_conn *c)
-{
-    return (int)(c->w - c->w->s->w);
-}
-
-void http_wake(http_conn *c)
-{
-    worker *w = c->w;
-    pthread_mutex_lock(&w->mu);
-    if (!c->woken) {
-        c->woken = 1;
-        c->wake_next = w->wake_head;
-        w->wake_head = c;
-    }
-    /* Under the mutex: http_stop takes it before freeing the worker, so
-     * a waker is never still writing to a closed eventfd. */
-    wake_fd(w->wakefd);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Sends what it can: 1 all sent, 0 the socket is full, -1 failed. */
-static int flush(http_conn *c)
-{
-    while (c->hdr_off < c->hdr_len || c->body_off < c->body_len) {
-        struct iovec iov[2];
-        int n = 0;
-        if (c->hdr_off < c->hdr_len)
-            iov[n++] = (struct iovec){ c->hdr + c->hdr_off, c->hdr_len - c->hdr_off };
-        if (c->body_off < c->body_len)
-            iov[n++] = (struct iovec){ c->body + c->body_off, c->body_len - c->body_off };
-        struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-        ssize_t k = sendmsg(c->fd, &m, MSG_NOSIGNAL);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        }
-        c->last_io_us = clock_now_us();
-        size_t sent = (size_t)k, h = c->hdr_len - c->hdr_off;
-        if (sent <= h) {
-            c->hdr_off += sent;
-        } else {
-            c->hdr_off = c->hdr_len;
-            c->body_off += sent - h;
-        }
-    }
-    return 1;
-}
-
-/* ---- reading a request ------------------------------------------------ */
-
-/* A request the layer refuses from its head (or from its absence: a slow
- * or oversized one): the handler answers it; the connection closes after. */
-static void refused_head(http_conn *c, http_head *h)
-{
-    http_server *s = c->w->s;
-    c->keep_alive = 0;
-    c->head_only = strcmp(h->method, "HEAD") == 0;
-    c->in_request = 1;
-    c->req = s->h.request(s->h.cls, c, h);
-    if (!c->req)
-        c->drop = 1;
-    else if (c->state != ST_WRITE)
-        c->drop = 1;   /* the handler gave no answer */
-}
-
-static void synthetic_refusal(http_conn *c, int status, const char *code, const char *message)
-{
-    http_head h;
-    memset(&h, 0, sizeof h);
-    h.method = "";
-    h.path = "";
-    h.minor = 1;
-    h.status = status;
-    h.code = code;
-    snprintf(h.message, sizeof h.message, "%s", message);
-    refused_head(c, &h);
-}
-
-static void begin_request(http_conn *c, size_t head_len)
-{
-    http_server *s = c->w->s;
-    http_head h;
-    http_parse_head(c->buf + c->off, head_len, s->h.unescape, &h);
-    c->off += head_len;
-    c->scan = (http_scan){ 0 };
-    if (h.status) {
-        refused_head(c, &h);
-        return;
-    }
-    c->head_only = strcmp(h.method, "HEAD") == 0;
-    c->keep_alive = h.keep_alive;
-    c->chunked = h.chunked;
-    c->body_left = h.content_length;
-    c->ch = (http_chunked){ 0 };
-    int body = c->chunked || c->body_left > 0;
-    c->state = body ? ST_BODY : ST_WAIT;
-    set_phase(c, body ? CONN_BODY : CONN_SERVER);
-    c->in_request = 1;
-    c->req = s->h.request(s->h.cls, c, &h);
-    if (!c->req) {
-        c->drop = 1;
-        return;
-    }
-    if (c->state != ST_BODY && c->state != ST_WAIT)
-        return;   /* answered (or dropped) from the head */
-    if (body && h.expect_continue) {
-        /* The client waits for this before sending the body. Sent through
-         * hdr like an answer (drive flushes it), so a short write resumes
-         * and a final answer follows it whole (http_respond). */
-        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        memcpy(c->hdr, cont, sizeof cont - 1);
-        c->hdr_len = sizeof cont - 1;
-        c->hdr_off = 0;
-    }
-    if (!body)
-        s->h.body_end(s->h.cls, c, c->req);
-}
-
-static void body_complete(http_conn *c)
-{
-    http_server *s = c->w->s;
-    c->state = ST_WAIT;
-    set_phase(c, CONN_SERVER);
-    s->h.body_end(s->h.cls, c, c->req);
-}
-
-/* Feeds buffered body bytes to the handler. */
-static void read_body(http_conn *c)
-{
-    http_server *s = c->w->s;
-    while (c->state == ST_BODY && !c->drop) {
-        size_t avail = c->len - c->off;
-        if (!c->chunked) {
-            size_t take = avail < c->body_left ? avail : (size_t)c->body_left;
-            if (take > 0) {
-                c->off += take;
-                c->body_left -= take;
-                c->body_bytes += take;
-                s->h.body(s->h.cls, c, c->req, c->buf + c->off - take, take);
-            }
-            if (c->body_left == 0 && c->state == ST_BODY && !c->drop)
-                body_complete(c);
-            return;
-        }
-        size_t used;
-        const char *data, *err;
-        size_t dlen = 0;
-        http_chunk_result r = http_chunked_step(&c->ch, c->buf + c->off, avail, &used, &data, &dlen, &err);
-        c->off += used;
-        if (r == HTTP_CHUNK_DATA) {
-            c->body_bytes += dlen;
-            s->h.body(s->h.cls, c, c->req, data, dlen);
-        } else if (r == HTTP_CHUNK_DONE) {
-            body_complete(c);
-        } else if (r == HTTP_CHUNK_ERROR) {
-            c->keep_alive = 0;
-            s->h.body_error(s->h.cls, c, c->req, 400, "bad_request", err);
-            if (c->state != ST_WRITE)
-                c->drop = 1;
-        } else {
-            return;   /* more bytes needed */
-        }
-    }
-}
-
-/* Parses what is buffered: heads and bodies, until more bytes are needed
- * or the handler has the request. */
-static void process(http_conn *c)
-{
-    while (!c->drop && (c->state == ST_HEAD || c->state == ST_BODY)) {
-        if (c->state == ST_BODY) {
-            read_body(c);
-            if (c->state == ST_BODY)
-                return;
-            continue;
-        }
-        size_t end = http_head_end(c->buf + c->off, c->len - c->off, &c->scan);
-        if (end == 0)
-            return;
-        begin_request(c, end);
-    }
-}
-
-/* Makes room in the read buffer; 0 when there is none (a head larger
- * than conn_memory). */
-static int make_room(http_conn *c)
-{
-    if (c->off > 0) {
-        memmove(c->buf, c->buf + c->off, c->len - c->off);
-        c->len -= c->off;
-        c->off = 0;
-    }
-    if (c->len < c->cap)
-        return 1;
-    size_t max = c->w->s->l.conn_memory;
-    if (c->state != ST_HEAD || c->cap >= max)
-        return 0;
-    size_t cap = c->cap * 2 < max ? c->cap * 2 : max;
-    char *b = realloc(c->buf, cap);
-    if (!b)
-        return 0;
-    c->buf = b;
-    c->cap = cap;
-    return 1;
-}
-
-/* One read on a readable connection: the bytes read, 0 when none. */
-static ssize_t on_readable(http_conn *c)
-{
-    if (!make_room(c)) {
-        if (c->state != ST_HEAD) {
-            c->drop = 1;   /* cannot happen: body bytes are consumed as they come */
-            return 0;
-        }
-        /* No complete head in conn_memory bytes: the request line alone
-         * (no line end yet) is 414, else the header fields are 431. */
-        if (memchr(c->buf, '\n', c->len))
-            synthetic_refusal(c, 431, "headers_too_large", "the request's header fields are larger than "
-                              "connection_memory_bytes");
-        else
-            synthetic_refusal(c, 414, "uri_too_long", "the request line is longer than connection_memory_bytes");
-        return 0;
-    }
-    ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
-    if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            c->drop = 1;   /* reset: a request under way ends undelivered */
-        return 0;
-    }
-    c->last_io_us = clock_now_us();
-    if (n == 0) {
-        c->eof = 1;
-        return 0;
-    }
-    c->len += (size_t)n;
-    return n;
-}
-
-/* Drains a lingering connection. */
-static void on_linger_readable(http_conn *c)
-{
-    char sink[4096];
-    ssize_t n = recv(c->fd, sink, sizeof sink, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        c->drop = 1;
-}
-
-/* Moves c on as far as it can go now; may free it. */
-static void drive(http_conn *c)
-{
-    for (;;) {
-        if (c->drop && c->state != ST_WAIT) {
-            conn_free(c);   /* a waiting request is the pipeline's: freed after its wake */
-            return;
-        }
-        switch (c->state) {
-        case ST_HEAD:
-        case ST_BODY:
-            process(c);
-            if (c->drop || (c->state != ST_HEAD && c->state != ST_BODY))
-                continue;
-            if (c->hdr_off < c->hdr_len) {   /* a 100 Continue */
-                int r = flush(c);
-                if (r < 0) {
-                    c->drop = 1;
-                    continue;
-                }
-                if (r == 0) {
-                    set_events(c, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
-                    return;
-                }
-            }
-            if (c->eof) {
-                c->drop = 1;   /* ended mid-request (or idle): nothing to answer */
-                continue;
-            }
-            set_events(c, EPOLLIN | EPOLLRDHUP);
-            return;
-        case ST_WAIT:
-            set_events(c, 0);   /* the handler's turn: not polled, not closed */
-            return;
-        case ST_WRITE: {
-            int r = flush(c);
-            if (r < 0) {
-                c->drop = 1;
-                continue;
-            }
-            if (r == 0) {
-                set_events(c, EPOLLOUT);
-                return;
-            }
-            free(c->body);
-            c->body = NULL;
-            end_request(c, 1);
-            if (c->close_after) {
-                c->state = ST_LINGER;
-                set_phase(c, CONN_SERVER);
-                if (c->eof || shutdown(c->fd, SHUT_WR) != 0)
-                    c->drop = 1;
-                continue;
-            }
-            c->state = ST_HEAD;
-            set_phase(c, CONN_HEADERS);
-            continue;   /* a pipelined request may be buffered */
-        }
-        case ST_LINGER:
-            set_events(c, EPOLLIN | EPOLLRDHUP);
-            return;
-        }
-    }
-}
-
-static void on_event(http_conn *c, uint32_t ev)
-{
-    if (c->state == ST_LINGER) {
-        on_linger_readable(c);
-    } else if ((c->state == ST_HEAD || c->state == ST_BODY) && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-        /* Several reads a turn (up to 16 buffers): a body arrives in a
-         * few wake-ups, not one per buffer. */
-        for (int i = 0; i < 16 && on_readable(c) > 0 && !c->drop; i++) {
-            process(c);
-            if (c->drop || (c->state != ST_HEAD && c->state != ST_BODY))
-                break;
-        }
-    }
-    /* ST_WRITE: drive flushes. */
-    drive(c);
-}
-
-/* Has any of a request arrived (more than the empty lines a client may
- * send after a body)? */
-static int request_started(const http_conn *c)
-{
-    for (size_t i = c->off; i < c->len; i++)
-        if (c->buf[i] != '\r' && c->buf[i] != '\n')
-            return 1;
-    return 0;
-}
-
-/* Slow clients and stalled answers (the worker's own connections). */
-static void scan(worker *w, uint64_t now)
-{
-    http_server *s = w->s;
-    conn_limits cl = { .header_timeout_us = s->l.header_timeout_us, .min_rate = s->l.min_rate };
-    http_conn *next;
-    for (http_conn *c = w->conns; c; c = next) {
-        next = c->next;
-        if (c->state == ST_HEAD && conn_judge(&cl, CONN_HEADERS, c->since_us, 0, now) != CONN_OK) {
-            atomic_fetch_add(&s->dropped_slow, 1);
-            if (request_started(c))
-                synthetic_refusal(c, 408, "slow_client", "the request's headers did not arrive within "
-                                  "header_timeout_s");
-            else
-                c->drop = 1;   /* an idle connection: nothing to answer */
-        } else if (c->state == ST_BODY &&
-                   (conn_judge(&cl, CONN_BODY, c->since_us, c->body_bytes, now) != CONN_OK ||
-                    now - c->last_io_us > s->l.idle_timeout_us)) {
-            atomic_fetch_add(&s->dropped_slow, 1);
-            c->keep_alive = 0;
-            s->h.body_error(s->h.cls, c, c->req, 408, "slow_client",
-                            "the request body arrived slower than min_body_rate (or stalled)");
-            if (c->state != ST_WRITE)
-                c->drop = 1;
-        } else if (c->state == ST_WRITE && now - c->last_io_us > s->l.idle_timeout_us) {
-            c->drop = 1;   /* the client does not read its answer */
-        } else if (c->state == ST_LINGER && now - c->since_us > LINGER_US) {
-            c->drop = 1;
-        } else {
-            continue;
-        }
-        drive(c);
-    }
-}
-
-/* New sockets, wakes and the stop flag, under the worker's mutex. */
-static int take_wakes(worker *w)
-{
-    uint64_t v;
-    while (read(w->wakefd, &v, sizeof v) < 0 && errno == EINTR)
-        ;
-    pthread_mutex_lock(&w->mu);
-    int nin = w->ninbox, stop = w->stop;
-    int fds[64];
-    if (nin > 64)
-        nin = 64;   /* the rest on the next turn (the eventfd stays readable) */
-    if (nin > 0) {   /* the inbox is NULL until the first connection */
-        memcpy(fds, w->inbox, (size_t)nin * sizeof *fds);
-        memmove(w->inbox, w->inbox + nin, (size_t)(w->ninbox - nin) * sizeof *fds);
-        w->ninbox -= nin;
-    }
-    if (w->ninbox > 0)
-        wake_fd(w->wakefd);
-    http_conn *wl = w->wake_head;
-    w->wake_head = NULL;
-    pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < nin; i++)
-        conn_open(w, fds[i]);
-    while (wl) {
-        /* Its next is read before it may be woken (and relinked) again. */
-        http_conn *c = wl;
-        pthread_mutex_lock(&w->mu);
-        wl = c->wake_next;
-        c->woken = 0;
-        pthread_mutex_unlock(&w->mu);
-        if (c->state == ST_WAIT && c->req)
-            w->s->h.wake(w->s->h.cls, c, c->req);
-        drive(c);
-    }
-    return stop;
-}
-
-static void *worker_main(void *arg)
-{
-    worker *w = arg;
-    struct epoll_event ev[128];
-    uint64_t next_scan = clock_now_us() + SCAN_INTERVAL_US;
-    for (;;) {
-        uint64_t now = clock_now_us();
-        int timeout = now >= next_scan ? 0 : (int)((next_scan - now) / 1000) + 1;
-        int n = epoll_wait(w->ep, ev, 128, timeout);
-        if (n < 0 && errno != EINTR) {
-            /* Cannot happen with a valid epoll fd; going on without this
-             * worker would strand its connections and their requests. */
-            log_error("epoll_wait: %s", strerror(errno));
-            abort();
-        }
-        int stop = 0;
-        for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr == NULL)
-                stop = take_wakes(w);
-            else
-                on_event(ev[i].data.ptr, ev[i].events);
-        }
-        if (stop)
-            break;
-        now = clock_now_us();
-        if (now >= next_scan) {
-            scan(w, now);
-            next_scan = now + SCAN_INTERVAL_US;
-        }
-    }
-    while (w->conns)
-        conn_free(w->conns);
+    for (int i = 0; i < h->nheaders; i++)
+        if (strcasecmp(h->headers[i].name, name) == 0)
+            return h->headers[i].value;
     return NULL;
 }
 
-/* ---- accepting -------------------------------------------------------- */
-
-static void *acceptor_main(void *arg)
+const char *http_arg(const http_head *h, const char *key)
 {
-    http_server *s = arg;
-    struct pollfd p[2] = { { .fd = s->lfd, .events = POLLIN }, { .fd = s->stopfd, .events = POLLIN } };
-    for (;;) {
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            log_error("poll on the listening socket: %s", strerror(errno));
-            return NULL;
+    for (int i = 0; i < h->nargs; i++)
+        if (strcmp(h->args[i].name, key) == 0)
+            return h->args[i].value;
+    return NULL;
+}
+
+/* libmicrohttpd keeps a value's trailing whitespace, which HTTP says is
+ * not part of it: such a value is copied, trimmed, into the head. */
+static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    http_head *h = cls;
+    if (h->nheaders == HTTP_MAX_HEADERS)
+        return MHD_YES;
+    if (!value)
+        value = "";
+    size_t n = strlen(value);
+    if (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t')) {
+        while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+            n--;
+        if (h->trimmed_len + n + 1 > sizeof h->trimmed)
+            return MHD_YES;   /* past what a head can hold: left out */
+        char *t = h->trimmed + h->trimmed_len;
+        memcpy(t, value, n);
+        t[n] = '\0';
+        h->trimmed_len += n + 1;
+        value = t;
+    }
+    h->headers[h->nheaders++] = (http_field){ key, value };
+    return MHD_YES;
+}
+
+static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    http_head *h = cls;
+    if (h->nargs < HTTP_MAX_ARGS)
+        h->args[h->nargs++] = (http_field){ key, value ? value : "" };
+    return MHD_YES;
+}
+
+static int all_digits(const char *v)
+{
+    if (!*v)
+        return 0;
+    for (; *v; v++)
+        if (*v < '0' || *v > '9')
+            return 0;
+    return 1;
+}
+
+/* What libmicrohttpd lets through but two parsers could read differently
+ * (RFC 9112 6.3, 11.2), or that it would read to the connection's end. */
+static void refuse_framing(http_head *h)
+{
+    int ncl = 0, nte = 0;
+    const char *te = NULL, *cl = NULL, *expect = NULL;
+    for (int i = 0; i < h->nheaders; i++) {
+        if (strcasecmp(h->headers[i].name, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+            ncl++;
+            cl = h->headers[i].value;
+        } else if (strcasecmp(h->headers[i].name, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+            te = h->headers[i].value;
+            nte++;
+        } else if (strcasecmp(h->headers[i].name, MHD_HTTP_HEADER_EXPECT) == 0) {
+            expect = h->headers[i].value;
         }
-        if (p[1].revents)
-            return NULL;
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                log_warn("accept: %s; pausing 10 ms", strerror(errno));
-                struct timespec ts = { 0, 10000000 };
-                nanosleep(&ts, NULL);
-            }
-            continue;   /* EAGAIN, ECONNABORTED, EINTR... */
-        }
-        if (atomic_load(&s->conns) >= s->l.connection_limit) {
-            close(fd);   /* at the limit: no slot, no buffer */
-            continue;
-        }
-        int one = 1;
-        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 && errno != EOPNOTSUPP)
-            log_warn("TCP_NODELAY: %s", strerror(errno));
-        worker *best = &s->w[0];
-        for (int i = 1; i < s->nworkers; i++)
-            if (atomic_load(&s->w[i].nconns) < atomic_load(&best->nconns))
-                best = &s->w[i];
-        atomic_fetch_add(&s->conns, 1);
-        atomic_fetch_add(&best->nconns, 1);
-        pthread_mutex_lock(&best->mu);
-        if (best->ninbox == best->capinbox) {
-            int cap = best->capinbox ? best->capinbox * 2 : 64;
-            int *in = realloc(best->inbox, (size_t)cap * sizeof *in);
-            if (!in) {
-                pthread_mutex_unlock(&best->mu);
-                close(fd);
-                atomic_fetch_sub(&s->conns, 1);
-                atomic_fetch_sub(&best->nconns, 1);
-                continue;
-            }
-            best->inbox = in;
-            best->capinbox = cap;
-        }
-        best->inbox[best->ninbox++] = fd;
-        pthread_mutex_unlock(&best->mu);
-        wake_fd(best->wakefd);
+    }
+    h->status = 400;
+    h->code = "bad_request";
+    if (ncl > 1)
+        h->message = "more than one Content-Length";
+    else if (nte > 1)
+        h->message = "more than one Transfer-Encoding";
+    else if (cl && te)
+        h->message = "Content-Length beside Transfer-Encoding";
+    else if (cl && !all_digits(cl))
+        h->message = "Content-Length is not a number";
+    else if (te && strcasecmp(te, "chunked") != 0) {
+        h->status = 501;
+        h->code = "not_implemented";
+        h->message = "transfer codings other than chunked are not implemented";
+    } else if (expect && strcasecmp(expect, "100-continue") != 0) {
+        h->status = 417;
+        h->code = "expectation_failed";
+        h->message = "the only expectation supported is 100-continue";
+    } else {
+        h->status = 0;
+        h->code = NULL;
     }
 }
 
-/* ---- lifecycle -------------------------------------------------------- */
-
-static int bind_listen(http_server *s, const struct sockaddr *addr, socklen_t addrlen, char *err, size_t errlen)
+static void read_head(struct MHD_Connection *mc, const char *url, const char *method, const char *version,
+                      http_head *h)
 {
-    s->lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0) {
+    memset(h, 0, sizeof *h);
+    h->method = method;
+    h->path = url;
+    h->minor = strcmp(version, MHD_HTTP_VERSION_1_0) == 0 ? 0 : 1;
+    MHD_get_connection_values(mc, MHD_HEADER_KIND, add_header, h);
+    MHD_get_connection_values(mc, MHD_GET_ARGUMENT_KIND, add_arg, h);
+    const char *te = http_header(h, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    h->chunked = te && strcasestr(te, "chunked") != NULL;
+    const char *cl = http_header(h, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && !h->chunked)
+        h->content_length = strtoull(cl, NULL, 10);
+    refuse_framing(h);
+}
+
+/* ---- the request's calls -------------------------------------------------- */
+
+/* After the handler's wake: its answer, or another wait. */
+static enum MHD_Result after_wait(http_conn *c)
+{
+    if (c->drop)
+        return MHD_NO;
+    if (c->answered)
+        return MHD_YES;
+    pthread_mutex_lock(&c->mu);
+    int woken = c->woken;
+    c->woken = 0;
+    if (!woken) {
+        c->suspended = 1;
+        c->phase = CONN_SERVER;
+        MHD_suspend_connection(c->mc);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (woken) {
+        c->s->h.wake(c->s->h.cls, c, c->req);
+        return after_wait(c);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_size, void **ctx)
+{
+    http_server *s = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    http_conn *c = ci ? ci->socket_context : NULL;
+    if (!c)
+        return MHD_NO;
+    if (worker_index < 0)
+        worker_index = atomic_fetch_add(&s->next_worker, 1) % s->l.threads;
+    if (!*ctx) {
+        *ctx = c;
+        c->answered = c->drop = c->body_ended = 0;
+        pthread_mutex_lock(&c->mu);
+        c->woken = 0;
+        pthread_mutex_unlock(&c->mu);
+        set_phase(c, CONN_BODY);
+        http_head h;
+        read_head(mc, url, method, version, &h);
+        pthread_mutex_lock(&c->mu);
+        c->body_len = h.content_length;
+        pthread_mutex_unlock(&c->mu);
+        c->in_head = 1;
+        /* A refused head's answer goes at once: its body is not read. */
+        c->head_body = h.chunked || h.content_length > 0 || h.status != 0;
+        c->req = s->h.request(s->h.cls, c, &h);
+        c->in_head = 0;
+        if (!c->req)
+            return MHD_NO;
+        c->in_request = 1;
+        return c->drop ? MHD_NO : MHD_YES;
+    }
+    if (c->pending) {
+        struct MHD_Response *resp = c->pending;
+        c->pending = NULL;
+        c->body_ended = 1;
+        enum MHD_Result ok = MHD_queue_response(mc, c->pending_status, resp);
+        MHD_destroy_response(resp);
+        return ok;
+    }
+    if (*upload_size > 0) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        pthread_mutex_lock(&c->mu);
+        c->body_bytes += n;
+        pthread_mutex_unlock(&c->mu);
+        if (!c->answered)
+            s->h.body(s->h.cls, c, c->req, upload_data, n);
+        return c->drop ? MHD_NO : MHD_YES;
+    }
+    if (!c->body_ended) {
+        c->body_ended = 1;
+        if (!c->answered)
+            s->h.body_end(s->h.cls, c, c->req);
+        if (c->drop || c->answered)
+            return after_wait(c);
+        /* Suspended in this call, the request would still be in a state
+         * where libmicrohttpd reads on resuming: a client that half-closed
+         * after its request (shutdown(SHUT_WR)) was then closed unanswered.
+         * The call after this one comes with the request complete. */
+        c->defer = 1;
+        return MHD_YES;
+    }
+    if (c->defer) {
+        c->defer = 0;
+        return after_wait(c);
+    }
+    /* Resumed by http_wake. */
+    pthread_mutex_lock(&c->mu);
+    int woken = c->woken;
+    c->woken = 0;
+    pthread_mutex_unlock(&c->mu);
+    if (woken && !c->answered)
+        s->h.wake(s->h.cls, c, c->req);
+    return after_wait(c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum MHD_RequestTerminationCode toe)
+{
+    (void)mc;
+    http_server *s = cls;
+    http_conn *c = *ctx;
+    *ctx = NULL;
+    if (!c)
+        return;
+    if (c->pending) {   /* the connection closed before the next call */
+        MHD_destroy_response(c->pending);
+        c->pending = NULL;
+    }
+    if (!c->in_request)
+        return;
+    c->in_request = 0;
+    void *req = c->req;
+    c->req = NULL;
+    pthread_mutex_lock(&c->mu);
+    int slow = c->slow;
+    pthread_mutex_unlock(&c->mu);
+    set_phase(c, CONN_HEADERS);
+    s->h.done(s->h.cls, req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? HTTP_END_DELIVERED
+                             : slow ? HTTP_END_SLOW : HTTP_END_GONE);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    http_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        http_conn *c = calloc(1, sizeof *c);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!c || !ci || pthread_mutex_init(&c->mu, NULL) != 0) {
+            free(c);
+            *socket_ctx = NULL;   /* its requests are refused: on_access closes it */
+            return;
+        }
+        c->s = s;
+        c->mc = mc;
+        c->fd = ci->connect_fd;
+        c->phase = CONN_HEADERS;
+        c->since_us = clock_now_us();
+        pthread_mutex_lock(&s->mu);
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        pthread_mutex_unlock(&s->mu);
+        atomic_fetch_add(&s->nconns, 1);
+        *socket_ctx = c;
+        return;
+    }
+    http_conn *c = *socket_ctx;
+    if (!c)
+        return;
+    /* Still open here (libmicrohttpd closes the socket later), so the
+     * reaper, under the same mutex, never shuts down a reused fd. */
+    pthread_mutex_lock(&s->mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&s->mu);
+    atomic_fetch_sub(&s->nconns, 1);
+    if (c->pending)
+        MHD_destroy_response(c->pending);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    *socket_ctx = NULL;
+}
+
+static size_t on_unescape(void *cls, struct MHD_Connection *mc, char *str)
+{
+    (void)mc;
+    http_server *s = cls;
+    return s->h.unescape(str);
+}
+
+/* ---- slow clients ---------------------------------------------------------- */
+
+/* The client closed its side. libmicrohttpd 0.9.75 reads that end of
+ * file in the middle of a body without closing the connection, which then
+ * waits for the rest until the idle timeout, holding its slot. */
+static int client_left(int fd)
+{
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+static void *reaper_main(void *arg)
+{
+    http_server *s = arg;
+    conn_limits lim = { .header_timeout_us = s->l.header_timeout_us, .min_rate = s->l.min_rate };
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        uint64_t now = clock_now_us();
+        for (http_conn *c = s->conns; c; c = c->next) {
+            pthread_mutex_lock(&c->mu);
+            if (!c->slow && !c->suspended &&
+                conn_judge(&lim, c->phase, c->since_us, c->body_bytes, now) != CONN_OK) {
+                c->slow = 1;
+                shutdown(c->fd, SHUT_RDWR);
+                atomic_fetch_add(&s->dropped_slow, 1);
+            } else if (!c->slow && !c->suspended && c->phase == CONN_BODY && c->body_bytes < c->body_len &&
+                       client_left(c->fd)) {
+                /* The client may have sent it all and half-closed, and
+                 * libmicrohttpd not yet handed over what it read: only a
+                 * body that stopped growing for EOF_SCANS scans is cut.
+                 * Shut down both ways, the socket hangs up, which
+                 * libmicrohttpd does act on. */
+                if (c->eof_scans == 0 || c->eof_bytes != c->body_bytes) {
+                    c->eof_scans = 0;
+                    c->eof_bytes = c->body_bytes;
+                }
+                if (++c->eof_scans >= EOF_SCANS)
+                    shutdown(c->fd, SHUT_RDWR);
+            }
+            pthread_mutex_unlock(&c->mu);
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SCAN_INTERVAL_US * 1000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &until);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- the API --------------------------------------------------------------- */
+
+static int listen_on(const struct sockaddr *addr, socklen_t addrlen, int backlog, char *err, size_t errlen)
+{
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+    if (fd < 0) {
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    /* SO_REUSEADDR (a restart binds past TIME_WAIT), never SO_REUSEPORT:
-     * a second resnetd on the port must fail, not share the traffic. */
-    int one = 1;
-    /* [::] takes IPv6 only, as a listener on 0.0.0.0 may share the port. */
-    if (addr->sa_family == AF_INET6 && setsockopt(s->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
-        snprintf(err, errlen, "IPV6_V6ONLY: %s", strerror(errno));
-        close(s->lfd);
-        return -1;
-    }
-    if (setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(s->lfd, addr, addrlen) != 0 || listen(s->lfd, s->l.backlog) != 0) {
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 || bind(fd, addr, addrlen) != 0 ||
+        listen(fd, backlog) != 0) {
         snprintf(err, errlen, "%s", strerror(errno));
-        close(s->lfd);
+        close(fd);
         return -1;
     }
-    struct sockaddr_storage got;
-    socklen_t glen = sizeof got;
-    if (getsockname(s->lfd, (struct sockaddr *)&got, &glen) != 0) {
-        snprintf(err, errlen, "getsockname: %s", strerror(errno));
-        close(s->lfd);
-        return -1;
-    }
-    s->port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
-                                        : ntohs(((struct sockaddr_in *)&got)->sin_port);
-    return 0;
+    return fd;
 }
 
-static int worker_init(worker *w, http_server *s, char *err, size_t errlen)
+static int bound_port(int fd)
 {
-    w->s = s;
-    w->ep = epoll_create1(EPOLL_CLOEXEC);
-    w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    struct epoll_event e = { .events = EPOLLIN, .data.ptr = NULL };
-    if (w->ep < 0 || w->wakefd < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wakefd, &e) != 0) {
-        snprintf(err, errlen, "epoll: %s", strerror(errno));
-        if (w->ep >= 0)
-            close(w->ep);
-        if (w->wakefd >= 0)
-            close(w->wakefd);
+    struct sockaddr_storage a;
+    socklen_t alen = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
         return -1;
-    }
-    pthread_mutex_init(&w->mu, NULL);
-    atomic_init(&w->nconns, 0);
-    return 0;
-}
-
-static void worker_destroy(worker *w)
-{
-    close(w->ep);
-    close(w->wakefd);
-    pthread_mutex_destroy(&w->mu);
-    for (int i = 0; i < w->ninbox; i++)
-        close(w->inbox[i]);
-    free(w->inbox);
+    if (a.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&a)->sin_port);
+    if (a.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    return -1;
 }
 
 http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const http_limits *l,
                         const http_handler *h, char *err, size_t errlen)
 {
     http_server *s = calloc(1, sizeof *s);
-    if (!s || !(s->w = calloc((size_t)l->threads, sizeof *s->w))) {
-        free(s);
+    if (!s) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     s->l = *l;
+    if (s->l.threads < 1)
+        s->l.threads = 1;
     s->h = *h;
-    atomic_init(&s->quiesced, 0);
-    atomic_init(&s->conns, 0);
-    atomic_init(&s->dropped_slow, 0);
-    s->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->stopfd < 0) {
-        snprintf(err, errlen, "eventfd: %s", strerror(errno));
-        goto fail_alloc;
+    s->lfd = -1;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        snprintf(err, errlen, "cannot create a mutex");
+        free(s);
+        return NULL;
     }
-    if (bind_listen(s, addr, addrlen, err, errlen) != 0)
-        goto fail_stopfd;
-    for (; s->nworkers < l->threads; s->nworkers++)
-        if (worker_init(&s->w[s->nworkers], s, err, errlen) != 0)
-            goto fail_workers;
-    int started = 0;
-    for (; started < s->nworkers; started++) {
-        int e = pthread_create(&s->w[started].thread, NULL, worker_main, &s->w[started]);
-        if (e != 0) {
-            snprintf(err, errlen, "starting an HTTP thread: %s", strerror(e));
-            goto fail_threads;
-        }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->lfd = listen_on(addr, addrlen, l->backlog, err, errlen);
+    if (s->lfd < 0)
+        goto fail;
+    s->port = bound_port(s->lfd);
+    unsigned idle_s = (unsigned)((l->idle_timeout_us + 999999) / 1000000);
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO |
+                     (addr->sa_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (l->tls ? MHD_USE_TLS : 0);
+    if (l->tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, errlen, "HTTPS: this libmicrohttpd was built without TLS");
+        goto fail;
     }
-    int e = pthread_create(&s->acceptor, NULL, acceptor_main, s);
-    if (e != 0) {
-        snprintf(err, errlen, "starting the acceptor: %s", strerror(e));
-        goto fail_threads;
+    /* Without TLS the option list ends where the certificate's begin. */
+    const char *cert = l->tls ? l->tls->cert_pem : "", *key = l->tls ? l->tls->key_pem : "";
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
+                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->lfd,
+                            MHD_OPTION_STRICT_FOR_CLIENT, 1,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->l.threads > 1 ? s->l.threads : 0),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)l->connection_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, l->conn_memory,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, s,
+                            l->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert,
+                            MHD_OPTION_HTTPS_MEM_KEY, key,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        snprintf(err, errlen, "libmicrohttpd could not start on the socket%s",
+                 l->tls ? " (is the key the certificate's, both PEM, the key unencrypted?)" : "");
+        goto fail;
     }
-    s->accepting = 1;
+    if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the slow-client thread");
+        goto fail;
+    }
+    s->reaping = 1;
     return s;
-
-fail_threads:
-    for (int i = 0; i < started; i++) {
-        pthread_mutex_lock(&s->w[i].mu);
-        s->w[i].stop = 1;
-        pthread_mutex_unlock(&s->w[i].mu);
-        wake_fd(s->w[i].wakefd);
-        pthread_join(s->w[i].thread, NULL);
-    }
-fail_workers:
-    for (int i = 0; i < s->nworkers; i++)
-        worker_destroy(&s->w[i]);
-    close(s->lfd);
-fail_stopfd:
-    close(s->stopfd);
-fail_alloc:
-    free(s->w);
+fail:
+    if (s->d)
+        MHD_stop_daemon(s->d);
+    if (s->lfd >= 0)
+        close(s->lfd);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
     free(s);
     return NULL;
 }
@@ -931,9 +561,84 @@ int http_port(const http_server *s)
     return s->port;
 }
 
+int http_respond(http_conn *c, const http_response *r)
+{
+    struct MHD_Response *resp =
+        r->body ? MHD_create_response_from_buffer_with_free_callback(r->len, r->body, free)
+                : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    c->answered = 1;
+    if (!resp) {
+        free(r->body);
+        c->drop = 1;
+        return -1;
+    }
+    char num[24];
+    int ok = 1;
+    if (r->content_type)
+        ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type) == MHD_YES;
+    if (r->retry_after > 0) {
+        snprintf(num, sizeof num, "%d", r->retry_after);
+        ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, num) == MHD_YES;
+    }
+    if (r->allow)
+        ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow) == MHD_YES;
+    if (r->extra_name && r->extra_value)
+        ok &= MHD_add_response_header(resp, r->extra_name, r->extra_value) == MHD_YES;
+    if (r->close || atomic_load(&c->s->quiesced))
+        ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") == MHD_YES;
+    if (ok && c->in_head && !c->head_body) {
+        /* Queued in the head's call, libmicrohttpd would take the answer
+         * for one given before the body and close the connection. */
+        c->pending = resp;
+        c->pending_status = (unsigned)r->status;
+        set_phase(c, CONN_SERVER);
+        return 0;
+    }
+    if (!ok || MHD_queue_response(c->mc, (unsigned)r->status, resp) != MHD_YES) {
+        MHD_destroy_response(resp);
+        c->drop = 1;
+        return -1;
+    }
+    MHD_destroy_response(resp);
+    set_phase(c, CONN_SERVER);
+    return 0;
+}
+
+void http_drop(http_conn *c)
+{
+    c->drop = 1;
+}
+
+void http_wake(http_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->woken = 1;
+    if (c->suspended) {
+        c->suspended = 0;
+        MHD_resume_connection(c->mc);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+int http_fd(const http_conn *c)
+{
+    return c->fd;
+}
+
+http_server *http_server_of(const http_conn *c)
+{
+    return c->s;
+}
+
+int http_worker(const http_conn *c)
+{
+    (void)c;
+    return worker_index < 0 ? 0 : worker_index;
+}
+
 long http_connections(http_server *s)
 {
-    return atomic_load(&s->conns);
+    return atomic_load(&s->nconns);
 }
 
 unsigned long long http_dropped_slow(http_server *s)
@@ -943,32 +648,29 @@ unsigned long long http_dropped_slow(http_server *s)
 
 void http_quiesce(http_server *s)
 {
-    atomic_store(&s->quiesced, 1);
-    if (!s->accepting)
+    if (atomic_exchange(&s->quiesced, 1))
         return;
-    wake_fd(s->stopfd);
-    pthread_join(s->acceptor, NULL);
-    s->accepting = 0;
-    if (close(s->lfd) != 0)
-        log_warn("closing the listening socket: %s", strerror(errno));
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    s->lfd = -1;
 }
 
 void http_stop(http_server *s)
 {
     if (!s)
         return;
-    http_quiesce(s);
-    for (int i = 0; i < s->nworkers; i++) {
-        pthread_mutex_lock(&s->w[i].mu);
-        s->w[i].stop = 1;
-        pthread_mutex_unlock(&s->w[i].mu);
-        wake_fd(s->w[i].wakefd);
+    if (s->reaping) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->reaper, NULL);
     }
-    for (int i = 0; i < s->nworkers; i++) {
-        pthread_join(s->w[i].thread, NULL);
-        worker_destroy(&s->w[i]);
-    }
-    close(s->stopfd);
-    free(s->w);
+    MHD_stop_daemon(s->d);
+    if (s->lfd >= 0)
+        close(s->lfd);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }

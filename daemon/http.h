@@ -1,64 +1,109 @@
-/* resnetd's HTTP/1.1 server: sockets, connections, framing and limits.
- * It knows no routes: a handler (the server, daemon/server.h) answers.
+/* resnetd's HTTP/1.1 server on libmicrohttpd: listening, connections,
+ * parsing, framing (chunked, keep-alive, pipelining, 100-continue) and the
+ * refusals libmicrohttpd answers itself (malformed or oversized heads,
+ * bad chunking; protocol/API.md lists them). It knows no routes: a handler
+ * (the server, daemon/server.h) answers.
  *
- * Threads: one acceptor hands each new connection to the worker with the
- * fewest; a worker owns its connections for life and runs every handler
- * callback for them, one at a time, so a request's state needs no lock on
- * the worker. Other threads (decoders, the pipeline) only call http_wake;
- * the worker then calls handler->wake for that request, where the answer
- * is given. A connection waiting for its answer is out of epoll: it
- * cannot be closed under a pending wake.
+ * Threads: libmicrohttpd's pool of epoll threads; a connection stays on
+ * one of them for life, and every handler callback for it runs there, one
+ * at a time, so a request's state needs no lock. Other threads (decoders,
+ * the pipeline) only call http_wake; the connection's thread then calls
+ * handler->wake, where the answer is given. A connection waiting for its
+ * answer is suspended (libmicrohttpd does not watch it): it cannot be
+ * closed under a pending wake.
  *
- * Every request the layer reads a line of is handed to handler->request
- * exactly once and ended by handler->done exactly once, also the ones it
- * refuses itself (malformed, too large, unsupported, too slow): they come
- * with head->status set, and the handler answers them in its own format.
+ * Every request whose head reaches a callback is ended by handler->done
+ * exactly once. A head whose body framing libmicrohttpd would read but we
+ * refuse (request smuggling: two Content-Lengths, one beside
+ * Transfer-Encoding; codings other than chunked; an unknown Expect) comes
+ * with status set, for the handler to answer in its own format.
  *
  * Slow clients (slowloris): a request's head must arrive within
  * header_timeout of the connection opening (or of the previous answer),
  * and its body at min_rate bytes/s on average once header_timeout has
- * passed (daemon/conn.h decides); an answer not taken by the client for
- * idle_timeout is dropped. While the handler holds a request the client is
- * not timed. */
+ * passed (daemon/conn.h decides); such connections are closed. A
+ * connection silent for idle_timeout is closed. While the handler holds
+ * a request the client is not timed. */
 #ifndef RESNETD_HTTP_H
 #define RESNETD_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
-#include "daemon/httpparse.h"
+
+#define HTTP_MAX_HEADERS 100   /* headers kept; more are ignored */
+#define HTTP_MAX_ARGS 32       /* query arguments kept; more are ignored */
+
+typedef struct http_field {
+    const char *name;
+    const char *value;
+} http_field;
+
+/* A request's head, valid during the request callback. */
+typedef struct http_head {
+    const char *method;
+    const char *path;       /* percent-decoded (the unescape function) */
+    int minor;              /* HTTP/1.minor: 0 or 1 */
+    int nheaders;
+    http_field headers[HTTP_MAX_HEADERS];
+    int nargs;
+    http_field args[HTTP_MAX_ARGS];         /* the query's, '+' and %XX decoded */
+    int chunked;
+    uint64_t content_length;    /* without chunked; 0 when absent */
+    /* Refused by the layer: status != 0, and what to answer. */
+    int status;
+    const char *code;
+    const char *message;
+    char trimmed[4096];         /* values copied without trailing whitespace */
+    size_t trimmed_len;
+} http_head;
+
+/* A header's value by name (case-insensitive), or NULL. */
+const char *http_header(const http_head *h, const char *name);
+/* A query argument's value, or NULL. */
+const char *http_arg(const http_head *h, const char *key);
 
 typedef struct http_server http_server;
 typedef struct http_conn http_conn;
+
+/* HTTPS: PEM text of the certificate chain and its key (libmicrohttpd
+ * with GnuTLS). */
+typedef struct http_tls {
+    const char *cert_pem;
+    const char *key_pem;
+} http_tls;
 
 typedef struct http_limits {
     int threads;                /* worker threads */
     long connection_limit;      /* open connections; more are closed at once */
     uint64_t header_timeout_us;
     uint64_t min_rate;          /* body bytes/s; 0: none */
-    uint64_t idle_timeout_us;   /* an answer not read, a body stalled (min_rate 0) */
-    size_t conn_memory;         /* a connection's read buffer at most: the head must fit (431) */
+    uint64_t idle_timeout_us;   /* a connection silent this long is closed */
+    size_t conn_memory;         /* a connection's buffers: the head must fit (431) */
     int backlog;
+    const http_tls *tls;        /* NULL: plain HTTP */
 } http_limits;
+
+typedef enum {
+    HTTP_END_DELIVERED,         /* its answer was sent */
+    HTTP_END_GONE,              /* the connection closed first */
+    HTTP_END_SLOW,              /* closed as a slow client (conn.h) */
+} http_end;
 
 typedef struct http_handler {
     void *cls;
-    /* A request's head, complete or refused (h->status). Returns the
-     * request's context, or NULL when out of memory (the connection is
-     * closed). May answer at once with http_respond. */
+    /* A request's head. Returns the request's context, or NULL when out
+     * of memory (the connection is closed). May answer at once with
+     * http_respond (a body is then not read). */
     void *(*request)(void *cls, http_conn *c, const http_head *h);
     /* Body bytes as they arrive (not called once answered). */
     void (*body)(void *cls, http_conn *c, void *req, const char *data, size_t n);
     /* The body is complete (or there was none). */
     void (*body_end)(void *cls, http_conn *c, void *req);
-    /* The body broke off (bad chunked encoding: 400; too slow: 408): the
-     * handler answers with this status unless it has answered already. */
-    void (*body_error)(void *cls, http_conn *c, void *req, int status, const char *code, const char *message);
     /* After http_wake, on the connection's worker. */
     void (*wake)(void *cls, http_conn *c, void *req);
-    /* The request ended: its answer was sent (delivered), or the
-     * connection closed first. The context is the handler's to free. */
-    void (*done)(void *cls, void *req, int delivered);
+    /* The request ended (how). The context is the handler's to free. */
+    void (*done)(void *cls, void *req, http_end how);
     /* Percent-decodes the path and query in place; returns the length. */
     size_t (*unescape)(char *s);
 } http_handler;

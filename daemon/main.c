@@ -43,6 +43,7 @@
 #include "model/engine.h"
 #include "model/labels.h"
 #include "model/resnet18.h"
+#include "model/textfile.h"
 
 /* After drain_timeout_ms, queued requests are answered 503; batches already
  * in the engine, and images being decoded, get this much longer to finish. */
@@ -219,6 +220,7 @@ static int wait_for_zero(server *srv, long (*count)(server *), long ms)
  * exits 1 and may succeed on a restart. */
 #define EXIT_BAD_CONFIG 2
 #define EXIT_BAD_FILE 3
+#define TLS_PEM_MAX (1 << 20)   /* a certificate chain or key file */
 
 int main(int argc, char **argv)
 {
@@ -251,6 +253,23 @@ int main(int argc, char **argv)
         log_error("%s: %s", where, err);
         return EXIT_BAD_FILE;
     }
+    /* HTTPS: both PEM files read now, so that a wrong path exits 3. */
+    char *tls_pem[2] = { NULL, NULL };
+    if (cfg.tls_certificate[0]) {
+        static const char *const keys[2] = { "tls_certificate", "tls_key" };
+        const char *paths[2] = { cfg.tls_certificate, cfg.tls_key };
+        for (int i = 0; i < 2; i++) {
+            size_t len;
+            if (textfile_read(paths[i], TLS_PEM_MAX, &tls_pem[i], &len, err, sizeof err) != 0 ||
+                strlen(tls_pem[i]) != len || !strstr(tls_pem[i], "-----BEGIN ")) {
+                char where[CONFIG_PATH_MAX + 64];
+                config_where(&cfg, cli.config_path, keys[i], where, sizeof where);
+                log_error("%s: %s", where, tls_pem[i] ? "not a PEM file" : err);
+                return EXIT_BAD_FILE;
+            }
+        }
+    }
+    http_tls tls = { tls_pem[0], tls_pem[1] };
     if (model->synthetic && !cli.check_config)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
     /* INT8: the table must exist, be whole, and be made for these weights. */
@@ -392,12 +411,14 @@ int main(int argc, char **argv)
             return 1;
         }
     if (!(rl = reloader_start(argc, argv, &cfg, inf, ndev, err, sizeof err)) ||
-        !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, rt, &bodies, err, sizeof err))) {
+        !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, rt, &bodies, tls_pem[0] ? &tls : NULL, err,
+                             sizeof err))) {
         log_error("%s", err);
         return 1;
     }
-    log_info("listening on %s (port %d): %s engine%s, %s, %d classes, max batch %d, max queue delay %ld us, "
-             "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", rc.listen, server_port(srv),
+    log_info("listening on %s%s (port %d): %s engine%s, %s, %d classes, max batch %d, max queue delay %ld us, "
+             "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", tls_pem[0] ? "https://" : "",
+             rc.listen, server_port(srv),
              ndev > 1 ? engines : device, ndev > 1 ? "s" : "", precision, e->classes, e->max_batch,
              rc.max_queue_delay_us, rc.queue_capacity, rc.threads,
              rc.decode_threads, dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
@@ -471,6 +492,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < ndev; i++)
         infer_stop(inf[i]);
     server_stop(srv);
+    free(tls_pem[0]);
+    free(tls_pem[1]);
     for (int i = 0; i < ndev; i++) {
         engine *cur = infer_engine(inf[i]);   /* a reload may have replaced the first */
         infer_destroy(inf[i]);

@@ -1128,9 +1128,6 @@ static request *new_request(server *s, http_conn *c)
     return r;
 }
 
-/* A request's head: from here on the drain waits for it. One the HTTP
- * layer refused (malformed, too large, unsupported, too slow) is answered
- * here too, in the API's format, and counted like any other. */
 /* What the access log needs of a request that is gone by its end. */
 static void log_begin(server *s, request *r, const http_head *h)
 {
@@ -1151,13 +1148,14 @@ static void log_begin(server *s, request *r, const http_head *h)
     /* JSON strings must be UTF-8: a decoded path or a header may not be */
     utf8_sanitize(r->log_method, sizeof r->log_method, h->method);
     utf8_sanitize(r->log_path, sizeof r->log_path, h->path);
-    const char *id = h->status ? NULL : http_header(h, "X-Request-Id");
+    const char *id = http_header(h, "X-Request-Id");
     if (id && *id)
         utf8_sanitize(r->log_id, sizeof r->log_id, id);
     else
         snprintf(r->log_id, sizeof r->log_id, "resnetd-%llu", atomic_fetch_add(&s->request_ids, 1) + 1);
 }
 
+/* A request's head: from here on the drain waits for it. */
 static void *on_request(void *cls, http_conn *c, const http_head *h)
 {
     server *s = cls;
@@ -1167,7 +1165,7 @@ static void *on_request(void *cls, http_conn *c, const http_head *h)
     atomic_fetch_add(&s->active, 1);
     if (s->alog)
         log_begin(s, r, h);
-    if (h->status) {
+    if (h->status) {   /* refused by the HTTP layer: answered unread */
         r->state = REQ_RECEIVING;
         r->v2_route = v2_route_of(h->path);
         send_error(s, r, c, h->status, h->code, h->message, 0, NULL, 1);
@@ -1211,14 +1209,6 @@ static void on_body_end(void *cls, http_conn *c, void *req)
         classify_suspend(s, r, c);
 }
 
-/* Bad chunked encoding (400), a body too slow (408). */
-static void on_body_error(void *cls, http_conn *c, void *req, int status, const char *code, const char *message)
-{
-    request *r = req;
-    if (r->state == REQ_RECEIVING)
-        send_error(cls, r, c, status, code, message, 0, NULL, 1);
-}
-
 /* Woken by a decode thread, the pipeline or the reloader: the answer. */
 static void on_wake(void *cls, http_conn *c, void *req)
 {
@@ -1233,12 +1223,16 @@ static void on_wake(void *cls, http_conn *c, void *req)
 }
 
 /* Every request ends here, once: counted, and freed. */
-static void on_done(void *cls, void *req, int delivered)
+static void on_done(void *cls, void *req, http_end how)
 {
     server *s = cls;
     request *r = req;
-    int code = r->status;
-    if (code == 0 || (code == 200 && !delivered)) {
+    int code = r->status, delivered = how == HTTP_END_DELIVERED;
+    if (how == HTTP_END_SLOW && code == 0) {
+        /* Closed for its rate: a 408 the client would not have read. */
+        metrics_reject(METRICS_REJECT_SLOW_CLIENT);
+        code = 408;
+    } else if (code == 0 || (code == 200 && !delivered)) {
         /* The client went away before its answer (or while sending). */
         metrics_reject(METRICS_REJECT_CLIENT_GONE);
         code = 499;
@@ -1275,7 +1269,8 @@ static void on_done(void *cls, void *req, int delivered)
 /* ---- lifecycle ---------------------------------------------------------- */
 
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
-                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, char *err, size_t errlen)
+                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, const http_tls *tls,
+                     char *err, size_t errlen)
 {
     char host[256];
     int port;
@@ -1351,6 +1346,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
         .idle_timeout_us = (uint64_t)cfg->connection_timeout_s * 1000000u,
         .conn_memory = (size_t)cfg->connection_memory_bytes,
         .backlog = (int)cfg->listen_backlog,
+        .tls = tls,
     };
     if (cfg->access_log[0] && !(s->alog = accesslog_open(cfg->access_log, err, errlen)))
         goto fail_headers;
@@ -1359,7 +1355,6 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
         .request = on_request,
         .body = on_body,
         .body_end = on_body_end,
-        .body_error = on_body_error,
         .wake = on_wake,
         .done = on_done,
         .unescape = request_unescape,

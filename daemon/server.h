@@ -2,11 +2,11 @@
  * POST /classify into queued images and, once the pipeline has reported
  * every image, into one answer.
  *
- * The HTTP layer (daemon/http.h) runs a few worker threads on epoll; they
- * parse and answer, and hand complete bodies to the server's decode pool
- * (decode_threads threads, shared by every connection). A request waiting
- * for a decoder or for its batch holds no thread, its connection out of
- * the poll set. The pipeline calls server_sink from the batcher and
+ * The HTTP layer (daemon/http.h, libmicrohttpd) runs a few worker threads
+ * on epoll; they parse and answer, and hand complete bodies to the
+ * server's decode pool (decode_threads threads, shared by every
+ * connection). A request waiting for a decoder or for its batch holds no
+ * thread, its connection suspended. The pipeline calls server_sink from the batcher and
  * completion threads; the last report for a request wakes its connection. */
 #ifndef RESNETD_SERVER_H
 #define RESNETD_SERVER_H
@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include "daemon/budget.h"
 #include "daemon/config.h"
+#include "daemon/http.h"
 #include "daemon/infer.h"
 #include "daemon/pipeline.h"
 #include "daemon/queue.h"
@@ -31,7 +32,8 @@ extern const pipeline_sink server_sink;
  * record and route by (with dj). Request bodies are charged to `bodies`
  * (past its cap: 503). */
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
-                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, char *err, size_t errlen);
+                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, const http_tls *tls,
+                     char *err, size_t errlen);
 
 /* The bound port (useful with port 0). */
 int server_port(const server *s);

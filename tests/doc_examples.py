@@ -4,7 +4,7 @@ against a live resnetd (CPU engine, the reference weights): only the port
 changes (localhost:8080 -> the daemon's), cat.jpg and dog.jpg are test
 JPEGs in the working directory, and the README's sample photo stands in by
 a test JPEG where python-matplotlib-data is missing. A ```sh block takes
-part when it has a curl command; its commands run one by one with sh, each
+part when it has a curl command (HTTPS ones are tests/test_tls.sh's); its commands run one by one with sh, each
 must exit 0 and, unless documented as silent, print something; where the
 block shows a command's output ("$ " lines, then output), that output's
 error code or header must be what the daemon printed. Run by
@@ -66,7 +66,7 @@ def check_documented_curl_examples(opts, d):
         shutil.copy(os.path.join(opts.ref, "jpeg", "sub422_333x501.jpg"), os.path.join(tmp, "dog.jpg"))
         for doc in DOCS:
             for block in sh_blocks(doc):
-                if "curl" not in block:
+                if "curl" not in block or "https://" in block:   # HTTPS: tests/test_tls.sh
                     continue
                 prelude, cmds = commands(block)
                 for cmd, shown in cmds:

@@ -1,10 +1,10 @@
-/* Tests daemon/httpparse.c (heads and chunked bodies, byte by byte and
- * whole, every refusal with its status) and daemon/http.c on loopback
- * sockets with a small handler: keep-alive and pipelining, 100-continue,
- * HEAD, answers from another thread, refusals reaching the handler (414,
- * 431, 505, bad chunked), slow clients (408, idle close), lingering close
- * after a refused body, the connection limit, and done() once per
- * request. */
+/* Tests daemon/http.c (the HTTP layer on libmicrohttpd) on loopback
+ * sockets with a small handler: the head as the handler sees it (path and
+ * query decoded, headers), keep-alive and pipelining, 100-continue, HEAD,
+ * answers from another thread (also a wake before the wait), the
+ * refusals libmicrohttpd answers itself (status, connection closed, the
+ * handler never called), slow clients closed, the connection limit, and
+ * done() once per request. */
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -18,219 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 #include "daemon/http.h"
-#include "daemon/httpparse.h"
 #include "daemon/request.h"
 #include "tests/testutil.h"
-
-/* ---- the parser ---------------------------------------------------------- */
-
-static char hbuf[1 << 16];
-
-/* Parses text as one head (it must be complete). */
-static http_head parse(const char *text)
-{
-    size_t n = strlen(text);
-    ck_assert_uint_lt(n, sizeof hbuf);
-    memcpy(hbuf, text, n);
-    http_scan sc = { 0 };
-    size_t end = http_head_end(hbuf, n, &sc);
-    ck_assert_msg(end == n, "head end %zu of %zu: %s", end, n, text);
-    http_head h;
-    http_parse_head(hbuf, end, request_unescape, &h);
-    return h;
-}
-
-START_TEST(a_head_is_split_and_decoded)
-{
-    http_head h = parse("\r\nGET /a%20b?top_k=5&x=a+b%41&flag&k=%00 HTTP/1.1\r\nHost: h\r\n"
-                        "X-Pad:   v  \r\n\r\n");
-    ck_assert_int_eq(h.status, 0);
-    ck_assert_str_eq(h.method, "GET");
-    ck_assert_str_eq(h.path, "/a b");
-    ck_assert_int_eq(h.minor, 1);
-    ck_assert_str_eq(http_arg(&h, "top_k"), "5");
-    ck_assert_str_eq(http_arg(&h, "x"), "a bA");
-    ck_assert_str_eq(http_arg(&h, "flag"), "");
-    ck_assert_str_eq(http_arg(&h, "k"), "%00");   /* a NUL would cut the value */
-    ck_assert_ptr_null(http_arg(&h, "nope"));
-    ck_assert_str_eq(http_header(&h, "x-pad"), "v");
-    ck_assert_int_eq(h.keep_alive, 1);
-    ck_assert_int_eq(h.chunked, 0);
-    ck_assert_uint_eq(h.content_length, 0);
-
-    h = parse("POST http://example.com:80/classify?top_k=1 HTTP/1.0\nContent-Length: 12\n\n");
-    ck_assert_int_eq(h.status, 0);
-    ck_assert_str_eq(h.path, "/classify");
-    ck_assert_int_eq(h.minor, 0);
-    ck_assert_int_eq(h.keep_alive, 0);
-    ck_assert_uint_eq(h.content_length, 12);
-    h = parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
-    ck_assert_int_eq(h.keep_alive, 1);
-    h = parse("GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, close\r\n\r\n");
-    ck_assert_int_eq(h.keep_alive, 0);
-    h = parse("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n");
-    ck_assert_int_eq(h.status, 0);
-    ck_assert_uint_eq(h.content_length, 7);
-    h = parse("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\nExpect: 100-Continue\r\n\r\n");
-    ck_assert_int_eq(h.status, 0);
-    ck_assert_int_eq(h.chunked, 1);
-    ck_assert_int_eq(h.expect_continue, 1);
-    h = parse("GET /x HTTP/1.3\r\nHost: h\r\n\r\n");   /* a later 1.x reads as 1.1 */
-    ck_assert_int_eq(h.status, 0);
-}
-END_TEST
-
-START_TEST(a_nul_in_the_head_is_refused)
-{
-    static const char text[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\0junk\r\n\r\n";
-    size_t n = sizeof text - 1;
-    memcpy(hbuf, text, n);
-    http_scan sc = { 0 };
-    ck_assert_uint_eq(http_head_end(hbuf, n, &sc), n);
-    http_head h;
-    http_parse_head(hbuf, n, request_unescape, &h);
-    ck_assert_int_eq(h.status, 400);
-}
-END_TEST
-
-START_TEST(a_trickled_head_ends_where_a_whole_one_does)
-{
-    const char *text = "\r\n\r\nPOST /classify HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
-    size_t n = strlen(text), want = n - 3;
-    http_scan sc = { 0 };
-    size_t end = 0;
-    for (size_t i = 1; i <= n && end == 0; i++) {
-        end = http_head_end(text, i, &sc);
-        if (end == 0)
-            ck_assert_uint_le(sc.pos, i);
-        else
-            ck_assert_uint_eq(i, want);
-    }
-    ck_assert_uint_eq(end, want);
-    http_scan s2 = { 0 };
-    ck_assert_uint_eq(http_head_end("GET / HTTP/1.1\r\nHost: x\r\n", 25, &s2), 0);
-}
-END_TEST
-
-static void refused(const char *text, int status, const char *code, const char *path)
-{
-    http_head h = parse(text);
-    ck_assert_msg(h.status == status, "%s: status %d, want %d (%s)", text, h.status, status, h.message);
-    ck_assert_str_eq(h.code, code);
-    ck_assert_msg(h.message[0] != '\0', "%s: no message", text);
-    if (path)
-        ck_assert_str_eq(h.path, path);
-}
-
-START_TEST(bad_heads_are_refused_with_their_status)
-{
-    refused("GET /healthz HTTP/1.1\r\n\r\n", 400, "bad_request", "/healthz");   /* no Host */
-    refused("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "bad_request", NULL);
-    refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 10\r\n\r\n", 400, "bad_request",
-            NULL);
-    refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n", 400, "bad_request", NULL);
-    refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400, "bad_request", NULL);
-    refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
-            "bad_request", NULL);
-    refused("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
-            "bad_request", NULL);
-    refused("POST /classify HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "not_implemented",
-            "/classify");
-    refused("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400, "bad_request", NULL);     /* folding */
-    refused("GET / HTTP/1.1\r\nHost : x\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET / HTTP/1.1\r\nHost: x\r\nnocolon\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET /v2/health/live HTTP/2.0\r\nHost: x\r\n\r\n", 505, "http_version_not_supported",
-            "/v2/health/live");
-    refused("GET / HTTP/0.9\r\n\r\n", 505, "http_version_not_supported", "/");
-    refused("GET / HTTPS/1.1\r\nHost: x\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET / HTTP/1.1 x\r\nHost: x\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET  / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET foo HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request", NULL);
-    refused("G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET /\x7f HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request", NULL);
-    refused("GET /\r\n\r\n", 400, "bad_request", NULL);
-    refused("POST / HTTP/1.1\r\nHost: x\r\nExpect: bananas\r\n\r\n", 417, "expectation_failed", NULL);
-    refused("POST / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n", 417, "expectation_failed", NULL);
-    refused("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n", 400,
-            "bad_request", NULL);
-    char many[8192] = "GET / HTTP/1.1\r\nHost: x\r\n";
-    for (int i = 0; i < HTTP_MAX_HEADERS; i++)
-        snprintf(many + strlen(many), sizeof many - strlen(many), "X-%d: v\r\n", i);
-    strcat(many, "\r\n");
-    refused(many, 431, "headers_too_large", NULL);
-}
-END_TEST
-
-/* Decodes a chunked body fed n bytes at a time; returns the result and
- * appends the data to out. */
-static http_chunk_result dechunk(const char *in, size_t len, size_t step, char *out, size_t *outlen,
-                                 size_t *consumed)
-{
-    http_chunked d = { 0 };
-    size_t at = 0, fed = 0;
-    *outlen = 0;
-    for (;;) {
-        size_t avail = (fed < len ? (fed + step < len ? fed + step : len) : len);
-        fed = avail;
-        size_t used;
-        const char *data, *err;
-        size_t dlen;
-        http_chunk_result r = http_chunked_step(&d, in + at, avail - at, &used, &data, &dlen, &err);
-        at += used;
-        if (r == HTTP_CHUNK_DATA) {
-            memcpy(out + *outlen, data, dlen);
-            *outlen += dlen;
-            continue;
-        }
-        if (r == HTTP_CHUNK_MORE && fed < len)
-            continue;
-        if (r == HTTP_CHUNK_ERROR)
-            ck_assert_ptr_nonnull(err);
-        *consumed = at;
-        return r;
-    }
-}
-
-START_TEST(chunked_bodies_decode_however_they_are_cut)
-{
-    const char *body = "5;name=v\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-T: 1\r\n\r\nNEXT";
-    size_t len = strlen(body);
-    char out[128];
-    size_t n, used;
-    for (size_t step = 1; step <= len; step++) {
-        ck_assert_int_eq(dechunk(body, len, step, out, &n, &used), HTTP_CHUNK_DONE);
-        ck_assert_uint_eq(n, 31);
-        ck_assert(memcmp(out, "helloabcdefghijklmnopqrstuvwxyz", 31) == 0);
-        ck_assert_uint_eq(used, len - 4);   /* the next request's bytes are left */
-    }
-    static const char *bad[] = {
-        "zz\r\nhello\r\n0\r\n\r\n",                 /* size not hex */
-        "5\r\nhelloXX0\r\n\r\n",                    /* no CRLF after the data */
-        "5\nhello\r\n0\r\n\r\n",                    /* bare LF */
-        "1000000000000000\r\n",                     /* 16 hex digits */
-        "5 x\r\nhello\r\n0\r\n\r\n",
-        "0\r\n\rX",
-        "0\r\n\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n",  /* bare LF ending the body: smuggling */
-        "0\r\nX-T: 1\n\r\n",                      /* a trailer line ended by a bare LF */
-        "5 \r\nhello\r\n0\r\n\r\n",                 /* whitespace not before an extension */
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(dechunk(bad[i], strlen(bad[i]), 3, out, &n, &used) == HTTP_CHUNK_ERROR, "%s", bad[i]);
-    ck_assert_int_eq(dechunk("5\r\nhel", 7, 7, out, &n, &used), HTTP_CHUNK_MORE);
-    {
-        const char *ext = "5 ;x\r\nhello\r\n0\r\n\r\n";
-        ck_assert_int_eq(dechunk(ext, strlen(ext), 4, out, &n, &used), HTTP_CHUNK_DONE);
-    }
-}
-END_TEST
 
 /* ---- the layer on loopback ----------------------------------------------- */
 
 typedef struct ctx {
-    atomic_int requests, dones, delivered;
-    atomic_int refused_status;      /* the last refused head's */
+    atomic_int requests, dones, delivered, slow;
     pthread_mutex_t mu;
     http_conn *later;               /* /later: answered from another thread */
 } ctx;
@@ -238,8 +32,8 @@ typedef struct ctx {
 typedef struct req {
     ctx *x;
     char path[64];
+    char seen[256];                 /* /echo: the head as the handler saw it */
     size_t body;
-    int head_status;
 } req;
 
 static void answer(http_conn *c, int status, const char *text, int close_conn)
@@ -259,10 +53,14 @@ static void *on_request(void *cls, http_conn *c, const http_head *h)
     snprintf(r->path, sizeof r->path, "%s", h->path);
     atomic_fetch_add(&x->requests, 1);
     if (h->status) {
-        atomic_store(&x->refused_status, h->status);
-        char msg[64];
-        snprintf(msg, sizeof msg, "refused %d", h->status);
+        char msg[160];
+        snprintf(msg, sizeof msg, "refused %d %s: %s", h->status, h->code, h->message);
         answer(c, h->status, msg, 1);
+    } else if (strcmp(h->path, "/echo me") == 0) {
+        const char *k = http_arg(h, "top_k"), *a = http_arg(h, "a"), *xh = http_header(h, "x-thing");
+        snprintf(r->seen, sizeof r->seen, "%s %s 1.%d top_k=%s a=%s x-thing=%s nargs=%d chunked=%d cl=%llu",
+                 h->method, h->path, h->minor, k ? k : "-", a ? a : "-", xh ? xh : "-", h->nargs, h->chunked,
+                 (unsigned long long)h->content_length);
     } else if (strcmp(h->path, "/early") == 0) {
         answer(c, 413, "early", 1);   /* before reading the body */
     } else if (strcmp(h->path, "/later") == 0) {
@@ -287,19 +85,13 @@ static void on_body_end(void *cls, http_conn *c, void *rq)
     req *r = rq;
     if (strcmp(r->path, "/later") == 0)
         return;   /* the test thread wakes it */
-    char msg[96];
-    snprintf(msg, sizeof msg, "%s %zu", r->path, r->body);
+    if (strcmp(r->path, "/soon") == 0) {
+        http_wake(c);   /* a wake before the layer starts waiting */
+        return;
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s %zu%s%s", r->path, r->body, r->seen[0] ? " " : "", r->seen);
     answer(c, 200, msg, 0);
-}
-
-static void on_body_error(void *cls, http_conn *c, void *rq, int status, const char *code, const char *message)
-{
-    (void)cls;
-    (void)rq;
-    (void)message;
-    char msg[64];
-    snprintf(msg, sizeof msg, "body %d %s", status, code);
-    answer(c, status, msg, 1);
 }
 
 static void on_wake(void *cls, http_conn *c, void *rq)
@@ -311,11 +103,13 @@ static void on_wake(void *cls, http_conn *c, void *rq)
     answer(c, 200, msg, 0);
 }
 
-static void on_done(void *cls, void *rq, int delivered)
+static void on_done(void *cls, void *rq, http_end how)
 {
     ctx *x = cls;
     atomic_fetch_add(&x->dones, 1);
-    if (delivered)
+    if (how == HTTP_END_SLOW)
+        atomic_fetch_add(&x->slow, 1);
+    if (how == HTTP_END_DELIVERED)
         atomic_fetch_add(&x->delivered, 1);
     free(rq);
 }
@@ -331,7 +125,7 @@ static void start(uint64_t header_timeout_us, long limit, size_t conn_memory)
     http_limits l = { .threads = 2, .connection_limit = limit, .header_timeout_us = header_timeout_us,
                       .min_rate = 1000, .idle_timeout_us = 5000000, .conn_memory = conn_memory, .backlog = 64 };
     http_handler h = { .cls = &X, .request = on_request, .body = on_body, .body_end = on_body_end,
-                       .body_error = on_body_error, .wake = on_wake, .done = on_done,
+                       .wake = on_wake, .done = on_done,
                        .unescape = request_unescape };
     char err[256];
     srv = http_start((struct sockaddr *)&a, sizeof a, &l, &h, err, sizeof err);
@@ -426,6 +220,25 @@ static int count(const char *hay, const char *needle)
     return k;
 }
 
+START_TEST(the_head_reaches_the_handler_decoded)
+{
+    start(5000000, 100, 65536);
+    int fd = dial(), closed;
+    puts_(fd, "POST /echo%20me?top_k=3&a=b+c%21 HTTP/1.1\r\nHost: x\r\nX-Thing:  v w \r\n"
+              "Content-Length: 2\r\n\r\nhi");
+    const char *r = get(fd, 1, 5000, &closed);
+    ck_assert_msg(strstr(r, "/echo me 2 POST /echo me 1.1 top_k=3 a=b c! x-thing=v w nargs=2 chunked=0 cl=2"),
+                  "%s", r);
+    puts_(fd, "POST /echo%20me HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "2\r\nab\r\n1\r\nc\r\n0\r\n\r\n");
+    r = get(fd, 1, 5000, &closed);
+    ck_assert_msg(strstr(r, "/echo me 3 POST /echo me 1.1 top_k=- a=- x-thing=- nargs=0 chunked=1 cl=0"), "%s", r);
+    close(fd);
+    stop();
+    ck_assert_int_eq(atomic_load(&X.delivered), 2);
+}
+END_TEST
+
 START_TEST(keep_alive_pipelining_continue_and_head)
 {
     start(5000000, 100, 65536);
@@ -436,7 +249,7 @@ START_TEST(keep_alive_pipelining_continue_and_head)
     const char *r = get(fd, 3, 5000, &closed);
     ck_assert_msg(strstr(r, "/a 5") && strstr(r, "/b 3") && strstr(r, "/c 0"), "%s", r);
     ck_assert(strstr(r, "/a 5") < strstr(r, "/b 3") && strstr(r, "/b 3") < strstr(r, "/c 0"));
-    ck_assert_int_eq(count(r, "Connection: keep-alive"), 3);
+    ck_assert_int_eq(count(r, "Connection: close"), 0);
     ck_assert_int_eq(closed, 0);
     /* 100-continue before the body; then HEAD: headers only. */
     puts_(fd, "POST /d HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
@@ -459,7 +272,7 @@ START_TEST(keep_alive_pipelining_continue_and_head)
     fd = dial();
     puts_(fd, "GET /g HTTP/1.1\r\nHost: x\r\n\r\n");
     r = get(fd, 1, 5000, &closed);
-    ck_assert_msg(strstr(r, "Connection: keep-alive"), "%s", r);
+    ck_assert_msg(strstr(r, "/g 0") && !strstr(r, "Connection: close"), "%s", r);
     http_quiesce(srv);
     puts_(fd, "GET /h HTTP/1.1\r\nHost: x\r\n\r\n");
     r = get(fd, 1, 5000, &closed);
@@ -488,12 +301,16 @@ START_TEST(answers_come_from_other_threads)
     http_wake(c);
     const char *r = get(fd, 1, 5000, &closed);
     ck_assert_msg(strstr(r, "woken 3"), "%s", r);
+    /* Woken from inside body_end, before the layer suspends it. */
+    puts_(fd, "POST /soon HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab");
+    r = get(fd, 1, 5000, &closed);
+    ck_assert_msg(strstr(r, "woken 2"), "%s", r);
     close(fd);
     stop();
 }
 END_TEST
 
-START_TEST(refusals_reach_the_handler)
+START_TEST(refusals_libmicrohttpd_answers)
 {
     start(5000000, 100, 16384);
     int closed;
@@ -501,8 +318,17 @@ START_TEST(refusals_reach_the_handler)
         { "GET /x HTTP/2.0\r\nHost: x\r\n\r\n", 505 },
         { "GET /x HTTP/1.1\r\n\r\n", 400 },
         { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400 },
-        { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501 },
+        /* Refused by the layer, answered by the handler. */
+        { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nhello", 501 },
+        { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501 },
+        { "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 10\r\n\r\nhello", 400 },
+        { "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "5\r\nhello\r\n0\r\n\r\n", 400 },
+        { "POST /x HTTP/1.1\r\nHost: x\r\nExpect: bananas\r\nContent-Length: 5\r\n\r\nhello", 417 },
+        { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "0\r\n\r\n", 400 },
     };
+    int by_layer = 6;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int fd = dial();
         puts_(fd, cases[i].what);
@@ -511,6 +337,8 @@ START_TEST(refusals_reach_the_handler)
         snprintf(want, sizeof want, "HTTP/1.1 %d ", cases[i].status);
         ck_assert_msg(strncmp(r, want, strlen(want)) == 0 && strstr(r, "Connection: close"), "%s -> %s",
                       cases[i].what, r);
+        ck_assert_msg((strstr(r, "refused ") != NULL) == (i >= sizeof cases / sizeof cases[0] - (size_t)by_layer),
+                      "%s -> %s", cases[i].what, r);
         close(fd);
     }
     /* A request line longer than the connection's memory: 414; header
@@ -529,15 +357,15 @@ START_TEST(refusals_reach_the_handler)
     r = get(fd, 1, 5000, &closed);
     ck_assert_msg(strncmp(r, "HTTP/1.1 431 ", 13) == 0, "%.200s", r);
     close(fd);
-    /* Answered before its body: the rest is drained, not reset, and the
-     * connection closes. */
+    /* Answered before its body: the answer arrives, and the connection
+     * closes (libmicrohttpd does not drain the rest: it may reset). */
     fd = dial();
     puts_(fd, "POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n");
     put(fd, big, 30000);
     r = get(fd, 1, 5000, &closed);
     ck_assert_msg(strncmp(r, "HTTP/1.1 413 ", 13) == 0 && strstr(r, "early"), "%.200s", r);
     get(fd, 99, 3000, &closed);
-    ck_assert_int_eq(closed, 1);   /* closed, not reset */
+    ck_assert_int_ne(closed, 0);
     close(fd);
     stop();
 }
@@ -555,12 +383,13 @@ START_TEST(slow_and_idle_clients_and_the_limit)
     get(over, 1, 2000, &closed);
     ck_assert_int_eq(closed, 1);
     close(over);
+    /* Slow clients are closed without an answer (they would not read it). */
     const char *r = get(slow, 1, 3000, &closed);
-    ck_assert_msg(strncmp(r, "HTTP/1.1 408 ", 13) == 0, "%s", r);
+    ck_assert_msg(closed && r[0] == '\0', "%s", r);
     close(slow);
     /* The body's grace is header_timeout; then 1000 bytes/s are due. */
     r = get(body, 1, 4000, &closed);
-    ck_assert_msg(strncmp(r, "HTTP/1.1 408 ", 13) == 0 && strstr(r, "body 408 slow_client"), "%s", r);
+    ck_assert_msg(closed && r[0] == '\0', "%s", r);
     close(body);
     r = get(idle, 1, 3000, &closed);
     ck_assert_msg(closed && r[0] == '\0', "%s", r);   /* nothing to answer */
@@ -577,9 +406,9 @@ START_TEST(slow_and_idle_clients_and_the_limit)
     /* Reset only once the server has the request: a reset before it reads
      * the head discards the bytes, and there is no request to end (a fixed
      * 100 ms sleep lost that race under distcheck's load). */
-    for (int i = 0; i < 500 && atomic_load(&X.requests) < 3; i++)
+    for (int i = 0; i < 500 && atomic_load(&X.requests) < 2; i++)
         usleep(10000);
-    ck_assert_int_eq(atomic_load(&X.requests), 3);
+    ck_assert_int_eq(atomic_load(&X.requests), 2);
     usleep(20000);   /* and its first body bytes */
     struct linger lg = { 1, 0 };
     ck_assert_int_eq(setsockopt(reset, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
@@ -588,25 +417,20 @@ START_TEST(slow_and_idle_clients_and_the_limit)
         usleep(10000);
     ck_assert_int_eq(http_connections(srv), 0);
     stop();
-    ck_assert_int_eq(atomic_load(&X.requests), 3);   /* slow (408), body (408), reset */
-    ck_assert_int_eq(atomic_load(&X.delivered), 2);
+    ck_assert_int_eq(atomic_load(&X.requests), 2);   /* body (closed), reset: the slow head never came */
+    ck_assert_int_eq(atomic_load(&X.delivered), 0);
+    ck_assert_int_eq(atomic_load(&X.slow), 1);   /* body; the reset one is gone */
 }
 END_TEST
 
 static Suite *http_suite(void)
 {
     Suite *s = suite_create("http");
-    TCase *p = tcase_create("parser");
-    tcase_add_test(p, a_head_is_split_and_decoded);
-    tcase_add_test(p, a_trickled_head_ends_where_a_whole_one_does);
-    tcase_add_test(p, a_nul_in_the_head_is_refused);
-    tcase_add_test(p, bad_heads_are_refused_with_their_status);
-    tcase_add_test(p, chunked_bodies_decode_however_they_are_cut);
-    suite_add_tcase(s, p);
     TCase *l = tcase_create("layer");
+    tcase_add_test(l, the_head_reaches_the_handler_decoded);
     tcase_add_test(l, keep_alive_pipelining_continue_and_head);
     tcase_add_test(l, answers_come_from_other_threads);
-    tcase_add_test(l, refusals_reach_the_handler);
+    tcase_add_test(l, refusals_libmicrohttpd_answers);
     tcase_add_test(l, slow_and_idle_clients_and_the_limit);
     tcase_set_timeout(l, 60);
     suite_add_tcase(s, l);

@@ -10,7 +10,7 @@ top=$(pwd)
 mode=${1:-}
 case "$mode" in run|test) ;; *) echo "usage: $0 run|test" >&2; exit 2 ;; esac
 
-build_pkgs="build-essential autoconf automake pkg-config libjansson-dev
+build_pkgs="build-essential autoconf automake pkg-config libjansson-dev libmicrohttpd-dev
   libturbojpeg0-dev libjpeg62-turbo-dev check libsubunit-dev libopenblas-dev"
 run_pkgs="curl python-matplotlib-data"
 # Reference tests: torchvision on Debian's python3, cjpeg for restart-marker

@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan + libFuzzer) and
 # runs each for SECONDS, starting from its committed seed corpus.
 #   tests/fuzz/run.sh SECONDS [TARGET...]     (default: every target)
-# Targets: multipart query jpeg safetensors config v2 http. Work files (binaries,
+# Targets: multipart query jpeg safetensors config v2 (HTTP parsing is
+# libmicrohttpd's). Work files (binaries,
 # the grown corpus, crash reproducers) go to $FUZZ_OUT (default
 # ./fuzz-out); a crash stops the run with its reproducer named.
 # Reproduce: $FUZZ_OUT/fuzz_TARGET $FUZZ_OUT/crash-...
@@ -13,7 +14,7 @@ shift
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${FUZZ_OUT:-$(pwd)/fuzz-out}
 cc=${FUZZ_CC:-clang}
-targets=${*:-multipart query jpeg safetensors config v2 http}
+targets=${*:-multipart query jpeg safetensors config v2}
 command -v "$cc" >/dev/null || { echo "fuzz: $cc not found (apt-get install clang)" >&2; exit 1; }
 mkdir -p "$out"
 # engine.c includes autoconf's config.h: an empty one builds the CPU engine only.
@@ -25,7 +26,6 @@ flags="-g -O1 -std=c11 -ffp-contract=off -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SO
 for t in $targets; do
     case $t in
     multipart|query) files="daemon/request.c daemon/budget.c model/utf8.c"; libs="-lpthread" ;;
-    http) files="daemon/httpparse.c daemon/request.c daemon/budget.c model/utf8.c"; libs="-lpthread" ;;
     jpeg) files="model/preprocess.c"; libs="$(pc --libs libjpeg) -lm" ;;
     v2) files="daemon/v2.c daemon/budget.c model/topk.c model/utf8.c"; libs="$(pc --libs jansson) -lm -lpthread" ;;
     safetensors) files="model/weights.c model/sha256.c model/resnet18.c"; libs="$(pc --libs jansson) -lm" ;;
