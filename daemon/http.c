@@ -160,9 +160,10 @@ static int all_digits(const char *v)
     return 1;
 }
 
-/* What libmicrohttpd lets through but two parsers could read differently
- * (RFC 9112 6.3, 11.2), or that it would read to the connection's end. */
-static void refuse_framing(http_head *h)
+/* The body's framing from the headers, refusing what libmicrohttpd lets
+ * through but two parsers could read differently (RFC 9112 6.3, 11.2), or
+ * that it would read to the connection's end. */
+static void read_framing(http_head *h)
 {
     int ncl = 0, nte = 0;
     const char *te = NULL, *cl = NULL, *expect = NULL;
@@ -171,12 +172,15 @@ static void refuse_framing(http_head *h)
             ncl++;
             cl = h->headers[i].value;
         } else if (strcasecmp(h->headers[i].name, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
-            te = h->headers[i].value;
             nte++;
+            te = h->headers[i].value;
         } else if (strcasecmp(h->headers[i].name, MHD_HTTP_HEADER_EXPECT) == 0) {
             expect = h->headers[i].value;
         }
     }
+    h->chunked = te && strcasestr(te, "chunked") != NULL;
+    if (cl && !h->chunked)
+        h->content_length = strtoull(cl, NULL, 10);
     h->status = 400;
     h->code = "bad_request";
     if (ncl > 1)
@@ -210,12 +214,7 @@ static void read_head(struct MHD_Connection *mc, const char *url, const char *me
     h->minor = strcmp(version, MHD_HTTP_VERSION_1_0) == 0 ? 0 : 1;
     MHD_get_connection_values(mc, MHD_HEADER_KIND, add_header, h);
     MHD_get_connection_values(mc, MHD_GET_ARGUMENT_KIND, add_arg, h);
-    const char *te = http_header(h, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    h->chunked = te && strcasestr(te, "chunked") != NULL;
-    const char *cl = http_header(h, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && !h->chunked)
-        h->content_length = strtoull(cl, NULL, 10);
-    refuse_framing(h);
+    read_framing(h);
 }
 
 /* ---- the request's calls -------------------------------------------------- */
@@ -256,13 +255,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     if (!*ctx) {
         *ctx = c;
         c->answered = c->drop = c->body_ended = 0;
-        pthread_mutex_lock(&c->mu);
-        c->woken = 0;
-        pthread_mutex_unlock(&c->mu);
-        set_phase(c, CONN_BODY);
         http_head h;
         read_head(mc, url, method, version, &h);
         pthread_mutex_lock(&c->mu);
+        c->woken = 0;
+        c->phase = CONN_BODY;
+        c->since_us = clock_now_us();
+        c->body_bytes = 0;
+        c->eof_scans = 0;
         c->body_len = h.content_length;
         pthread_mutex_unlock(&c->mu);
         c->in_head = 1;
@@ -546,13 +546,7 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
     s->reaping = 1;
     return s;
 fail:
-    if (s->d)
-        MHD_stop_daemon(s->d);
-    if (s->lfd >= 0)
-        close(s->lfd);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    http_stop(s);
     return NULL;
 }
 
@@ -667,7 +661,8 @@ void http_stop(http_server *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->reaper, NULL);
     }
-    MHD_stop_daemon(s->d);
+    if (s->d)
+        MHD_stop_daemon(s->d);
     if (s->lfd >= 0)
         close(s->lfd);
     pthread_cond_destroy(&s->cv);
