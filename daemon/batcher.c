@@ -150,17 +150,21 @@ static int fill_slot(batcher *b, int slot, int n, int *staged, uint64_t *stage_n
     }
     if (ncomp == 0)
         return kept;
+    uint64_t px = 0;
     for (int i = 0; i < ncomp; i++) {
         b->jpeg[i] = b->compressed[i].jpeg;
         b->jpeg_len[i] = b->compressed[i].jpeg_len;
         b->w[i] = b->compressed[i].w;
         b->h[i] = b->compressed[i].h;
+        px += (uint64_t)b->w[i] * (uint64_t)b->h[i];
     }
     char err[256];
     int nfallback = 0;
     uint64_t t0 = clock_now_ns();
+    queue_staging(b->q, px, 1);
     int rc = devjpeg_stage(b->dj, slot, kept, b->jpeg, b->jpeg_len, b->w, b->h, ncomp, cpu_fallback, b, &nfallback,
                            err, sizeof err);
+    queue_staging(b->q, px, 0);
     /* A stage that decoded fallbacks on the CPU is no sample of the device's cost. */
     *stage_ns = nfallback > 0 ? 0 : clock_now_ns() - t0;
     if (rc != 0) {

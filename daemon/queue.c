@@ -21,6 +21,7 @@ struct queue {
     queue_item *ring;           /* [capacity] FIFO */
     int head, count;
     uint64_t jpeg_px;           /* pixels of the still-compressed items queued */
+    uint64_t staging_px;        /* ... and of those a device decoder is staging */
     int flush, stopped;
 };
 
@@ -136,9 +137,19 @@ int queue_depth(queue *q)
 uint64_t queue_jpeg_pixels(queue *q)
 {
     pthread_mutex_lock(&q->mu);
-    uint64_t px = q->jpeg_px;
+    uint64_t px = q->jpeg_px + q->staging_px;
     pthread_mutex_unlock(&q->mu);
     return px;
+}
+
+void queue_staging(queue *q, uint64_t px, int begin)
+{
+    pthread_mutex_lock(&q->mu);
+    if (begin)
+        q->staging_px += px;
+    else
+        q->staging_px -= px;
+    pthread_mutex_unlock(&q->mu);
 }
 
 static queue_item pop_front(queue *q)

@@ -32,9 +32,14 @@ void queue_push(queue *q, const queue_item *items, int n);
 
 /* Images pushed and not yet popped. */
 int queue_depth(queue *q);
-/* Pixels of the still-compressed images among them: the device
- * decoders' backlog. */
+/* Pixels of the still-compressed images among them and of those being
+ * staged: the device decoders' backlog. */
 uint64_t queue_jpeg_pixels(queue *q);
+/* A device decoder's stage of px compressed pixels begins (begin 1) or
+ * ends (0). The stage holds a decoder for as long as a whole batch takes
+ * (~180 ms for 128 photos of 12 MP): a backlog without it looked short
+ * enough that the decode threads left large photos to the GPU while idle. */
+void queue_staging(queue *q, uint64_t px, int begin);
 
 /* Blocks until batcher_decide() says send, or until some queued images have
  * passed their deadline. Fills batch[0..*nbatch) (at most p->max_batch) and

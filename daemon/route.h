@@ -1,5 +1,5 @@
 /* Where a JPEG that the GPU could decode is decoded: on the GPU, behind the
- * images already queued for it, or here on the decode thread that checked
+ * images already queued or being staged for it, or here on the decode thread that checked
  * it. Each path's cost is measured as the daemon runs (an exponentially
  * weighted mean of time per pixel: GPU stages by the completion threads,
  * CPU decodes by the decode threads), and an image goes to the CPU when
