@@ -7,6 +7,15 @@
 #define SEED_GPU_PS 140
 static const uint64_t seed_cpu_ps[ROUTE_CPU_CLASSES] = { 12000, 6000, 3000 };
 
+/* The CPU must be this many times sooner by the means: its crop still
+ * waits for the GPU stage of its batch, its decodes share cores with the
+ * HTTP and pipeline threads, and the GPU's mean per pixel, taken at
+ * whatever batch sizes ran, overstates what one more image adds to a
+ * batch. At 1 (the means alone), 64 connections of 0.58 MP sent a fifth
+ * of the images to the CPU with the GPU far from saturated, and p99 rose
+ * from 10.4 to 15 ms (H200). */
+#define CPU_MARGIN 2
+
 /* New samples weigh 1/8: a few batches move the mean, one outlier does not. */
 static void ewma(atomic_uint_least64_t *m, uint64_t sample)
 {
@@ -46,7 +55,7 @@ int decode_route_cpu_sooner(uint64_t cpu_ps, uint64_t gpu_ps, int ngpus, int w, 
 {
     uint64_t px = (uint64_t)w * (uint64_t)h;
     /* in picoseconds: 12 MP at 100 ns a pixel is 1.2e18, inside 64 bits */
-    uint64_t cpu = px * cpu_ps, gpu = (backlog_px + px) * gpu_ps / (uint64_t)(ngpus > 0 ? ngpus : 1);
+    uint64_t cpu = px * cpu_ps * CPU_MARGIN, gpu = (backlog_px + px) * gpu_ps / (uint64_t)(ngpus > 0 ? ngpus : 1);
     return cpu < gpu;
 }
 

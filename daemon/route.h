@@ -3,7 +3,8 @@
  * it. Each path's cost is measured as the daemon runs (an exponentially
  * weighted mean of time per pixel: GPU stages by the completion threads,
  * CPU decodes by the decode threads), and an image goes to the CPU when
- * the CPU would finish it before the GPU got through its backlog and it:
+ * the CPU would finish it well before (route.c: CPU_MARGIN) the GPU got
+ * through its backlog and it:
  * while the hardware decoder keeps up, everything goes to it; once it is
  * saturated (large photos, bursts) idle decode threads take work, so the
  * two add up, and each photo goes where it is answered first.
@@ -40,7 +41,7 @@ void decode_route_gpu(decode_route *r, uint64_t pixels, uint64_t ns);
  * JPEG took ns on one thread. */
 void decode_route_cpu(decode_route *r, int w, int h, uint64_t ns);
 
-/* The pure decision: 1 when a w x h JPEG is answered sooner by this thread
+/* The pure decision: 1 when a w x h JPEG is answered well sooner by this thread
  * decoding it (cpu_ps per pixel) than by the GPU after backlog_px queued
  * pixels (gpu_ps per pixel, spread over ngpus decoders). */
 int decode_route_cpu_sooner(uint64_t cpu_ps, uint64_t gpu_ps, int ngpus, int w, int h, uint64_t backlog_px);

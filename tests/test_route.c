@@ -13,19 +13,19 @@ START_TEST(an_idle_gpu_takes_every_image_it_decodes_faster)
 }
 END_TEST
 
-START_TEST(the_cpu_takes_an_image_once_the_gpu_backlog_outlasts_its_decode)
+START_TEST(the_cpu_takes_an_image_once_the_gpu_backlog_outlasts_its_decode_twice)
 {
-    /* 12 MP: 36 ms on one core, 1.68 ms each on the GPU: break-even past
-     * ~20.4 queued photos */
+    /* 12 MP: 36 ms on one core, 1.68 ms each on the GPU: the GPU's backlog
+     * must outlast twice the decode, past ~41.9 queued photos */
     const int w = 4000, h = 3000;
-    ck_assert(!decode_route_cpu_sooner(3000, 140, 1, w, h, 20ull * w * h));
-    ck_assert(decode_route_cpu_sooner(3000, 140, 1, w, h, 21ull * w * h));
+    ck_assert(!decode_route_cpu_sooner(3000, 140, 1, w, h, 41ull * w * h));
+    ck_assert(decode_route_cpu_sooner(3000, 140, 1, w, h, 42ull * w * h));
     /* two GPUs drain the same queue twice as fast */
-    ck_assert(!decode_route_cpu_sooner(3000, 140, 2, w, h, 21ull * w * h));
-    ck_assert(decode_route_cpu_sooner(3000, 140, 2, w, h, 42ull * w * h));
+    ck_assert(!decode_route_cpu_sooner(3000, 140, 2, w, h, 42ull * w * h));
+    ck_assert(decode_route_cpu_sooner(3000, 140, 2, w, h, 85ull * w * h));
     /* a web photo needs a far longer backlog: 6 ms vs 0.07 ms each */
-    ck_assert(!decode_route_cpu_sooner(12000, 140, 1, 1000, 500, 40ull * MP));
-    ck_assert(decode_route_cpu_sooner(12000, 140, 1, 1000, 500, 43ull * MP));
+    ck_assert(!decode_route_cpu_sooner(12000, 140, 1, 1000, 500, 85ull * MP));
+    ck_assert(decode_route_cpu_sooner(12000, 140, 1, 1000, 500, 86ull * MP));
 }
 END_TEST
 
@@ -64,7 +64,7 @@ int main(void)
     Suite *s = suite_create("route");
     TCase *tc = tcase_create("route");
     tcase_add_test(tc, an_idle_gpu_takes_every_image_it_decodes_faster);
-    tcase_add_test(tc, the_cpu_takes_an_image_once_the_gpu_backlog_outlasts_its_decode);
+    tcase_add_test(tc, the_cpu_takes_an_image_once_the_gpu_backlog_outlasts_its_decode_twice);
     tcase_add_test(tc, means_follow_measurements_per_size_class);
     suite_add_tcase(s, tc);
     return testutil_run(s);
