@@ -16,6 +16,13 @@ static const uint64_t seed_cpu_ps[ROUTE_CPU_CLASSES] = { 12000, 6000, 3000 };
  * from 10.4 to 15 ms (H200). */
 #define CPU_MARGIN 2
 
+/* A stage of fewer pixels is no sample of the GPU's cost: its fixed cost
+ * per call dominates (a small JPEG alone measured 1.18 s a megapixel on an H200,
+ * and at that mean every later image looked sooner on the CPU, so the GPU
+ * got none to measure again). The router matters once a backlog builds,
+ * and then stages are larger. */
+#define GPU_MIN_SAMPLE_PX 4000000u
+
 /* New samples weigh 1/8: a few batches move the mean, one outlier does not. */
 static void ewma(atomic_uint_least64_t *m, uint64_t sample)
 {
@@ -40,7 +47,7 @@ int decode_route_class(int w, int h)
 
 void decode_route_gpu(decode_route *r, uint64_t pixels, uint64_t ns)
 {
-    if (pixels > 0)
+    if (pixels >= GPU_MIN_SAMPLE_PX)
         ewma(&r->gpu_ps_per_px, ns * 1000 / pixels);
 }
 

@@ -34,7 +34,8 @@ typedef struct decode_route {
 void decode_route_init(decode_route *r, int ngpus);
 
 /* A device stage of `pixels` compressed pixels kept its decoder busy for ns
- * (the longer of the host's call and the device's work). */
+ * (the longer of the host's call and the device's work). Stages under 4 MP
+ * are not counted (route.c). */
 void decode_route_gpu(decode_route *r, uint64_t pixels, uint64_t ns);
 
 /* A CPU decode (as the decode threads do it beside the GPU) of a w x h

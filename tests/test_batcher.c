@@ -680,7 +680,7 @@ static void push_compressed(queue *q, int id, const uint8_t *jpeg, size_t len)
     ck_assert_int_eq(queue_reserve(q, 1, &slot), 0);
     uint64_t now = clock_now_us();
     queue_item it = { .req = (void *)(intptr_t)(id + 1), .image = 0, .slot = slot, .fd = -1, .jpeg = jpeg,
-                      .jpeg_len = len, .w = 64, .h = 48, .enqueued_us = now, .deadline_us = now + 60000000u };
+                      .jpeg_len = len, .w = 2000, .h = 1500, .enqueued_us = now, .deadline_us = now + 60000000u };
     queue_push(q, &it, 1);
 }
 

@@ -48,8 +48,11 @@ START_TEST(means_follow_measurements_per_size_class)
     for (int i = 0; i < 100; i++)
         decode_route_gpu(&r, 64ull * 500000, 4000000);
     ck_assert_uint_lt(decode_route_gpu_ps(&r) > 125 ? decode_route_gpu_ps(&r) - 125 : 125 - decode_route_gpu_ps(&r), 3);
+    /* a small stage, whatever it cost, is no sample */
+    decode_route_gpu(&r, 64 * 48, 3600000);
+    ck_assert_uint_lt(decode_route_gpu_ps(&r), 130);
     /* one outlier moves the mean by an eighth of the difference */
-    decode_route_gpu(&r, 1000, 1000000);   /* 1,000,000 ps a pixel */
+    decode_route_gpu(&r, 8ull * MP, 8000000000ull);   /* 1,000,000 ps a pixel */
     ck_assert_uint_gt(decode_route_gpu_ps(&r), 100000);
     ck_assert_uint_lt(decode_route_gpu_ps(&r), 130000);
     /* and the decision uses the current means */
