@@ -17,9 +17,9 @@ static const uint64_t seed_cpu_ps[ROUTE_CPU_CLASSES] = { 12000, 6000, 3000 };
 #define CPU_MARGIN 2
 
 /* A stage of fewer pixels is no sample of the GPU's cost: its fixed cost
- * per call dominates (a small JPEG alone measured 1.18 s a megapixel on an H200,
- * and at that mean every later image looked sooner on the CPU, so the GPU
- * got none to measure again). The router matters once a backlog builds,
+ * per call dominates (a small JPEG alone measured 1.18 s a megapixel on
+ * an H200, and at that mean every later image looked sooner on the CPU,
+ * so the GPU got none to measure again). The router matters once a backlog builds,
  * and then stages are larger. */
 #define GPU_MIN_SAMPLE_PX 4000000u
 
