@@ -122,9 +122,10 @@ static const config_option options[] = {
     { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
     { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
       "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },
-    { "body_memory_bytes", BYTES(body_memory_bytes, 1024, 1L << 40), "1G",
+    { "body_memory_bytes", BYTES_AUTO(body_memory_bytes, 1024, 1L << 40), "auto",
       "memory for all request bodies being received, and the CPU decodes running, together; past it requests "
-      "get 503", NULL },
+      "get 503; auto: an eighth of the memory this process may use (physical, or its cgroup's limit), "
+      "1G to 16G", NULL },
     { "max_pixels", BYTES(max_pixels, 1, 1L << 30), "64M",
       "largest decoded image, width x height (suffixes K, M, G); larger ones get 413", NULL },
     { "request_timeout_ms", INT(request_timeout_ms, 1, 3600000), "10000",
@@ -429,7 +430,7 @@ int config_validate(const config *c, char *err, size_t errlen)
                  c->tls_key[0] ? "tls_key without tls_certificate" : "tls_certificate without tls_key");
         return -1;
     }
-    if (c->body_memory_bytes < c->max_body_bytes) {
+    if (c->body_memory_bytes != CONFIG_AUTO && c->body_memory_bytes < c->max_body_bytes) {
         snprintf(err, errlen, "body_memory_bytes %ld is smaller than max_body_bytes %ld: "
                  "a body of the largest size could never be received", c->body_memory_bytes, c->max_body_bytes);
         return -1;
@@ -443,8 +444,19 @@ int config_validate(const config *c, char *err, size_t errlen)
     return 0;
 }
 
-void config_resolve(config *c, int cuda, long ncpus)
+/* body_memory_bytes = auto: 512 uploads of 12 MP photos (2-5 MB each)
+ * overflowed the old fixed 1G; an eighth of memory leaves the rest to the
+ * model, the queue and the system, and 1G (never less: max_body_bytes is
+ * at most 1G) to 16G bounds it on small and very large hosts. */
+#define BODY_MEMORY_MIN (1LL << 30)
+#define BODY_MEMORY_MAX (16LL << 30)
+
+void config_resolve(config *c, int cuda, long ncpus, long long memory)
 {
+    if (c->body_memory_bytes == CONFIG_AUTO) {
+        long long b = memory / 8;
+        c->body_memory_bytes = (long)(b < BODY_MEMORY_MIN ? BODY_MEMORY_MIN : b > BODY_MEMORY_MAX ? BODY_MEMORY_MAX : b);
+    }
     if (c->max_batch_size == CONFIG_AUTO)
         c->max_batch_size = cuda ? 128 : 8;
     if (c->max_queue_delay_us == CONFIG_AUTO)

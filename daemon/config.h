@@ -111,8 +111,9 @@ void config_where(const config *c, const char *file, const char *name, char *buf
 int config_validate(const config *c, char *err, size_t errlen);
 
 /* Fills the "auto" options for the device the engine resolved to
- * (cuda != 0: a CUDA device) and the number of online CPUs. */
-void config_resolve(config *c, int cuda, long ncpus);
+ * (cuda != 0: a CUDA device), the CPUs and the bytes of memory this
+ * process may use (0: unknown). */
+void config_resolve(config *c, int cuda, long ncpus, long long memory);
 
 /* Parses preferred_batch_sizes into sizes[]; returns the count or -1. */
 int config_preferred_sizes(const char *s, int *sizes, int max, char *err, size_t errlen);

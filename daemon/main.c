@@ -60,6 +60,59 @@ static long usable_cpus(void)
     return n > 0 ? n : 1;
 }
 
+/* A cgroup's memory limit: the file below root/<dir>, or -1 (none, "max",
+ * or v1's "unlimited", a number near 2^63). */
+static long long cgroup_limit(const char *root, const char *dir, const char *file)
+{
+    char path[4300], buf[64];
+    snprintf(path, sizeof path, "%s%s/%s", root, strcmp(dir, "/") == 0 ? "" : dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long long v = -1;
+    if (fgets(buf, sizeof buf, f) && strncmp(buf, "max", 3) != 0)
+        v = strtoll(buf, NULL, 10);
+    fclose(f);
+    return v > 0 && v < (1LL << 60) ? v : -1;
+}
+
+/* Memory this process may use, which the "auto" memory budget follows: the
+ * physical memory, or less where a cgroup (systemd's MemoryMax=, a
+ * container's limit; v2, or v1's memory controller) caps this process's
+ * group or one above it; 0 when unknown. */
+static long long usable_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    long long mem = pages > 0 && page > 0 ? (long long)pages * page : 0;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return mem;
+    char line[4096], dir[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *root, *file, *p;
+        if (strncmp(line, "0::", 3) == 0) {
+            root = "/sys/fs/cgroup", file = "memory.max", p = line + 3;
+        } else if ((p = strstr(line, ":memory:")) != NULL) {
+            root = "/sys/fs/cgroup/memory", file = "memory.limit_in_bytes", p += 8;
+        } else {
+            continue;
+        }
+        snprintf(dir, sizeof dir, "%.4000s", p);
+        dir[strcspn(dir, "\n")] = '\0';
+        for (;;) {   /* this group, then each one above it */
+            long long lim = cgroup_limit(root, dir, file);
+            if (lim > 0 && (mem == 0 || lim < mem))
+                mem = lim;
+            char *slash = strrchr(dir, '/');
+            if (!slash || slash == dir)
+                break;
+            *slash = '\0';
+        }
+    }
+    fclose(f);
+    return mem;
+}
+
 /* The engine for device (d, index) as given configures it; *resolved gets
  * given with its "auto" options resolved for the device found. */
 static engine *create_engine(const config *given, engine_device d, int index, config *resolved,
@@ -71,8 +124,9 @@ static engine *create_engine(const config *given, engine_device d, int index, co
         return NULL;
     }
     long ncpus = usable_cpus();
+    long long memory = usable_memory();
     *resolved = *given;
-    config_resolve(resolved, ec.device == ENGINE_DEVICE_CUDA, ncpus);
+    config_resolve(resolved, ec.device == ENGINE_DEVICE_CUDA, ncpus, memory);
     ec.max_batch = (int)resolved->max_batch_size;
     ec.threads = (int)given->engine_threads;
     ec.deterministic = config_bool(given->deterministic);
@@ -82,7 +136,7 @@ static engine *create_engine(const config *given, engine_device d, int index, co
     /* device=auto: the defaults depend on what engine_create found. */
     if (ec.device == ENGINE_DEVICE_AUTO && e->device == ENGINE_DEVICE_CUDA) {
         *resolved = *given;
-        config_resolve(resolved, 1, ncpus);
+        config_resolve(resolved, 1, ncpus, memory);
         if (resolved->max_batch_size != ec.max_batch) {
             engine_destroy(e);
             ec.device = ENGINE_DEVICE_CUDA;

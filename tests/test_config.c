@@ -252,20 +252,27 @@ START_TEST(auto_values_resolve_per_device)
 {
     config c;
     config_defaults(&c);
-    config_resolve(&c, 0, 2);
+    config_resolve(&c, 0, 2, 0);
     ck_assert_int_eq(c.max_batch_size, 8);
     ck_assert_int_eq(c.max_queue_delay_us, 4000);
     ck_assert_int_eq(c.queue_capacity, 64);
     ck_assert_int_eq(c.threads, 2);
+    ck_assert_int_eq(c.body_memory_bytes, 1L << 30);   /* memory unknown: 1G */
     config_defaults(&c);
-    config_resolve(&c, 1, 1);
+    config_resolve(&c, 1, 1, 128LL << 30);
     ck_assert_int_eq(c.max_batch_size, 128);
     ck_assert_int_eq(c.queue_capacity, 1024);
     ck_assert_int_eq(c.threads, 2);
+    ck_assert_int_eq(c.body_memory_bytes, 16L << 30);  /* an eighth, at most 16G */
+    config_defaults(&c);
+    config_resolve(&c, 1, 1, 48LL << 30);
+    ck_assert_int_eq(c.body_memory_bytes, 6L << 30);
     char err[256];
     config_defaults(&c);
     ck_assert_int_eq(config_set(&c, "max_batch_size", "32", err, sizeof err), 0);
-    config_resolve(&c, 0, 8);
+    ck_assert_int_eq(config_set(&c, "body_memory_bytes", "300M", err, sizeof err), 0);
+    config_resolve(&c, 0, 8, 4LL << 30);
+    ck_assert_int_eq(c.body_memory_bytes, 300L << 20);
     ck_assert_int_eq(c.max_batch_size, 32);       /* explicit values stay */
     ck_assert_int_eq(c.queue_capacity, 256);
 }

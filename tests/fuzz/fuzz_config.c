@@ -18,6 +18,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     (void)config_validate(&c, err, sizeof err);
-    config_resolve(&c, 0, 4);
+    config_resolve(&c, 0, 4, 0);
     return 0;
 }
