@@ -118,7 +118,7 @@ static const config_option options[] = {
       "CPU; auto: 4G, at most an eighth of the device's memory", NULL },
     { "cpu_decode_assist", INT_AUTO(cpu_decode_assist, 0, 1000000), "auto",
       "with GPU decoding, when the decode threads decode JPEGs the GPU could take: auto: each one the CPU finishes "
-      "before the GPU's measured backlog would; N: all while at least N images wait in the queue; 0: never", NULL },
+      "in under half the time the GPU's measured backlog (queued and being decoded) would take; N: all while at least N images wait in the queue; 0: never", NULL },
     { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
     { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
       "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },
