@@ -125,7 +125,7 @@ static const config_option options[] = {
     { "body_memory_bytes", BYTES_AUTO(body_memory_bytes, 1024, 1L << 40), "auto",
       "memory for all request bodies being received, and the CPU decodes running, together; past it requests "
       "get 503; auto: an eighth of the memory this process may use (physical, or its cgroup's limit), "
-      "1G to 16G", NULL },
+      "1G to 16G (under 4G of memory, a quarter)", NULL },
     { "max_pixels", BYTES(max_pixels, 1, 1L << 30), "64M",
       "largest decoded image, width x height (suffixes K, M, G); larger ones get 413", NULL },
     { "request_timeout_ms", INT(request_timeout_ms, 1, 3600000), "10000",
@@ -446,16 +446,18 @@ int config_validate(const config *c, char *err, size_t errlen)
 
 /* body_memory_bytes = auto: 512 uploads of 12 MP photos (2-5 MB each)
  * overflowed the old fixed 1G; an eighth of memory leaves the rest to the
- * model, the queue and the system, and 1G (never less: max_body_bytes is
- * at most 1G) to 16G bounds it on small and very large hosts. */
+ * model, the queue and the system. At least 1G (the old default; large
+ * progressive JPEGs need ~600 MB to decode) unless memory is under 4G,
+ * then a quarter of it; at most 16G; never under max_body_bytes. */
 #define BODY_MEMORY_MIN (1LL << 30)
 #define BODY_MEMORY_MAX (16LL << 30)
 
 void config_resolve(config *c, int cuda, long ncpus, long long memory)
 {
     if (c->body_memory_bytes == CONFIG_AUTO) {
-        long long b = memory / 8;
-        c->body_memory_bytes = (long)(b < BODY_MEMORY_MIN ? BODY_MEMORY_MIN : b > BODY_MEMORY_MAX ? BODY_MEMORY_MAX : b);
+        long long lo = memory > 0 && memory / 4 < BODY_MEMORY_MIN ? memory / 4 : BODY_MEMORY_MIN, b = memory / 8;
+        b = b < lo ? lo : b > BODY_MEMORY_MAX ? BODY_MEMORY_MAX : b;
+        c->body_memory_bytes = (long)(b < c->max_body_bytes ? c->max_body_bytes : b);
     }
     if (c->max_batch_size == CONFIG_AUTO)
         c->max_batch_size = cuda ? 128 : 8;

@@ -103,10 +103,12 @@ static long long usable_memory(void)
             long long lim = cgroup_limit(root, dir, file);
             if (lim > 0 && (mem == 0 || lim < mem))
                 mem = lim;
+            /* up to the hierarchy's root, read last: in a container it is
+             * the container's own group, where its limit is */
             char *slash = strrchr(dir, '/');
-            if (!slash || slash == dir)
+            if (!slash || strcmp(dir, "/") == 0)
                 break;
-            *slash = '\0';
+            slash[slash == dir] = '\0';
         }
     }
     fclose(f);

@@ -19,8 +19,9 @@ static const uint64_t seed_cpu_ps[ROUTE_CPU_CLASSES] = { 12000, 6000, 3000 };
 /* A stage of fewer pixels is no sample of the GPU's cost: its fixed cost
  * per call dominates (a small JPEG alone measured 1.18 s a megapixel on
  * an H200, and at that mean every later image looked sooner on the CPU,
- * so the GPU got none to measure again). The router matters once a backlog builds,
- * and then stages are larger. */
+ * so the GPU got none to measure again). The router matters once a
+ * backlog builds, and then stages are larger; where they never reach 4 MP
+ * (thumbnails, small batches) the seed stands. */
 #define GPU_MIN_SAMPLE_PX 4000000u
 
 /* New samples weigh 1/8: a few batches move the mean, one outlier does not. */
@@ -61,7 +62,7 @@ void decode_route_cpu(decode_route *r, int w, int h, uint64_t ns)
 int decode_route_cpu_sooner(uint64_t cpu_ps, uint64_t gpu_ps, int ngpus, int w, int h, uint64_t backlog_px)
 {
     uint64_t px = (uint64_t)w * (uint64_t)h;
-    /* in picoseconds: 12 MP at 100 ns a pixel is 1.2e18, inside 64 bits */
+    /* in picoseconds: 64 MP at 1 us a pixel, twice, is 1.3e14, far inside 64 bits */
     uint64_t cpu = px * cpu_ps * CPU_MARGIN, gpu = (backlog_px + px) * gpu_ps / (uint64_t)(ngpus > 0 ? ngpus : 1);
     return cpu < gpu;
 }

@@ -267,7 +267,14 @@ START_TEST(auto_values_resolve_per_device)
     config_defaults(&c);
     config_resolve(&c, 1, 1, 48LL << 30);
     ck_assert_int_eq(c.body_memory_bytes, 6L << 30);
+    config_defaults(&c);
+    config_resolve(&c, 0, 1, 2LL << 30);                 /* a 2G container: a quarter */
+    ck_assert_int_eq(c.body_memory_bytes, 512L << 20);
     char err[256];
+    config_defaults(&c);
+    ck_assert_int_eq(config_set(&c, "max_body_bytes", "800M", err, sizeof err), 0);
+    config_resolve(&c, 0, 1, 2LL << 30);                 /* never under max_body_bytes */
+    ck_assert_int_eq(c.body_memory_bytes, 800L << 20);
     config_defaults(&c);
     ck_assert_int_eq(config_set(&c, "max_batch_size", "32", err, sizeof err), 0);
     ck_assert_int_eq(config_set(&c, "body_memory_bytes", "300M", err, sizeof err), 0);

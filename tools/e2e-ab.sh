@@ -45,21 +45,26 @@ for rev in $REVS; do
     desc="$desc $t=$rev"
     i=$((i + 1))
 done
+[ ${#trees[@]} -gt 0 ] || { echo "e2e-ab: REVS names no tree" >&2; exit 2; }
 jobs=$(( ${JOBS:-16} / ${#trees[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 # Link the libjpeg whose header the build uses (device-env.sh's), as gpu-check.sh does.
 ldflags=
 [ -n "${LIBRARY_PATH:-}" ] && ldflags="-L${LIBRARY_PATH%%:*}"
+cuda=--with-cuda
+[ "$DEVICE" = cpu ] && cuda=--without-cuda
 build() {
     cd "$1" && autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
-        ../configure --with-cuda LDFLAGS="$ldflags" >configure.txt 2>&1 &&
+        ../configure "$cuda" LDFLAGS="$ldflags" >configure.txt 2>&1 &&
         make -j"$jobs" resnetd resnetd-load resnetd-bench tools/make-corpus >build.txt 2>&1 ||
         { tail -20 build.txt configure.txt 2>/dev/null; echo "e2e-ab: building $1 FAILED" >&2; return 1; }
 }
 s0=$(date +%s)
 pids=()
 for t in "${trees[@]}"; do build "$work/$t" & pids+=($!); done
-for p in "${pids[@]}"; do wait "$p" || exit 1; done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=1; done   # all of them, before the trap removes their trees
+[ "$failed" = 0 ] || exit 1
 echo "builds: $(( $(date +%s) - s0 )) s; $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1);$desc"
 for t in "${trees[@]}"; do
     echo "$t: $(ldd "$work/$t/b/resnetd" | grep -c microhttpd) libmicrohttpd"
