@@ -87,13 +87,19 @@ struct http_server {
 /* Each pool thread's index, 0 to threads - 1, given on its first call. */
 static _Thread_local int worker_index = -1;
 
-static void set_phase(http_conn *c, conn_phase p)
+/* enter_phase with c->mu held; set_phase takes it. */
+static void enter_phase(http_conn *c, conn_phase p)
 {
-    pthread_mutex_lock(&c->mu);
     c->phase = p;
     c->since_us = clock_now_us();
     c->body_bytes = 0;
     c->eof_scans = 0;
+}
+
+static void set_phase(http_conn *c, conn_phase p)
+{
+    pthread_mutex_lock(&c->mu);
+    enter_phase(c, p);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -259,10 +265,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         read_head(mc, url, method, version, &h);
         pthread_mutex_lock(&c->mu);
         c->woken = 0;
-        c->phase = CONN_BODY;
-        c->since_us = clock_now_us();
-        c->body_bytes = 0;
-        c->eof_scans = 0;
+        enter_phase(c, CONN_BODY);
         c->body_len = h.content_length;
         pthread_mutex_unlock(&c->mu);
         c->in_head = 1;

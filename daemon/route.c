@@ -11,9 +11,9 @@ static const uint64_t seed_cpu_ps[ROUTE_CPU_CLASSES] = { 12000, 6000, 3000 };
  * waits for the GPU stage of its batch, its decodes share cores with the
  * HTTP and pipeline threads, and the GPU's mean per pixel, taken at
  * whatever batch sizes ran, overstates what one more image adds to a
- * batch. At 1 (the means alone), 64 connections of 0.58 MP sent a fifth
- * of the images to the CPU with the GPU far from saturated, and p99 rose
- * from 10.4 to 15 ms (H200). */
+ * batch. At 1 (the means alone) the CPU took 18% of 0.58 MP photos at
+ * 64-512 connections, and p99 at 64, where the GPU is far from
+ * saturated, rose from 10.4 to 15 ms (H200). */
 #define CPU_MARGIN 2
 
 /* A stage of fewer pixels is no sample of the GPU's cost: its fixed cost
