@@ -133,7 +133,10 @@ static const config_option options[] = {
     { "drain_timeout_ms", INT(drain_timeout_ms, 0, 3600000), "30000",
       "on SIGTERM, longest wait for accepted requests before exiting", NULL },
     { "connection_limit", INT(connection_limit, 1, 1000000), "1024",
-      "most simultaneous client connections", NULL },
+      "most client connections served at once; connections that have sent nothing yet wait outside it", NULL },
+    { "client_connection_limit", INT_AUTO(client_connection_limit, 0, 1000000), "auto",
+      "most connections from one client address, open or waiting for their first bytes; more get 503; "
+      "0: no limit (behind a proxy); auto: half of connection_limit", NULL },
     { "connection_timeout_s", INT(connection_timeout_s, 1, 3600), "30",
       "an idle or stalled connection is closed after this long", NULL },
     { "header_timeout_s", INT(header_timeout_s, 1, 3600), "10",
@@ -469,6 +472,8 @@ void config_resolve(config *c, int cuda, long ncpus, long long memory)
         c->threads = ncpus / 4 < 2 ? 2 : ncpus / 4 > 8 ? 8 : ncpus / 4;
     if (c->decode_threads == CONFIG_AUTO)
         c->decode_threads = ncpus < 1 ? 1 : ncpus;
+    if (c->client_connection_limit == CONFIG_AUTO)
+        c->client_connection_limit = c->connection_limit / 2 < 1 ? 1 : c->connection_limit / 2;
 }
 
 int config_preferred_sizes(const char *s, int *sizes, int max, char *err, size_t errlen)

@@ -42,6 +42,7 @@ typedef struct config {
     long request_timeout_ms;      /* our per-request deadline (504) */
     long drain_timeout_ms;        /* SIGTERM: longest wait for in-flight requests */
     long connection_limit;
+    long client_connection_limit; /* per client address; 0: none */
     long connection_timeout_s;    /* idle connections are closed */
     long header_timeout_s;        /* a request's headers must arrive within this (slowloris) */
     long min_body_rate;           /* bytes/s a body must average after header_timeout_s; 0: none */

@@ -20,7 +20,18 @@
  * byte every few seconds resets. A reaper thread judges every connection
  * a few times a second (conn.h) and shuts a slow one's socket down, which
  * libmicrohttpd sees as the client gone: the request ends undelivered.
- * It also closes uploads whose client has gone (see client_left). */
+ * It also answers and closes uploads whose client has ended its side (see
+ * client_left).
+ *
+ * Connections come from admission (daemon/admit.h), which accepts on the
+ * listening socket and hands them over with MHD_add_connection; this file
+ * tells it how many are open and closes the ones it asks to evict.
+ *
+ * Answers libmicrohttpd cannot queue (it takes one only once the body has
+ * ended) are written on the socket directly, plain HTTP only: an answer
+ * given mid-body, and the 400 for a client that ended its side
+ * mid-request. libmicrohttpd is then not writing on that connection (it
+ * is reading a head or a body). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -33,8 +44,10 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <linux/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "daemon/admit.h"
 #include "daemon/conn.h"
 #include "daemon/http.h"
 #include "daemon/log.h"
@@ -42,6 +55,8 @@
 
 #define SCAN_INTERVAL_US 200000     /* slow clients outlive their bound by at most this */
 #define EOF_SCANS 3                 /* an abandoned upload is closed after 0.4-0.6 s */
+#define PRESSURE_HEAD_US 1000000    /* under pressure a head is due within this */
+#define DISCARD_MAX (64u << 20)     /* body bytes dropped after an answer, over HTTPS */
 
 struct http_conn {
     http_server *s;
@@ -56,6 +71,12 @@ struct http_conn {
     int in_head, head_body;     /* in request(); the request announced a body */
     struct MHD_Response *pending;   /* answered in request() without a body: queued on the next call */
     unsigned pending_status;
+    int pending_at_end;         /* pending was answered mid-body (HTTPS): queued when the body ends */
+    uint64_t discarded;
+    int raw_sent;               /* answered on the socket directly: delivered */
+    int v2;                     /* an Open Inference Protocol path: its error form */
+    uint64_t rx_base;           /* bytes received when the connection last waited for a head */
+    admit_client *cl;           /* its address's count */
 
     pthread_mutex_t mu;         /* guards the rest: shared with http_wake and the reaper */
     int suspended, woken;
@@ -65,6 +86,8 @@ struct http_conn {
     int eof_scans;              /* scans that saw the client's end of file, body_bytes unchanged */
     uint64_t eof_bytes;
     int slow;                   /* shut down by the reaper */
+    int evicted;                /* shut down for admission */
+    int incomplete;             /* the client ended its side mid-request: answered 400 */
 };
 
 struct http_server {
@@ -72,6 +95,9 @@ struct http_server {
     http_handler h;
     struct MHD_Daemon *d;
     int lfd, port;
+    admit *adm;
+    atomic_long handover;       /* given to libmicrohttpd, not yet started */
+    atomic_ullong incomplete_head;
     atomic_int quiesced;
     atomic_int next_worker;
     pthread_mutex_t mu;         /* guards conns and stop */
@@ -101,6 +127,68 @@ static void set_phase(http_conn *c, conn_phase p)
     pthread_mutex_lock(&c->mu);
     enter_phase(c, p);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- answers on the socket --------------------------------------------------- */
+
+/* Payload bytes the kernel has received on fd (the client's FIN counts
+ * one); -1 where the kernel does not say. */
+static int tcp_received(int fd, uint64_t *out)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return -1;
+    *out = ti.tcpi_bytes_received;
+    return 0;
+}
+
+/* The client closed its side. libmicrohttpd 0.9.75 reads that end of
+ * file in the middle of a body without closing the connection, which then
+ * waits for the rest until the idle timeout, holding its slot. */
+static int client_left(int fd)
+{
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* A 400 for a client that ended its side mid-request; plain HTTP only.
+ * Returns 0 when written. */
+static int answer_incomplete(http_conn *c, const char *message)
+{
+    char buf[1024];
+    if (c->s->l.tls)
+        return -1;
+    size_t n = admit_error_answer(buf, sizeof buf, 400, "incomplete_request", message, c->v2, 0);
+    return n > 0 ? admit_send(c->fd, buf, n) : -1;
+}
+
+/* r written on the socket, then our side closed: libmicrohttpd cannot
+ * queue an answer while a body arrives. The body is the layer's. */
+static int respond_raw(http_conn *c, const http_response *r)
+{
+    char head[1024], retry[40] = "", allow[160] = "", extra[320] = "";
+    const char *reason = MHD_get_reason_phrase_for((unsigned)r->status);
+    if (r->retry_after > 0)
+        snprintf(retry, sizeof retry, "Retry-After: %d\r\n", r->retry_after);
+    if (r->allow)
+        snprintf(allow, sizeof allow, "Allow: %s\r\n", r->allow);
+    if (r->extra_name && r->extra_value)
+        snprintf(extra, sizeof extra, "%s: %s\r\n", r->extra_name, r->extra_value);
+    int n = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s%s"
+                     "Connection: close\r\n\r\n", r->status, reason && *reason ? reason : "Error",
+                     r->content_type ? r->content_type : "application/octet-stream", r->body ? r->len : 0,
+                     retry, allow, extra);
+    int rc = n > 0 && (size_t)n < sizeof head && admit_send(c->fd, head, (size_t)n) == 0 &&
+             (!r->body || admit_send(c->fd, r->body, r->len) == 0) ? 0 : -1;
+    free(r->body);
+    shutdown(c->fd, SHUT_WR);
+    c->answered = 1;
+    c->drop = 1;
+    c->raw_sent = rc == 0;
+    set_phase(c, CONN_SERVER);
+    return rc;
 }
 
 /* ---- the head ----------------------------------------------------------- */
@@ -261,6 +349,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     if (!*ctx) {
         *ctx = c;
         c->answered = c->drop = c->body_ended = 0;
+        c->raw_sent = c->pending_at_end = 0;
+        c->discarded = 0;
+        c->v2 = strncmp(url, "/v2", 3) == 0;
         http_head h;
         read_head(mc, url, method, version, &h);
         pthread_mutex_lock(&c->mu);
@@ -277,6 +368,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
             return MHD_NO;
         c->in_request = 1;
         return c->drop ? MHD_NO : MHD_YES;
+    }
+    if (c->pending && c->pending_at_end && *upload_size > 0) {
+        c->discarded += *upload_size;
+        *upload_size = 0;
+        return c->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
     }
     if (c->pending) {
         struct MHD_Response *resp = c->pending;
@@ -342,10 +438,18 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     c->req = NULL;
     pthread_mutex_lock(&c->mu);
     int slow = c->slow;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !slow && !c->incomplete && !c->answered &&
+        c->phase == CONN_BODY && client_left(c->fd) &&
+        answer_incomplete(c, "the client ended its side before the request body was complete") == 0)
+        c->incomplete = 1;
+    int incomplete = c->incomplete;
+    c->incomplete = 0;
     pthread_mutex_unlock(&c->mu);
     set_phase(c, CONN_HEADERS);
-    s->h.done(s->h.cls, req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? HTTP_END_DELIVERED
-                             : slow ? HTTP_END_SLOW : HTTP_END_GONE);
+    if (tcp_received(c->fd, &c->rx_base) != 0)
+        c->rx_base = UINT64_MAX;
+    s->h.done(s->h.cls, req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->raw_sent ? HTTP_END_DELIVERED
+                             : incomplete ? HTTP_END_INCOMPLETE : slow ? HTTP_END_SLOW : HTTP_END_GONE);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx,
@@ -355,9 +459,13 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         http_conn *c = calloc(1, sizeof *c);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        atomic_fetch_sub(&s->handover, 1);
         if (!c || !ci || pthread_mutex_init(&c->mu, NULL) != 0) {
             free(c);
             *socket_ctx = NULL;   /* its requests are refused: on_access closes it */
+            const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+            if (ai && ai->client_addr)
+                admit_closed(s->adm, admit_client_of(s->adm, ai->client_addr), 0);
             return;
         }
         c->s = s;
@@ -365,6 +473,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
         c->fd = ci->connect_fd;
         c->phase = CONN_HEADERS;
         c->since_us = clock_now_us();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        c->cl = ai && ai->client_addr ? admit_client_of(s->adm, ai->client_addr) : NULL;
         pthread_mutex_lock(&s->mu);
         c->next = s->conns;
         if (s->conns)
@@ -378,6 +488,20 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     http_conn *c = *socket_ctx;
     if (!c)
         return;
+    /* A client that ended its side in the middle of a head: a 400 unless
+     * something was answered (libmicrohttpd's own refusals). */
+    pthread_mutex_lock(&c->mu);
+    int unanswered = c->phase == CONN_HEADERS && !c->slow && !c->evicted && !c->in_request;
+    int evicted = c->evicted;
+    pthread_mutex_unlock(&c->mu);
+    const union MHD_ConnectionInfo *st = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_HTTP_STATUS);
+    uint64_t rx;
+    if (unanswered && !s->l.tls && (!st || st->http_status == 0) && c->rx_base != UINT64_MAX &&
+        tcp_received(c->fd, &rx) == 0 && rx >= c->rx_base + 2 && client_left(c->fd)) {
+        c->v2 = 0;
+        if (answer_incomplete(c, "the client ended its side before the request head was complete") == 0)
+            atomic_fetch_add(&s->incomplete_head, 1);
+    }
     /* Still open here (libmicrohttpd closes the socket later), so the
      * reaper, under the same mutex, never shuts down a reused fd. */
     pthread_mutex_lock(&s->mu);
@@ -389,6 +513,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
         c->next->prev = c->prev;
     pthread_mutex_unlock(&s->mu);
     atomic_fetch_sub(&s->nconns, 1);
+    admit_closed(s->adm, c->cl, evicted);
     if (c->pending)
         MHD_destroy_response(c->pending);
     pthread_mutex_destroy(&c->mu);
@@ -405,15 +530,6 @@ static size_t on_unescape(void *cls, struct MHD_Connection *mc, char *str)
 
 /* ---- slow clients ---------------------------------------------------------- */
 
-/* The client closed its side. libmicrohttpd 0.9.75 reads that end of
- * file in the middle of a body without closing the connection, which then
- * waits for the rest until the idle timeout, holding its slot. */
-static int client_left(int fd)
-{
-    char b;
-    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
-
 static void *reaper_main(void *arg)
 {
     http_server *s = arg;
@@ -421,6 +537,9 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         uint64_t now = clock_now_us();
+        lim.header_timeout_us = s->l.header_timeout_us;
+        if (admit_pressure(s->adm) && lim.header_timeout_us > PRESSURE_HEAD_US)
+            lim.header_timeout_us = PRESSURE_HEAD_US;
         for (http_conn *c = s->conns; c; c = c->next) {
             pthread_mutex_lock(&c->mu);
             if (!c->slow && !c->suspended &&
@@ -439,8 +558,11 @@ static void *reaper_main(void *arg)
                     c->eof_scans = 0;
                     c->eof_bytes = c->body_bytes;
                 }
-                if (++c->eof_scans >= EOF_SCANS)
+                if (++c->eof_scans >= EOF_SCANS) {
+                    if (answer_incomplete(c, "the client ended its side before the request body was complete") == 0)
+                        c->incomplete = 1;
                     shutdown(c->fd, SHUT_RDWR);
+                }
             }
             pthread_mutex_unlock(&c->mu);
         }
@@ -455,6 +577,60 @@ static void *reaper_main(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* ---- admission's callbacks ------------------------------------------------------ */
+
+static long open_conns(void *cls)
+{
+    http_server *s = cls;
+    return atomic_load(&s->nconns) + atomic_load(&s->handover);
+}
+
+static int hand_over(void *cls, int fd, const struct sockaddr *addr, socklen_t alen)
+{
+    http_server *s = cls;
+    atomic_fetch_add(&s->handover, 1);
+    if (MHD_add_connection(s->d, fd, addr, alen) != MHD_YES) {   /* it closed fd */
+        atomic_fetch_sub(&s->handover, 1);
+        return -1;
+    }
+    return 0;
+}
+
+static int evictable(const http_conn *c)
+{
+    return c->phase == CONN_HEADERS && !c->slow && !c->evicted && !c->suspended;
+}
+
+static long evict(void *cls, long n)
+{
+    http_server *s = cls;
+    long done = 0;
+    pthread_mutex_lock(&s->mu);
+    while (done < n) {
+        http_conn *old = NULL;
+        uint64_t old_since = 0;
+        for (http_conn *c = s->conns; c; c = c->next) {
+            pthread_mutex_lock(&c->mu);
+            if (evictable(c) && (!old || c->since_us < old_since)) {
+                old = c;
+                old_since = c->since_us;
+            }
+            pthread_mutex_unlock(&c->mu);
+        }
+        if (!old)
+            break;
+        pthread_mutex_lock(&old->mu);
+        if (evictable(old)) {   /* its head may have come meanwhile */
+            old->evicted = 1;
+            shutdown(old->fd, SHUT_RDWR);
+            done++;
+        }
+        pthread_mutex_unlock(&old->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return done;
 }
 
 /* ---- the API --------------------------------------------------------------- */
@@ -517,7 +693,11 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
     s->port = bound_port(s->lfd);
     unsigned idle_s = (unsigned)((l->idle_timeout_us + 999999) / 1000000);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO |
-                     (addr->sa_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (l->tls ? MHD_USE_TLS : 0);
+                     MHD_USE_NO_LISTEN_SOCKET | (l->tls ? MHD_USE_TLS : 0);
+    /* Admission keeps to connection_limit. libmicrohttpd's own limit, split
+     * between its threads, only bounds descriptors: past it a connection
+     * would be closed unanswered and uncounted. */
+    unsigned mhd_limit = (unsigned)(l->connection_limit * 2 + 64);
     if (l->tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         snprintf(err, errlen, "HTTPS: this libmicrohttpd was built without TLS");
         goto fail;
@@ -525,10 +705,9 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
     /* Without TLS the option list ends where the certificate's begin. */
     const char *cert = l->tls ? l->tls->cert_pem : "", *key = l->tls ? l->tls->key_pem : "";
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
-                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->lfd,
                             MHD_OPTION_STRICT_FOR_CLIENT, 1,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->l.threads > 1 ? s->l.threads : 0),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)l->connection_limit,
+                            MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, l->conn_memory,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -542,6 +721,14 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
                  l->tls ? " (is the key the certificate's, both PEM, the key unencrypted?)" : "");
         goto fail;
     }
+    admit_limits al = { .connection_limit = l->connection_limit, .client_limit = l->client_limit,
+                        .pending_limit = l->pending_limit > 0 ? l->pending_limit : l->connection_limit,
+                        .header_timeout_us = l->header_timeout_us, .tls = l->tls != NULL };
+    admit_ops ops = { .cls = s, .open = open_conns, .hand_over = hand_over, .evict = evict };
+    s->adm = admit_start(s->lfd, &al, &ops, err, errlen);
+    if (!s->adm)
+        goto fail;
+    s->lfd = -1;   /* admission's */
     if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
         snprintf(err, errlen, "cannot start the slow-client thread");
         goto fail;
@@ -560,6 +747,9 @@ int http_port(const http_server *s)
 
 int http_respond(http_conn *c, const http_response *r)
 {
+    int mid_body = !c->in_head && !c->body_ended;
+    if (mid_body && !c->s->l.tls)
+        return respond_raw(c, r);
     struct MHD_Response *resp =
         r->body ? MHD_create_response_from_buffer_with_free_callback(r->len, r->body, free)
                 : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -589,6 +779,12 @@ int http_respond(http_conn *c, const http_response *r)
         c->pending = resp;
         c->pending_status = (unsigned)r->status;
         set_phase(c, CONN_SERVER);
+        return 0;
+    }
+    if (ok && mid_body) {   /* HTTPS: libmicrohttpd queues it once the body has ended */
+        c->pending = resp;
+        c->pending_status = (unsigned)r->status;
+        c->pending_at_end = 1;
         return 0;
     }
     if (!ok || MHD_queue_response(c->mc, (unsigned)r->status, resp) != MHD_YES) {
@@ -640,17 +836,26 @@ long http_connections(http_server *s)
 
 unsigned long long http_dropped_slow(http_server *s)
 {
-    return atomic_load(&s->dropped_slow);
+    admit_counters a;
+    admit_counters_get(s->adm, &a);
+    return atomic_load(&s->dropped_slow) + a.first_byte_timeout;
+}
+
+void http_counters_get(http_server *s, http_counters *out)
+{
+    admit_counters a;
+    admit_counters_get(s->adm, &a);
+    *out = (http_counters){ .refused_limit = a.refused_limit, .refused_client = a.refused_client,
+                            .refused_fds = a.refused_fds, .evicted = a.evicted,
+                            .first_byte_timeout = a.first_byte_timeout, .not_http = a.not_http,
+                            .incomplete_head = atomic_load(&s->incomplete_head), .pending = a.pending };
 }
 
 void http_quiesce(http_server *s)
 {
     if (atomic_exchange(&s->quiesced, 1))
         return;
-    MHD_socket fd = MHD_quiesce_daemon(s->d);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
-    s->lfd = -1;
+    admit_quiesce(s->adm);
 }
 
 void http_stop(http_server *s)
@@ -664,6 +869,7 @@ void http_stop(http_server *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->reaper, NULL);
     }
+    admit_stop(s->adm);   /* before libmicrohttpd: nothing is handed over after */
     if (s->d)
         MHD_stop_daemon(s->d);
     if (s->lfd >= 0)

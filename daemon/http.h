@@ -23,7 +23,20 @@
  * and its body at min_rate bytes/s on average once header_timeout has
  * passed (daemon/conn.h decides); such connections are closed. A
  * connection silent for idle_timeout is closed. While the handler holds
- * a request the client is not timed. */
+ * a request the client is not timed.
+ *
+ * Admission (connection pressure): the layer accepts connections itself.
+ * A connection is handed to libmicrohttpd only once its first bytes look
+ * like HTTP (or TLS on an HTTPS listener): idle sockets wait outside the
+ * connection limit, in a table of their own, and other bytes get 400 at
+ * once. An address over client_limit (pending and open together) gets
+ * 503 with Retry-After; under pressure (the table half full, or three
+ * quarters of connection_limit open) the first byte and a head are due
+ * within a second. At the limit, open connections without a complete
+ * head are closed, oldest first, for requests that wait; a request that
+ * cannot get a slot within a second gets 503. Plain-HTTP refusals are
+ * written without blocking, and every refusal is counted
+ * (http_counters). */
 #ifndef RESNETD_HTTP_H
 #define RESNETD_HTTP_H
 
@@ -75,7 +88,9 @@ typedef struct http_tls {
 
 typedef struct http_limits {
     int threads;                /* worker threads */
-    long connection_limit;      /* open connections; more are closed at once */
+    long connection_limit;      /* connections libmicrohttpd serves at once */
+    long client_limit;          /* connections from one address (waiting or open); 0: no limit */
+    long pending_limit;         /* connections waiting for their first bytes; 0: connection_limit */
     uint64_t header_timeout_us;
     uint64_t min_rate;          /* body bytes/s; 0: none */
     uint64_t idle_timeout_us;   /* a connection silent this long is closed */
@@ -88,6 +103,7 @@ typedef enum {
     HTTP_END_DELIVERED,         /* its answer was sent */
     HTTP_END_GONE,              /* the connection closed first */
     HTTP_END_SLOW,              /* closed as a slow client (conn.h) */
+    HTTP_END_INCOMPLETE,        /* the client ended its side mid-request: the layer answered 400 */
 } http_end;
 
 typedef struct http_handler {
@@ -128,7 +144,10 @@ int http_port(const http_server *s);
 /* Answers the request on c: only from a handler callback for c. The body
  * is the layer's from here, also on failure. A HEAD request gets the
  * headers only. Returns 0, or -1 when the answer cannot be sent (the
- * connection is closed and done() reports it undelivered). */
+ * connection is closed and done() reports it undelivered). Given while
+ * the body is still arriving (over a limit, say), the answer goes at once
+ * and the connection closes after it; over HTTPS it goes when the body
+ * has ended (the rest is read and dropped, 64 MiB at most). */
 int http_respond(http_conn *c, const http_response *r);
 
 /* Closes c after the current callback without an answer. */
@@ -152,6 +171,19 @@ int http_worker(const http_conn *c);
 /* Open connections; connections dropped as too slow since start. */
 long http_connections(http_server *s);
 unsigned long long http_dropped_slow(http_server *s);
+
+/* What admission did since start (counters) and holds now. */
+typedef struct http_counters {
+    unsigned long long refused_limit;     /* 503: no slot came free within a second */
+    unsigned long long refused_client;    /* 503: the address is over client_limit */
+    unsigned long long refused_fds;       /* 503: out of file descriptors */
+    unsigned long long evicted;           /* closed without a complete head, for a waiting request */
+    unsigned long long first_byte_timeout;/* closed having sent nothing (in dropped_slow too) */
+    unsigned long long not_http;          /* 400: the first bytes were not HTTP */
+    unsigned long long incomplete_head;   /* 400: the client closed its side mid-head */
+    long pending;                         /* waiting for their first bytes or a slot */
+} http_counters;
+void http_counters_get(http_server *s, http_counters *out);
 
 /* Stops accepting and closes the listening socket; open connections
  * carry on, and each closes after its next answer. */

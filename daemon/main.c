@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +279,27 @@ static int wait_for_zero(server *srv, long (*count)(server *), long ms)
 #define EXIT_BAD_FILE 3
 #define TLS_PEM_MAX (1 << 20)   /* a certificate chain or key file */
 
+/* Every connection, open or waiting for its first bytes, is a descriptor:
+ * the soft limit is raised to the hard one (the soft default, 1024, is
+ * below what the default connection_limit needs), and a limit still too
+ * low is named at start-up rather than found under load. */
+static void raise_fd_limit(const config *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return;
+    }
+    rlim_t need = (rlim_t)c->connection_limit * 2 + 256;   /* open + waiting, files, threads */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        log_warn("the file descriptor limit (%llu) is below what connection_limit %ld needs (%llu): beyond it "
+                 "connections get 503; raise LimitNOFILE or ulimit -n", (unsigned long long)rl.rlim_cur,
+                 c->connection_limit, (unsigned long long)need);
+}
+
 int main(int argc, char **argv)
 {
     char err[1024];
@@ -466,6 +488,7 @@ int main(int argc, char **argv)
             log_error("%s", err);
             return 1;
         }
+    raise_fd_limit(&rc);
     if (!(rl = reloader_start(argc, argv, &cfg, inf, ndev, err, sizeof err)) ||
         !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, rt, &bodies, tls_pem[0] ? &tls : NULL, err,
                              sizeof err))) {

@@ -154,6 +154,8 @@ static atomic_llong batches_in_flight;
 static atomic_int ready;
 static atomic_llong connections_open;
 static counter connections_dropped_slow;
+static metrics_admission admission;
+static pthread_mutex_t admission_mu = PTHREAD_MUTEX_INITIALIZER;
 static counter body_memory_bytes;
 static counter body_memory_limit_bytes;
 static counter gpu_memory_bytes;
@@ -253,6 +255,13 @@ void metrics_set_connections(long open, unsigned long long dropped_slow)
 {
     atomic_store_explicit(&connections_open, open, memory_order_relaxed);
     atomic_store_explicit(&connections_dropped_slow, dropped_slow, memory_order_relaxed);
+}
+
+void metrics_set_admission(const metrics_admission *a)
+{
+    pthread_mutex_lock(&admission_mu);
+    admission = *a;
+    pthread_mutex_unlock(&admission_mu);
 }
 
 static int (*gpu_probe)(metrics_gpu_reading *out, int max);
@@ -623,6 +632,29 @@ char *metrics_render(size_t *len)
                   "Connections closed for not sending a request's headers within header_timeout_s "
                   "(idle kept-alive ones included) or a body below min_body_rate.");
     buf_printf(&b, "resnetd_slow_connections_dropped_total %llu\n", load(&connections_dropped_slow));
+    pthread_mutex_lock(&admission_mu);
+    metrics_admission adm = admission;
+    pthread_mutex_unlock(&admission_mu);
+    render_header(&b, "resnetd_connections_pending", "gauge",
+                  "Connections accepted that wait for their first bytes or for a slot under connection_limit.");
+    buf_printf(&b, "resnetd_connections_pending %ld\n", adm.pending);
+    render_header(&b, "resnetd_connections_refused_total", "counter",
+                  "Connections answered 503 and closed at admission: no slot within a second (connection_limit), "
+                  "the address over client_connection_limit, or the process out of file descriptors.");
+    buf_printf(&b, "resnetd_connections_refused_total{reason=\"connection_limit\"} %llu\n", adm.refused_limit);
+    buf_printf(&b, "resnetd_connections_refused_total{reason=\"client_connection_limit\"} %llu\n",
+               adm.refused_client);
+    buf_printf(&b, "resnetd_connections_refused_total{reason=\"no_descriptors\"} %llu\n", adm.refused_fds);
+    render_header(&b, "resnetd_connections_closed_total", "counter",
+                  "Connections closed at admission: evicted (no complete head, for a waiting request or a full "
+                  "table), first_byte_timeout (nothing sent; also in resnetd_slow_connections_dropped_total), "
+                  "not_http (400: the first bytes were not HTTP), incomplete_head (400: the client ended its "
+                  "side mid-head).");
+    buf_printf(&b, "resnetd_connections_closed_total{reason=\"evicted\"} %llu\n", adm.evicted);
+    buf_printf(&b, "resnetd_connections_closed_total{reason=\"first_byte_timeout\"} %llu\n",
+               adm.first_byte_timeout);
+    buf_printf(&b, "resnetd_connections_closed_total{reason=\"not_http\"} %llu\n", adm.not_http);
+    buf_printf(&b, "resnetd_connections_closed_total{reason=\"incomplete_head\"} %llu\n", adm.incomplete_head);
     render_header(&b, "resnetd_body_memory_bytes", "gauge",
                   "Memory held by request bodies being received or decoded, in bytes.");
     buf_printf(&b, "resnetd_body_memory_bytes %llu\n", load(&body_memory_bytes));

@@ -46,6 +46,14 @@ void metrics_add_batches_in_flight(int delta);
 void metrics_set_ready(int ready);
 /* Open client connections, and how many were dropped as too slow. */
 void metrics_set_connections(long open, unsigned long long dropped_slow);
+
+/* What admission refused and closed (daemon/admit.h), and holds now. */
+typedef struct metrics_admission {
+    unsigned long long refused_limit, refused_client, refused_fds;
+    unsigned long long evicted, not_http, incomplete_head, first_byte_timeout;
+    long pending;
+} metrics_admission;
+void metrics_set_admission(const metrics_admission *a);
 /* Bytes of request bodies buffered now, and the budget's cap. */
 void metrics_set_body_memory(size_t used, size_t cap);
 /* One GPU's telemetry (daemon/gputel.h); a value < 0 is unknown and not

@@ -342,6 +342,12 @@ static int v2_begin(server *s, request *r, http_conn *c, const http_head *h)
         return send_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);
     }
     const char *hl = http_header(h, "Inference-Header-Content-Length");
+    for (int i = 0; hl && i < h->nheaders; i++)
+        if (strcasecmp(h->headers[i].name, "Inference-Header-Content-Length") == 0 &&
+            strcmp(h->headers[i].value, hl) != 0)
+            /* Two framings of one body: refused, as two Content-Lengths are. */
+            return send_error(s, r, c, 400, "bad_request", "more than one Inference-Header-Content-Length", 0,
+                              NULL, 1);
     if (hl && (r->v2_header_len = v2_parse_header_length(hl, (size_t)s->max_body_bytes)) < 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "Inference-Header-Content-Length '%.60s' is not a length up to max_body_bytes", hl);
@@ -924,6 +930,12 @@ static int answer_get(server *s, request *r, http_conn *c)
         /* Through c: s->http is not set yet for a request that arrives
          * while http_start returns. */
         metrics_set_connections(http_connections(http_server_of(c)), http_dropped_slow(http_server_of(c)));
+        http_counters hc;
+        http_counters_get(http_server_of(c), &hc);
+        metrics_set_admission(&(metrics_admission){
+            .refused_limit = hc.refused_limit, .refused_client = hc.refused_client, .refused_fds = hc.refused_fds,
+            .evicted = hc.evicted, .not_http = hc.not_http, .incomplete_head = hc.incomplete_head,
+            .first_byte_timeout = hc.first_byte_timeout, .pending = hc.pending });
         metrics_set_body_memory(budget_used(s->bodies), budget_cap(s->bodies));
         body = metrics_render(&len);
         return send_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);
@@ -1183,8 +1195,19 @@ static void on_body(void *cls, http_conn *c, void *req, const char *data, size_t
     if (r->state != REQ_RECEIVING || !takes_body(r->route))
         return;
     int small = r->route == ROUTE_LOAD || r->route == ROUTE_INDEX;
-    if ((small ? load_body(r, data, n) : classify_body(s, r, data, n)) != 0)
+    if ((small ? load_body(r, data, n) : classify_body(s, r, data, n)) != 0) {
         http_drop(c);
+    } else if (r->too_large) {
+        /* Answered now, not after the rest, which may never come: the
+         * connection closes after the answer. */
+        int rc;
+        if (!small)
+            refuse_body(s, r, c, &rc);
+        else
+            send_error(s, r, c, 413, "too_large", r->route == ROUTE_LOAD
+                       ? "the load request's body is larger than 64 KiB"
+                       : "the index request's body is larger than 64 KiB", 0, NULL, 1);
+    }
 }
 
 /* The body is complete: checked, and handed to the decode pool or the
@@ -1232,6 +1255,11 @@ static void on_done(void *cls, void *req, http_end how)
         /* Closed for its rate: a 408 the client would not have read. */
         metrics_reject(METRICS_REJECT_SLOW_CLIENT);
         code = 408;
+    } else if (how == HTTP_END_INCOMPLETE && code == 0) {
+        /* The client ended its side mid-request; the layer answered. */
+        metrics_reject(METRICS_REJECT_BAD_INPUT);
+        code = 400;
+        delivered = 1;
     } else if (code == 0 || (code == 200 && !delivered)) {
         /* The client went away before its answer (or while sending). */
         metrics_reject(METRICS_REJECT_CLIENT_GONE);
@@ -1341,6 +1369,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     http_limits lim = {
         .threads = (int)cfg->threads,
         .connection_limit = cfg->connection_limit,
+        .client_limit = cfg->client_connection_limit,
         .header_timeout_us = (uint64_t)cfg->header_timeout_s * 1000000u,
         .min_rate = (uint64_t)cfg->min_body_rate,
         .idle_timeout_us = (uint64_t)cfg->connection_timeout_s * 1000000u,

@@ -148,7 +148,8 @@ def check_h2_slow_clients_are_dropped(opts):
     # idle timeout) and 5 trickling a body at 100 B/s, against a limit of
     # 48: each must be dropped within header_timeout_s (2 s) plus slack.
     d = Daemon(opts, "--connection-limit", "48", "--connection-timeout-s", "2",
-               *(opt(opts, "header-timeout-s", 2) + opt(opts, "min-body-rate", "1K")))
+               *(opt(opts, "header-timeout-s", 2) + opt(opts, "min-body-rate", "1K") +
+                 opt(opts, "client-connection-limit", 0)))
     socks = []
     try:
         for i in range(40):
@@ -523,6 +524,263 @@ def check_body_memory_budget_gives_503(opts):
     return "announced and chunked bodies past 1 MB: 503 memory_full + Retry-After; released after"
 
 
+# ---- round 2 (issue 39): admission, and every refusal an answer ------------------
+
+ATTACK_ADDR = "127.0.0.2"   # attack traffic's source; the legitimate client is 127.0.0.1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from hostile_load import idle_attack  # noqa: E402
+
+
+def raise_fd_limit():
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def check_f1_idle_sockets_from_one_address(opts):
+    # Default limits. 1,500 idle sockets from 127.0.0.2 that reconnect as
+    # dropped: the address may hold half of connection_limit, the rest get
+    # 503 at once; the legitimate client on 127.0.0.1 is served throughout
+    # (at 2ca644f, 1,100 such sockets failed 581 of 584 requests).
+    raise_fd_limit()
+    d = Daemon(opts)
+    stop = threading.Event()
+    stats = {"503": 0, "dropped": 0, "connect_failed": 0}
+    t = threading.Thread(target=idle_attack, args=(d.port, 1500, stop.is_set, stats, ATTACK_ADDR))
+    try:
+        time.sleep(0.5)
+        base_fds = fd_count(d.proc.pid)
+        t.start()
+        time.sleep(2)
+        lat, bad = [], []
+        body = jpeg(opts)
+        t_end = time.time() + 6
+        while time.time() < t_end:
+            t0 = time.time()
+            try:
+                got = raw(d.port, b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                          b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body, limit_s=10)
+                st = status_of(got)
+            except OSError as e:
+                st, got = None, repr(e).encode()
+            if st == 200:
+                lat.append(time.time() - t0)
+            else:
+                bad.append((st, got[:120]))
+        text = d.metrics()
+        stop.set()
+        t.join()
+        lat.sort()
+        assert len(lat) >= 0.99 * (len(lat) + len(bad)) and lat, (len(lat), bad[:3])
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        assert p99 < 2.0, p99
+        refused = metric(text, "resnetd_connections_refused_total", {"reason": "client_connection_limit"})
+        assert refused and refused >= 100 and stats["503"] >= 100, (refused, stats)
+        deadline = time.time() + 10
+        while time.time() < deadline and fd_count(d.proc.pid) > base_fds + 2:
+            time.sleep(0.2)
+        fds = fd_count(d.proc.pid)
+        assert fds <= base_fds + 2, (fds, base_fds)
+        assert metric(d.metrics(), "resnetd_connections_pending") == 0
+    finally:
+        stop.set()
+        if t.is_alive():
+            t.join()
+        assert d.stop() == 0
+    return "%d/%d legitimate 200, p99 %.3f s; %d refusals answered 503 (%d counted); fds back to %d" % (
+        len(lat), len(lat) + len(bad), p99, stats["503"], refused, fds)
+
+
+def check_f1_eviction_and_the_limit(opts):
+    # connection_limit 8. Eight connections with half a head: a request
+    # that arrives evicts the oldest and is served. Eight connections in
+    # the middle of bodies cannot be evicted: a request gets 503 +
+    # Retry-After after waiting a second, counted.
+    d = Daemon(opts, "--connection-limit", "8", "--client-connection-limit", "0")
+    socks = []
+    try:
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+            socks.append(s)
+            time.sleep(0.02)
+        time.sleep(0.3)
+        t0 = time.time()
+        got = raw(d.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_of(got) == 200, got[:200]
+        took = time.time() - t0
+        assert took < 1.0, took
+        assert socks[0].recv(100) == b"", "the oldest was not the one evicted"
+        assert metric(d.metrics(), "resnetd_connections_closed_total", {"reason": "evicted"}) >= 1
+        for s in socks:
+            s.close()
+        socks = []
+        time.sleep(0.3)
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                      b"Content-Length: 10000000\r\n\r\n\xff\xd8")
+            socks.append(s)
+        # Bodies at 20 KB/s each: above min_body_rate, never evictable.
+        sending = threading.Event()
+
+        def trickle():
+            while not sending.is_set():
+                for s in socks:
+                    try:
+                        s.send(b"\xff" * 2000)
+                    except OSError:
+                        pass
+                time.sleep(0.1)
+        tr = threading.Thread(target=trickle)
+        tr.start()
+        time.sleep(0.3)
+        t0 = time.time()
+        try:
+            got = raw(d.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        finally:
+            took = time.time() - t0
+            sending.set()
+            tr.join()
+        assert status_of(got) == 503, got[:200]
+        e = json_error(got)
+        assert e["code"] == "connection_limit", e
+        assert re.search(rb"(?i)\r\nretry-after: *[1-9]", got), got[:300]
+        assert 0.8 < took < 3, took
+        for s in socks:
+            s.close()
+        socks = []
+        text = wait_metric(d, "resnetd_connections_refused_total", {"reason": "connection_limit"}, 1, 5)
+        assert text == 1, text
+    finally:
+        for s in socks:
+            s.close()
+        assert d.stop() == 0
+    return "a waiting request evicted the oldest head-less connection; 8 bodies in progress: " \
+           "503 connection_limit after %.1f s, counted" % took
+
+
+def check_f2_chunked_body_over_the_limit_gets_413_at_once(opts):
+    # max_body_bytes 64K; a chunked body past it, whose last chunk never
+    # comes: 413 at once, then the connection closes (at 2ca644f: no answer
+    # until the last chunk, and a reset past 32 MiB).
+    d = Daemon(opts, "--max-body-bytes", "64K")
+    try:
+        for path, form in (("/classify", "api"), ("/v2/models/resnet18/infer", "v2")):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+            ct = b"image/jpeg" if form == "api" else b"application/json"
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      % (path.encode(), ct))
+            t0 = time.time()
+            try:
+                for _ in range(10):
+                    s.sendall(b"%x\r\n" % 10000 + b"\xff" * 10000 + b"\r\n")
+            except OSError:
+                pass
+            got = recv_all(s, 5)
+            took = time.time() - t0
+            s.close()
+            assert status_of(got) == 413, (path, got[:300])
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert re.search(rb"(?i)\r\nconnection: close", head), head
+            e = json.loads(body)
+            if form == "api":
+                assert e["error"]["code"] == "too_large", e
+            else:
+                assert set(e) == {"error"} and "limit" in e["error"], e
+            assert took < 3, took
+        assert wait_metric(d, "resnetd_requests_total", {"code": "413"}, 2, 5) == 2
+        classify_ok(d, opts)
+    finally:
+        assert d.stop() == 0
+    return "chunked bodies over 64K without their last chunk: 413 at once on /classify and /v2 (%.2f s)" % took
+
+
+def check_f3_two_inference_header_lengths(opts):
+    d = Daemon(opts)
+    try:
+        body = b'{"inputs":[]}'
+        got = raw(d.port, b"POST /v2/models/resnet18/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/octet-stream\r\nInference-Header-Content-Length: 13\r\n"
+                  b"Inference-Header-Content-Length: 5\r\nContent-Length: 13\r\n\r\n" + body)
+        assert status_of(got) == 400, got[:300]
+        e = json.loads(got.partition(b"\r\n\r\n")[2])
+        assert "more than one Inference-Header-Content-Length" in e["error"], e
+    finally:
+        assert d.stop() == 0
+    return "two different Inference-Header-Content-Length: 400, as two Content-Lengths"
+
+
+def check_f5_half_close_mid_request_gets_400(opts):
+    # An incomplete request, then shutdown(SHUT_WR): a 400 that says so,
+    # counted (at 2ca644f: a bare close).
+    d = Daemon(opts)
+    try:
+        cases = [("head", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b"),
+                 ("body", b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                          b"Content-Length: 1000\r\n\r\n\xff\xd8\xff"),
+                 ("v2 body", b"POST /v2/models/resnet18/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 1000\r\n\r\n{\"inputs\"")]
+        before = d.metrics()
+        for name, payload in cases:
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+            s.sendall(payload)
+            time.sleep(0.2)
+            s.shutdown(socket.SHUT_WR)
+            t0 = time.time()
+            got = recv_all(s, 5)
+            s.close()
+            assert status_of(got) == 400, (name, got[:300])
+            e = json.loads(got.partition(b"\r\n\r\n")[2])
+            if name == "v2 body":
+                assert "ended its side" in e["error"], e
+            else:
+                assert e["error"]["code"] == "incomplete_request" and "ended its side" in e["error"]["message"], e
+            assert time.time() - t0 < 2.5, (name, time.time() - t0)
+        text = d.metrics()
+        assert metric(text, "resnetd_connections_closed_total", {"reason": "incomplete_head"}) == 1, text
+        n400 = (metric(text, "resnetd_requests_total", {"code": "400"}) or 0) - \
+               (metric(before, "resnetd_requests_total", {"code": "400"}) or 0)
+        assert n400 == 2, n400
+        # A client that half-closes after a complete request still gets its answer.
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        got = recv_all(s, 5)
+        s.close()
+        assert status_of(got) == 200, got[:200]
+    finally:
+        assert d.stop() == 0
+    return "half-closed mid-head, mid-body, mid-v2-body: 400 incomplete_request, counted"
+
+
+def check_f6_bytes_that_are_not_http_get_400_at_once(opts):
+    d = Daemon(opts)
+    hello = bytes.fromhex("160301") + b"\x00\xa5\x01\x00\x00\xa1\x03\x03" + os.urandom(32)
+    cases = [("binary junk", b"\x00\x01\x02\x03\xfe\xff" * 10, "not an HTTP"),
+             ("TLS ClientHello", hello, "TLS handshake"),
+             ("bare CR", b"GET /healthz HTTP/1.1\rHost: x\r\r", "bare CR")]
+    try:
+        for name, payload, why in cases:
+            t0 = time.time()
+            got = raw(d.port, payload, limit_s=5)
+            took = time.time() - t0
+            assert status_of(got) == 400, (name, got[:200])
+            e = json_error(got)
+            assert e["code"] == "not_http" and why in e["message"], (name, e)
+            assert took < 1.0, (name, took)
+        assert metric(d.metrics(), "resnetd_connections_closed_total", {"reason": "not_http"}) == len(cases)
+        classify_ok(d, opts)
+    finally:
+        assert d.stop() == 0
+    return "binary junk, a TLS ClientHello, bare CRs: 400 not_http at once, counted"
+
+
 CHECKS = [
     ("h1_aborted_uploads_free_their_slots", check_h1_aborted_uploads_free_their_slots, False),
     ("h2_slow_clients_are_dropped", check_h2_slow_clients_are_dropped, False),
@@ -536,6 +794,12 @@ CHECKS = [
     ("l9_get_bodies_are_not_read", check_l9_get_bodies_are_not_read, False),
     ("l10_announced_lengths_reserve_nothing", check_l10_announced_lengths_reserve_nothing, False),
     ("body_memory_budget_gives_503", check_body_memory_budget_gives_503, False),
+    ("f1_idle_sockets_from_one_address", check_f1_idle_sockets_from_one_address, False),
+    ("f1_eviction_and_the_limit", check_f1_eviction_and_the_limit, False),
+    ("f2_chunked_body_over_the_limit_gets_413_at_once", check_f2_chunked_body_over_the_limit_gets_413_at_once, False),
+    ("f3_two_inference_header_lengths", check_f3_two_inference_header_lengths, False),
+    ("f5_half_close_mid_request_gets_400", check_f5_half_close_mid_request_gets_400, False),
+    ("f6_bytes_that_are_not_http_get_400_at_once", check_f6_bytes_that_are_not_http_get_400_at_once, False),
 ]
 
 

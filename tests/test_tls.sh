@@ -48,7 +48,10 @@ out=$(grep "https://localhost:8443" blocks.sh | sed "s/localhost:8443/localhost:
 code=$(curl -s -o body.json -w '%{http_code}' --cacert cert.pem --data-binary @"$ref/jpeg/s224x224.jpg" \
     -H 'Content-Type: image/jpeg' "https://localhost:$port/classify?top_k=3")
 [ "$code" = 200 ] && grep -q '"predictions"' body.json || fail "classify over HTTPS: $code $(cat body.json)"
-curl -s -m 5 -o /dev/null "http://127.0.0.1:$port/healthz" && fail "plain HTTP answered on the HTTPS port"
+# Plain HTTP on the HTTPS port: a plain 400 that says so, not a served request.
+code=$(curl -s -m 5 -o plain.json -w '%{http_code}' "http://127.0.0.1:$port/healthz")
+[ "$code" = 400 ] && grep -q '"not_http".*https://' plain.json ||
+    fail "plain HTTP on the HTTPS port: $code $(cat plain.json)"
 curl -s -m 5 -o /dev/null "https://localhost:$port/healthz" && fail "a client without the CA trusted the server"
 curl -s --cacert cert.pem "https://localhost:$port/healthz" >/dev/null || fail "the daemon stopped serving"
 kill -TERM $pid
