@@ -589,8 +589,13 @@ void admit_stop(admit *a)
     }
     while (a->waiting.head)
         pend_free(a, &a->waiting, a->waiting.head);
-    while (a->ready.head)
-        pend_free(a, &a->ready, a->ready.head);
+    while (a->ready.head) {   /* they sent a request: it is answered */
+        pend *p = a->ready.head;
+        int fd = p->fd;
+        p->fd = -1;
+        pend_free(a, &a->ready, p);
+        refuse(a, fd, !a->l.tls, 503, "shutting_down", "the server is shutting down", NULL);
+    }
     if (a->lfd >= 0)
         close(a->lfd);
     if (a->ep >= 0)

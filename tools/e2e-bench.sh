@@ -194,6 +194,10 @@ fi
 
 # --- daemon ------------------------------------------------------------------
 log=$out/resnetd.log
+# The load generator is one address: no per-address limit (where the
+# daemon has one; e2e-ab.sh runs older trees too).
+"$builddir/resnetd" --help 2>/dev/null | grep -q -- --client-connection-limit &&
+  daemon_args="--client-connection-limit 0 $daemon_args"
 # shellcheck disable=SC2086  # daemon_pin and daemon_args are word lists
 $daemon_pin "$builddir/resnetd" --weights "$weights" --device "$device" --listen 127.0.0.1:0 \
   --labels "$here/etc/imagenet-classes.txt" --decode-threads "$threads" --decode "$decode" $daemon_args 2>"$log" &
