@@ -555,13 +555,13 @@ admit *admit_start(int lfd, const admit_limits *l, const admit_ops *ops, char *e
         epoll_ctl(a->ep, EPOLL_CTL_ADD, a->wake, &we) != 0) {
         snprintf(err, errlen, "the acceptor's epoll set: %s", strerror(errno));
         a->lfd = -1;   /* the caller's still */
-        admit_stop(a);
+        admit_free(a);
         return NULL;
     }
     if (pthread_create(&a->thread, NULL, admit_main, a) != 0) {
         snprintf(err, errlen, "cannot start the acceptor thread");
         a->lfd = -1;
-        admit_stop(a);
+        admit_free(a);
         return NULL;
     }
     a->running = 1;
@@ -586,6 +586,7 @@ void admit_stop(admit *a)
         atomic_store(&a->stop, 1);
         wake(a);
         pthread_join(a->thread, NULL);
+        a->running = 0;
     }
     while (a->waiting.head)
         pend_free(a, &a->waiting, a->waiting.head);
@@ -598,6 +599,15 @@ void admit_stop(admit *a)
     }
     if (a->lfd >= 0)
         close(a->lfd);
+    a->lfd = -1;
+    atomic_store(&a->listening, 0);
+}
+
+void admit_free(admit *a)
+{
+    if (!a)
+        return;
+    admit_stop(a);
     if (a->ep >= 0)
         close(a->ep);
     if (a->wake >= 0)

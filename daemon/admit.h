@@ -58,8 +58,11 @@ admit *admit_start(int lfd, const admit_limits *l, const admit_ops *ops, char *e
  * pending are still handed over. */
 void admit_quiesce(admit *a);
 
-/* Stops the thread and closes the connections still pending. */
+/* Stops the thread and closes the connections still pending (a request
+ * that came gets 503). Connections handed over may still report their
+ * close (admit_closed) until admit_free. */
 void admit_stop(admit *a);
+void admit_free(admit *a);
 
 /* The address entry of a connection handed over (for admit_closed);
  * NULL if none (the address was never admitted). */

@@ -869,9 +869,11 @@ void http_stop(http_server *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->reaper, NULL);
     }
-    admit_stop(s->adm);   /* before libmicrohttpd: nothing is handed over after */
+    if (s->adm)
+        admit_stop(s->adm);   /* before libmicrohttpd: nothing is handed over after */
     if (s->d)
-        MHD_stop_daemon(s->d);
+        MHD_stop_daemon(s->d);   /* its connections' closes still reach admission */
+    admit_free(s->adm);
     if (s->lfd >= 0)
         close(s->lfd);
     pthread_cond_destroy(&s->cv);
