@@ -356,6 +356,11 @@ int config_load(config *c, config_cli *cli, int argc, char **argv, char *err, si
         }
         const char *eq = strchr(a, '=');
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+        /* An unknown option is named as such, also as the last argument. */
+        if (strcmp(name, "config") != 0 && !config_find(name)) {
+            snprintf(err, errlen, "unknown option '--%.*s' (see --help)", (int)strcspn(a + 2, "="), a + 2);
+            return -1;
+        }
         if (!value) {
             snprintf(err, errlen, "%s needs a value", a);
             return -1;
@@ -364,10 +369,6 @@ int config_load(config *c, config_cli *cli, int argc, char **argv, char *err, si
             i++;
         if (strcmp(name, "config") == 0)
             cli->config_path = value;
-        else if (!config_find(name)) {
-            snprintf(err, errlen, "unknown option '--%.*s' (see --help)", (int)strcspn(a + 2, "="), a + 2);
-            return -1;
-        }
     }
     if (cli->help || cli->version)
         return 0;

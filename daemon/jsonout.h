@@ -30,4 +30,11 @@ static inline char *json_dump_line(json_t *j, size_t *len)
     return t;
 }
 
+/* A parse error's text for a client: jansson names its own flag for a
+ * \u0000 in a string, which means nothing to one. */
+static inline const char *json_error_for_client(const json_error_t *je)
+{
+    return strstr(je->text, "JSON_ALLOW_NUL") ? "a string contains \\u0000 (NUL), which is not allowed" : je->text;
+}
+
 #endif

@@ -6,11 +6,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "daemon/log.h"
+#include "model/utf8.h"
 
 static void log_line(int prio, const char *level, const char *fmt, va_list ap)
 {
-    char msg[1024];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[1024], msg[1024];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    /* Lines quote paths, config text and client bytes: bytes that are not
+     * UTF-8 are written as \xNN, not passed to the terminal or journal. */
+    utf8_sanitize(msg, sizeof msg, raw);
     char line[1100];
     int n;
     if (getenv("JOURNAL_STREAM"))

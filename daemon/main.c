@@ -45,6 +45,7 @@
 #include "model/labels.h"
 #include "model/resnet18.h"
 #include "model/textfile.h"
+#include "model/utf8.h"
 
 /* After drain_timeout_ms, queued requests are answered 503; batches already
  * in the engine, and images being decoded, get this much longer to finish. */
@@ -306,7 +307,8 @@ int main(int argc, char **argv)
     config cfg, rc;
     config_cli cli;
     if (config_load(&cfg, &cli, argc, argv, err, sizeof err) != 0) {
-        fprintf(stderr, "resnetd: %s\n", err);
+        char clean[1024];   /* config text is quoted: bytes that are not UTF-8 as \xNN */
+        fprintf(stderr, "resnetd: %s\n", utf8_sanitize(clean, sizeof clean, err));
         return EXIT_BAD_CONFIG;
     }
     if (cli.help) {

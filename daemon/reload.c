@@ -8,6 +8,7 @@
 #include <time.h>
 #include "config.h"
 #include "daemon/infer.h"
+#include "daemon/jsonout.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
@@ -93,7 +94,7 @@ int reload_parse_request(const uint8_t *body, size_t len, char *why, size_t whyl
     json_t *j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &e);
     int rc = -1;
     if (!j)
-        snprintf(why, whylen, "the body is not JSON: %s (at byte %d)", e.text, e.position);
+        snprintf(why, whylen, "the body is not JSON: %s (at byte %d)", json_error_for_client(&e), e.position);
     else if (!json_is_object(j))
         snprintf(why, whylen, "the body must be a JSON object");
     else {

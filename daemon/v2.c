@@ -531,7 +531,8 @@ int v2_parse_infer(const uint8_t *body, size_t len, long header_len, const v2_li
     json_error_t je;
     json_t *root = json_loadb((const char *)body, hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        fail(&p, 400, "bad_request", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+        fail(&p, 400, "bad_request", "malformed JSON at line %d column %d: %s", je.line, je.column,
+             json_error_for_client(&je));
     else
         parse_document(&p, root, bin, bin ? len - hlen : 0, parts);
     json_decref(root);

@@ -10,8 +10,10 @@
 #include "model/calib.h"
 #include "model/int8.h"
 #include "model/preprocess.h"
+#include "model/textfile.h"
 
 #define TARGET_BINS 128   /* int8 magnitudes 0..127 */
+#define CALIB_FILE_MAX (16u << 20)   /* a table is a few KB */
 
 const char *calib_tensor_name(int i)
 {
@@ -85,7 +87,16 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
 {
     json_error_t je;
     memset(t, 0, sizeof *t);
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* Read as a regular file first: json_load_file would wait forever on
+     * a FIFO. */
+    char *text, why_read[512];
+    size_t len;
+    if (textfile_read(path, CALIB_FILE_MAX, &text, &len, why_read, sizeof why_read) != 0) {
+        snprintf(err, errlen, "calibration table %s", why_read);
+        return -1;
+    }
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!root) {
         if (je.line < 1)
             snprintf(err, errlen, "calibration table %s: cannot read: %s", path, je.text);

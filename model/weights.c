@@ -229,7 +229,9 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     f->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: open() on a FIFO must not wait for a writer (a reload
+     * of one held every later reload). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return st_fail(err, errlen, path, "%s", strerror(errno));
     struct stat st;

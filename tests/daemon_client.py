@@ -984,6 +984,14 @@ def check_config_file_and_check_config(opts):
         assert p.returncode == 3 and "%s:2: weights: " % missing in p.stderr, p.stderr
         p = subprocess.run([opts.resnetd, "--device", "cpu"], capture_output=True, text=True)
         assert p.returncode == 2 and "weights: required" in p.stderr, p.stderr
+        # Bytes that are not UTF-8 in the file are quoted as \xNN, not
+        # passed to the terminal or journal raw (issue 39, F8).
+        latin = os.path.join(tmp, "latin1.conf")
+        with open(latin, "wb") as f:
+            f.write(b"weights = %s\n\xff\xfebogus = 1\n" % weights.encode())
+        p = subprocess.run([opts.resnetd, "--config", latin, "--check-config"], capture_output=True)
+        err = p.stderr.decode("utf-8")   # raises on raw bytes
+        assert p.returncode == 2 and "unknown option '\\xFF\\xFEbogus'" in err, (p.returncode, err)
         # The shipped config names the packaged weights path: without the
         # file there, a clear error naming its line, exit 3.
         sample = os.path.join(os.path.dirname(opts.labels), "resnetd.conf")

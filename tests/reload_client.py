@@ -190,6 +190,44 @@ def check_failed_reload_keeps_serving(opts):
     return "missing and corrupt weights: 400 / logged, version 1 kept serving; unapplied option named"
 
 
+def check_reload_of_a_fifo_does_not_hang(opts):
+    # Weights, then labels, that are FIFOs with no writer: each load answers
+    # 400 at once ("not a regular file"); a later load of the real files
+    # succeeds, and SIGTERM exits 0 promptly (issue 39, F4: at 2ca644f the
+    # first load hung, every later one with it, and SIGTERM exited 1 after
+    # 35 s).
+    d, cfg, tmp = reference_daemon(opts)
+    ref_weights = os.path.join(opts.ref, "weights.safetensors")
+    try:
+        fifo = os.path.join(tmp, "weights.fifo")
+        os.mkfifo(fifo)
+        for weights, labels in ((fifo, opts.labels), (ref_weights, fifo)):
+            write_config(cfg, weights, labels)
+            t0 = time.time()
+            d_conn = d.conn()
+            d_conn.timeout = 10
+            d_conn.request("POST", LOAD, b"", {"Content-Type": "application/json"})
+            r = d_conn.getresponse()
+            data = r.read()
+            d_conn.close()
+            assert r.status == 400, (r.status, data[:300])
+            err = json.loads(data)["error"]
+            assert "weights.fifo" in err and "not a regular file" in err, err
+            assert time.time() - t0 < 5, time.time() - t0
+        write_config(cfg, ref_weights, opts.labels)
+        status, _, data = d.request("POST", LOAD, b"", {"Content-Type": "application/json"})
+        assert status == 200, (status, data[:300])
+        assert metric(d.metrics(), "resnetd_model_version") == 2
+        t0 = time.time()
+        rc = d.stop()
+        took = time.time() - t0
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+    assert rc == 0 and took < 10, (rc, took)
+    return "weights and labels FIFOs: 400 'not a regular file' at once; the next load 200; SIGTERM exit 0 in %.2f s" % took
+
+
 def check_reload_to_a_fine_tune(opts):
     # From the 1000-class reference to reference.py's 10-class fine-tune and
     # its labels, under 16 clients: all 200, and the answers switch to the
@@ -267,6 +305,7 @@ def check_drain_answers_waiting_loads(opts):
 CHECKS = [
     ("reload_under_load", check_reload_under_load, False),
     ("failed_reload_keeps_serving", check_failed_reload_keeps_serving, False),
+    ("reload_of_a_fifo_does_not_hang", check_reload_of_a_fifo_does_not_hang, False),
     ("reload_to_a_fine_tune", check_reload_to_a_fine_tune, False),
     ("drain_answers_waiting_loads", check_drain_answers_waiting_loads, False),
 ]

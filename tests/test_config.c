@@ -225,6 +225,10 @@ START_TEST(bad_flags_are_named)
     ck_assert_msg(strstr(err, "--weights needs a value"), "%s", err);
     char *a4[] = { "resnetd", "stray", NULL };
     ck_assert_int_eq(config_load(&c, &cli, 2, a4, err, sizeof err), -1);
+    /* Unknown as the last argument: not "needs a value" (issue 39, F7). */
+    char *a5[] = { "resnetd", "--weights", "w", "--bogus", NULL };
+    ck_assert_int_eq(config_load(&c, &cli, 4, a5, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "unknown option '--bogus'"), "%s", err);
 }
 END_TEST
 
@@ -282,6 +286,15 @@ START_TEST(auto_values_resolve_per_device)
     ck_assert_int_eq(c.body_memory_bytes, 300L << 20);
     ck_assert_int_eq(c.max_batch_size, 32);       /* explicit values stay */
     ck_assert_int_eq(c.queue_capacity, 256);
+    ck_assert_int_eq(c.client_connection_limit, 512);   /* half of connection_limit */
+    config_defaults(&c);
+    ck_assert_int_eq(config_set(&c, "connection_limit", "3", err, sizeof err), 0);
+    config_resolve(&c, 0, 1, 0);
+    ck_assert_int_eq(c.client_connection_limit, 1);
+    config_defaults(&c);
+    ck_assert_int_eq(config_set(&c, "client_connection_limit", "0", err, sizeof err), 0);
+    config_resolve(&c, 0, 1, 0);
+    ck_assert_int_eq(c.client_connection_limit, 0);     /* no limit stays */
 }
 END_TEST
 

@@ -193,6 +193,12 @@ START_TEST(hostile_requests_are_refused_with_their_status)
         ck_assert_msg(rc == t[i].status, "case %zu: %d (%s), want %d", i, rc, err, t[i].status);
         ck_assert_msg(budget_used(&b) == 0, "case %zu left %zu bytes charged", i, budget_used(&b));
     }
+    /* A NUL in a string: said plainly, not as jansson's flag (issue 39, F7). */
+    request_part parts[8];
+    char err[256] = "";
+    v2_infer v;
+    ck_assert_int_eq(parse_with("{\"id\":\"a\\u0000b\",\"inputs\":[]}", NULL, 0, &b, &v, parts, err), 400);
+    ck_assert_msg(strstr(err, "contains \\u0000 (NUL)") && !strstr(err, "JSON_"), "%s", err);
 }
 END_TEST
 
