@@ -71,6 +71,7 @@ struct admit {
     atomic_long pending;            /* waiting + ready, for other threads */
     atomic_long evicting;           /* evicted, not yet closed */
     atomic_int wanted;              /* requests wait for a slot: a close wakes the thread */
+    uint64_t logged_us;             /* the last accept error logged */
 
     pthread_mutex_t mu;             /* the address table */
     admit_client **buckets;
@@ -109,6 +110,8 @@ static void list_remove(plist *l, pend *p)
     l->n--;
 }
 
+/* An IPv4 address, or an IPv6 /64: one host has a whole /64 to dial
+ * from. An IPv4 client of an IPv6 listener is its IPv4 address. */
 static int client_key(const struct sockaddr *addr, unsigned char key[17])
 {
     if (addr->sa_family == AF_INET) {
@@ -117,9 +120,15 @@ static int client_key(const struct sockaddr *addr, unsigned char key[17])
         return 5;
     }
     if (addr->sa_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a6)) {
+            key[0] = 4;
+            memcpy(key + 1, a6->s6_addr + 12, 4);
+            return 5;
+        }
         key[0] = 6;
-        memcpy(key + 1, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
-        return 17;
+        memcpy(key + 1, a6->s6_addr, 8);
+        return 9;
     }
     key[0] = 0;
     return 1;
@@ -141,9 +150,11 @@ static admit_client *client_find(admit *a, const unsigned char *key, int klen)
     return NULL;
 }
 
-/* One more connection from addr; NULL if the table is full. */
-static admit_client *client_acquire(admit *a, const struct sockaddr *addr)
+/* One more connection from addr; NULL if the table is full, or the
+ * address has client_limit already (*over set). */
+static admit_client *client_acquire(admit *a, const struct sockaddr *addr, int *over)
 {
+    *over = 0;
     unsigned char key[17];
     int klen = client_key(addr, key);
     pthread_mutex_lock(&a->mu);
@@ -157,8 +168,12 @@ static admit_client *client_acquire(admit *a, const struct sockaddr *addr)
         c->next = *b;
         *b = c;
     }
-    if (c)
+    if (c && a->l.client_limit > 0 && c->count >= a->l.client_limit) {
+        *over = 1;
+        c = NULL;   /* it holds others: not freed */
+    } else if (c) {
         c->count++;
+    }
     pthread_mutex_unlock(&a->mu);
     return c;
 }
@@ -313,17 +328,16 @@ int admit_pressure(admit *a)
 
 static void take(admit *a, int fd, const struct sockaddr_storage *addr, socklen_t alen)
 {
-    int plain = !a->l.tls;
-    admit_client *cl = client_acquire(a, (const struct sockaddr *)addr);
-    if (!cl) {
-        refuse(a, fd, plain, 503, "connection_limit", "too many connections; retry later", &a->refused_limit);
-        return;
-    }
-    if (a->l.client_limit > 0 && cl->count > a->l.client_limit) {
-        client_release(a, cl);
+    int plain = !a->l.tls, over;
+    admit_client *cl = client_acquire(a, (const struct sockaddr *)addr, &over);
+    if (over) {
         refuse(a, fd, plain, 503, "client_connection_limit",
                "this address has client_connection_limit connections open or opening; retry later",
                &a->refused_client);
+        return;
+    }
+    if (!cl) {
+        refuse(a, fd, plain, 503, "connection_limit", "too many connections; retry later", &a->refused_limit);
         return;
     }
     if (!a->spare.head && a->waiting.head) {   /* the table is full: its oldest silent one goes */
@@ -380,7 +394,14 @@ static void accept_all(admit *a)
                 a->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
             }
         } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            log_error("accept: %s", strerror(errno));
+            /* ENOBUFS, ENOMEM: the listening socket stays readable, so
+             * the thread would spin; it pauses, and logs once a second. */
+            uint64_t now = clock_now_us();
+            if (now - a->logged_us >= 1000000) {
+                log_error("accept: %s", strerror(errno));
+                a->logged_us = now;
+            }
+            usleep(10000);
         }
         return;
     }
@@ -445,11 +466,8 @@ static void hand_over_ready(admit *a)
     }
     if (a->ready.head) {
         long want = a->ready.n - atomic_load(&a->evicting);
-        if (want > 0) {
-            long k = a->ops.evict(a->ops.cls, want);
-            atomic_fetch_add(&a->evicting, k);
-            atomic_fetch_add(&a->evicted, (unsigned long long)k);
-        }
+        if (want > 0)
+            atomic_fetch_add(&a->evicted, (unsigned long long)a->ops.evict(a->ops.cls, want));
     }
     atomic_store(&a->wanted, a->ready.head != NULL);
 }
@@ -497,6 +515,11 @@ static void wake(admit *a)
         log_error("eventfd: %s", strerror(errno));
 }
 
+void admit_evicting(admit *a)
+{
+    atomic_fetch_add(&a->evicting, 1);
+}
+
 void admit_closed(admit *a, admit_client *cl, int evicted)
 {
     client_release(a, cl);
@@ -508,12 +531,13 @@ void admit_closed(admit *a, admit_client *cl, int evicted)
 
 /* ---- start and stop -------------------------------------------------------------- */
 
-admit *admit_start(int lfd, const admit_limits *l, const admit_ops *ops, char *err, size_t errlen)
+int admit_start(admit **slot, int lfd, const admit_limits *l, const admit_ops *ops, char *err, size_t errlen)
 {
     admit *a = calloc(1, sizeof *a);
+    *slot = NULL;
     if (!a) {
         snprintf(err, errlen, "out of memory");
-        return NULL;
+        return -1;
     }
     a->l = *l;
     if (a->l.pending_limit < 1)
@@ -536,7 +560,7 @@ admit *admit_start(int lfd, const admit_limits *l, const admit_ops *ops, char *e
         free(a->cpool);
         free(a->buckets);
         free(a);
-        return NULL;
+        return -1;
     }
     for (long i = 0; i < a->l.pending_limit; i++) {
         a->slots[i].fd = -1;
@@ -556,17 +580,19 @@ admit *admit_start(int lfd, const admit_limits *l, const admit_ops *ops, char *e
         snprintf(err, errlen, "the acceptor's epoll set: %s", strerror(errno));
         a->lfd = -1;   /* the caller's still */
         admit_free(a);
-        return NULL;
+        return -1;
     }
+    atomic_store(&a->listening, 1);
+    *slot = a;
     if (pthread_create(&a->thread, NULL, admit_main, a) != 0) {
         snprintf(err, errlen, "cannot start the acceptor thread");
+        *slot = NULL;
         a->lfd = -1;
         admit_free(a);
-        return NULL;
+        return -1;
     }
     a->running = 1;
-    atomic_store(&a->listening, 1);
-    return a;
+    return 0;
 }
 
 void admit_quiesce(admit *a)

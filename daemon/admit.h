@@ -7,10 +7,11 @@
  * This is what keeps idle sockets from taking the service down: they wait
  * here, outside the limit, in a table of pending_limit entries (the oldest
  * closed when it is full), and past a first-byte timeout (header_timeout,
- * a second under pressure). Each address may hold client_limit
- * connections, pending and open together; more get 503 + Retry-After.
- * At the limit, open connections without a complete head are closed,
- * oldest first (the evict callback), for requests that wait; one that
+ * a second under pressure). Each address (an IPv6 /64) may hold
+ * client_limit connections, pending and open together; more get 503 + Retry-After.
+ * At the limit, open connections that have waited a quarter of a second
+ * or more for a complete head are closed, oldest first (the evict
+ * callback), for requests that wait; one that
  * gets no slot within a second gets 503. Bytes that are not HTTP get 400
  * at once. Plain-HTTP answers are written without blocking; all refusals
  * are counted. */
@@ -51,8 +52,10 @@ typedef struct admit_counters {
 } admit_counters;
 
 /* Starts the acceptor on lfd (listening, non-blocking; admission closes
- * it). Start-up only: err names the reason. */
-admit *admit_start(int lfd, const admit_limits *l, const admit_ops *ops, char *err, size_t errlen);
+ * it), storing it in *slot before its thread can hand anything over (the
+ * callbacks of a connection it hands over use *slot). Start-up only: err
+ * names the reason. Returns 0 or -1. */
+int admit_start(admit **slot, int lfd, const admit_limits *l, const admit_ops *ops, char *err, size_t errlen);
 
 /* Stops accepting and closes the listening socket; connections already
  * pending are still handed over. */
@@ -70,6 +73,9 @@ admit_client *admit_client_of(admit *a, const struct sockaddr *addr);
 
 /* A handed-over connection closed; evicted: admit's evict closed it. */
 void admit_closed(admit *a, admit_client *cl, int evicted);
+
+/* From evict, for each connection before it is shut down. */
+void admit_evicting(admit *a);
 
 /* More than three quarters of connection_limit open, or the pending table
  * half full: heads are due within a second. */

@@ -44,7 +44,9 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <linux/sockios.h>
 #include <linux/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "daemon/admit.h"
@@ -56,6 +58,8 @@
 #define SCAN_INTERVAL_US 200000     /* slow clients outlive their bound by at most this */
 #define EOF_SCANS 3                 /* an abandoned upload is closed after 0.4-0.6 s */
 #define PRESSURE_HEAD_US 1000000    /* under pressure a head is due within this */
+#define EVICT_MIN_US 250000         /* see evictable */
+#define EVICT_BATCH 32              /* evictions per call */
 #define DISCARD_MAX (64u << 20)     /* body bytes dropped after an answer, over HTTPS */
 
 struct http_conn {
@@ -75,7 +79,7 @@ struct http_conn {
     uint64_t discarded;
     int raw_sent;               /* answered on the socket directly: delivered */
     int v2;                     /* an Open Inference Protocol path: its error form */
-    uint64_t rx_base;           /* bytes received when the connection last waited for a head */
+    uint64_t rx_base, tx_base;  /* tcp_counts when the connection last waited for a head */
     admit_client *cl;           /* its address's count */
 
     pthread_mutex_t mu;         /* guards the rest: shared with http_wake and the reaper */
@@ -131,16 +135,19 @@ static void set_phase(http_conn *c, conn_phase p)
 
 /* ---- answers on the socket --------------------------------------------------- */
 
-/* Payload bytes the kernel has received on fd (the client's FIN counts
- * one); -1 where the kernel does not say. */
-static int tcp_received(int fd, uint64_t *out)
+/* Bytes the kernel has received on fd (the client's FIN counts one) and
+ * bytes written to it (acknowledged or queued); -1 where it does not say. */
+static int tcp_counts(int fd, uint64_t *rx, uint64_t *tx)
 {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
+    int queued = 0;
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
+        ioctl(fd, SIOCOUTQ, &queued) != 0)
         return -1;
-    *out = ti.tcpi_bytes_received;
+    *rx = ti.tcpi_bytes_received;
+    *tx = ti.tcpi_bytes_acked + (uint64_t)queued;
     return 0;
 }
 
@@ -185,9 +192,10 @@ static int respond_raw(http_conn *c, const http_response *r)
     free(r->body);
     shutdown(c->fd, SHUT_WR);
     c->answered = 1;
-    c->drop = 1;
-    c->raw_sent = rc == 0;
-    set_phase(c, CONN_SERVER);
+    c->drop = rc != 0;
+    pthread_mutex_lock(&c->mu);
+    c->raw_sent = rc == 0;   /* the body is still read (and dropped), then the connection closes */
+    pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
@@ -349,13 +357,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
     if (!*ctx) {
         *ctx = c;
         c->answered = c->drop = c->body_ended = 0;
-        c->raw_sent = c->pending_at_end = 0;
+        c->pending_at_end = 0;
         c->discarded = 0;
         c->v2 = strncmp(url, "/v2", 3) == 0;
         http_head h;
         read_head(mc, url, method, version, &h);
         pthread_mutex_lock(&c->mu);
         c->woken = 0;
+        c->raw_sent = 0;
         enter_phase(c, CONN_BODY);
         c->body_len = h.content_length;
         pthread_mutex_unlock(&c->mu);
@@ -369,11 +378,20 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         c->in_request = 1;
         return c->drop ? MHD_NO : MHD_YES;
     }
-    if (c->pending && c->pending_at_end && *upload_size > 0) {
-        c->discarded += *upload_size;
+    if (*upload_size > 0 && (c->raw_sent || (c->pending && c->pending_at_end))) {
+        /* Answered mid-body: the rest is read and dropped, DISCARD_MAX at
+         * most; closing at once would reset the connection under the
+         * client's upload, which can lose the answer at its end. */
+        size_t n = *upload_size;
         *upload_size = 0;
+        pthread_mutex_lock(&c->mu);
+        c->body_bytes += n;
+        pthread_mutex_unlock(&c->mu);
+        c->discarded += n;
         return c->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
     }
+    if (c->raw_sent)   /* its body has ended: the answer went, the connection closes */
+        return MHD_NO;
     if (c->pending) {
         struct MHD_Response *resp = c->pending;
         c->pending = NULL;
@@ -446,7 +464,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     c->incomplete = 0;
     pthread_mutex_unlock(&c->mu);
     set_phase(c, CONN_HEADERS);
-    if (tcp_received(c->fd, &c->rx_base) != 0)
+    if (tcp_counts(c->fd, &c->rx_base, &c->tx_base) != 0)
         c->rx_base = UINT64_MAX;
     s->h.done(s->h.cls, req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->raw_sent ? HTTP_END_DELIVERED
                              : incomplete ? HTTP_END_INCOMPLETE : slow ? HTTP_END_SLOW : HTTP_END_GONE);
@@ -459,8 +477,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         http_conn *c = calloc(1, sizeof *c);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-        atomic_fetch_sub(&s->handover, 1);
         if (!c || !ci || pthread_mutex_init(&c->mu, NULL) != 0) {
+            atomic_fetch_sub(&s->handover, 1);
             free(c);
             *socket_ctx = NULL;   /* its requests are refused: on_access closes it */
             const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -482,6 +500,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
         s->conns = c;
         pthread_mutex_unlock(&s->mu);
         atomic_fetch_add(&s->nconns, 1);
+        atomic_fetch_sub(&s->handover, 1);   /* after: open_conns never reads one too few */
         *socket_ctx = c;
         return;
     }
@@ -489,15 +508,14 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     if (!c)
         return;
     /* A client that ended its side in the middle of a head: a 400 unless
-     * something was answered (libmicrohttpd's own refusals). */
+     * something was written since (libmicrohttpd's own refusals). */
     pthread_mutex_lock(&c->mu);
     int unanswered = c->phase == CONN_HEADERS && !c->slow && !c->evicted && !c->in_request;
     int evicted = c->evicted;
     pthread_mutex_unlock(&c->mu);
-    const union MHD_ConnectionInfo *st = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_HTTP_STATUS);
-    uint64_t rx;
-    if (unanswered && !s->l.tls && (!st || st->http_status == 0) && c->rx_base != UINT64_MAX &&
-        tcp_received(c->fd, &rx) == 0 && rx >= c->rx_base + 2 && client_left(c->fd)) {
+    uint64_t rx, tx;
+    if (unanswered && !s->l.tls && c->rx_base != UINT64_MAX && tcp_counts(c->fd, &rx, &tx) == 0 &&
+        rx >= c->rx_base + 2 && tx == c->tx_base && client_left(c->fd)) {
         c->v2 = 0;
         if (answer_incomplete(c, "the client ended its side before the request head was complete") == 0)
             atomic_fetch_add(&s->incomplete_head, 1);
@@ -542,13 +560,13 @@ static void *reaper_main(void *arg)
             lim.header_timeout_us = PRESSURE_HEAD_US;
         for (http_conn *c = s->conns; c; c = c->next) {
             pthread_mutex_lock(&c->mu);
-            if (!c->slow && !c->suspended &&
+            if (!c->slow && !c->evicted && !c->suspended &&
                 conn_judge(&lim, c->phase, c->since_us, c->body_bytes, now) != CONN_OK) {
                 c->slow = 1;
                 shutdown(c->fd, SHUT_RDWR);
                 atomic_fetch_add(&s->dropped_slow, 1);
-            } else if (!c->slow && !c->suspended && c->phase == CONN_BODY && c->body_bytes < c->body_len &&
-                       client_left(c->fd)) {
+            } else if (!c->slow && !c->evicted && !c->suspended && c->phase == CONN_BODY &&
+                       (c->body_bytes < c->body_len || c->raw_sent) && client_left(c->fd)) {
                 /* The client may have sent it all and half-closed, and
                  * libmicrohttpd not yet handed over what it read: only a
                  * body that stopped growing for EOF_SCANS scans is cut.
@@ -559,7 +577,8 @@ static void *reaper_main(void *arg)
                     c->eof_bytes = c->body_bytes;
                 }
                 if (++c->eof_scans >= EOF_SCANS) {
-                    if (answer_incomplete(c, "the client ended its side before the request body was complete") == 0)
+                    if (!c->raw_sent &&
+                        answer_incomplete(c, "the client ended its side before the request body was complete") == 0)
                         c->incomplete = 1;
                     shutdown(c->fd, SHUT_RDWR);
                 }
@@ -598,36 +617,50 @@ static int hand_over(void *cls, int fd, const struct sockaddr *addr, socklen_t a
     return 0;
 }
 
-static int evictable(const http_conn *c)
+/* Waiting for a head for EVICT_MIN_US: a connection handed over just now
+ * has its request in flight (in libmicrohttpd's buffer, or one round trip
+ * away), and closing it would cost a client its answer. */
+static int evictable(const http_conn *c, uint64_t now)
 {
-    return c->phase == CONN_HEADERS && !c->slow && !c->evicted && !c->suspended;
+    return c->phase == CONN_HEADERS && !c->slow && !c->evicted && !c->suspended && now - c->since_us >= EVICT_MIN_US;
 }
 
 static long evict(void *cls, long n)
 {
     http_server *s = cls;
-    long done = 0;
+    http_conn *pick[EVICT_BATCH];
+    uint64_t picked_since[EVICT_BATCH];
+    long k = 0, done = 0;
+    if (n > EVICT_BATCH)
+        n = EVICT_BATCH;   /* the rest on the acceptor's next turn */
+    uint64_t now = clock_now_us();
     pthread_mutex_lock(&s->mu);
-    while (done < n) {
-        http_conn *old = NULL;
-        uint64_t old_since = 0;
-        for (http_conn *c = s->conns; c; c = c->next) {
-            pthread_mutex_lock(&c->mu);
-            if (evictable(c) && (!old || c->since_us < old_since)) {
-                old = c;
-                old_since = c->since_us;
-            }
-            pthread_mutex_unlock(&c->mu);
+    /* One pass keeps the n oldest, sorted by insertion. */
+    for (http_conn *c = s->conns; c; c = c->next) {
+        pthread_mutex_lock(&c->mu);
+        int ok = evictable(c, now);
+        uint64_t since = c->since_us;
+        pthread_mutex_unlock(&c->mu);
+        if (!ok || (k == n && since >= picked_since[k - 1]))
+            continue;
+        long i = k < n ? k++ : k - 1;
+        for (; i > 0 && picked_since[i - 1] > since; i--) {
+            pick[i] = pick[i - 1];
+            picked_since[i] = picked_since[i - 1];
         }
-        if (!old)
-            break;
-        pthread_mutex_lock(&old->mu);
-        if (evictable(old)) {   /* its head may have come meanwhile */
-            old->evicted = 1;
-            shutdown(old->fd, SHUT_RDWR);
+        pick[i] = c;
+        picked_since[i] = since;
+    }
+    for (long i = 0; i < k; i++) {
+        http_conn *c = pick[i];
+        pthread_mutex_lock(&c->mu);
+        if (evictable(c, now)) {   /* its head may have come meanwhile */
+            c->evicted = 1;
+            admit_evicting(s->adm);   /* before its close can report */
+            shutdown(c->fd, SHUT_RDWR);
             done++;
         }
-        pthread_mutex_unlock(&old->mu);
+        pthread_mutex_unlock(&c->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return done;
@@ -694,10 +727,11 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
     unsigned idle_s = (unsigned)((l->idle_timeout_us + 999999) / 1000000);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO |
                      MHD_USE_NO_LISTEN_SOCKET | (l->tls ? MHD_USE_TLS : 0);
-    /* Admission keeps to connection_limit. libmicrohttpd's own limit, split
-     * between its threads, only bounds descriptors: past it a connection
-     * would be closed unanswered and uncounted. */
-    unsigned mhd_limit = (unsigned)(l->connection_limit * 2 + 64);
+    /* Admission keeps to connection_limit. libmicrohttpd's own limit is
+     * split between its threads, each of which must be able to hold them
+     * all: past it a connection handed over would be closed unanswered,
+     * its counts never released. */
+    unsigned mhd_limit = (unsigned)((l->connection_limit + 64) * s->l.threads);
     if (l->tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         snprintf(err, errlen, "HTTPS: this libmicrohttpd was built without TLS");
         goto fail;
@@ -725,8 +759,7 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
                         .pending_limit = l->pending_limit > 0 ? l->pending_limit : l->connection_limit,
                         .header_timeout_us = l->header_timeout_us, .tls = l->tls != NULL };
     admit_ops ops = { .cls = s, .open = open_conns, .hand_over = hand_over, .evict = evict };
-    s->adm = admit_start(s->lfd, &al, &ops, err, errlen);
-    if (!s->adm)
+    if (admit_start(&s->adm, s->lfd, &al, &ops, err, errlen) != 0)
         goto fail;
     s->lfd = -1;   /* admission's */
     if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
@@ -836,15 +869,17 @@ long http_connections(http_server *s)
 
 unsigned long long http_dropped_slow(http_server *s)
 {
-    admit_counters a;
-    admit_counters_get(s->adm, &a);
+    admit_counters a = { 0 };
+    if (s->adm)
+        admit_counters_get(s->adm, &a);
     return atomic_load(&s->dropped_slow) + a.first_byte_timeout;
 }
 
 void http_counters_get(http_server *s, http_counters *out)
 {
-    admit_counters a;
-    admit_counters_get(s->adm, &a);
+    admit_counters a = { 0 };
+    if (s->adm)
+        admit_counters_get(s->adm, &a);
     *out = (http_counters){ .refused_limit = a.refused_limit, .refused_client = a.refused_client,
                             .refused_fds = a.refused_fds, .evicted = a.evicted,
                             .first_byte_timeout = a.first_byte_timeout, .not_http = a.not_http,

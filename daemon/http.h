@@ -146,8 +146,8 @@ int http_port(const http_server *s);
  * headers only. Returns 0, or -1 when the answer cannot be sent (the
  * connection is closed and done() reports it undelivered). Given while
  * the body is still arriving (over a limit, say), the answer goes at once
- * and the connection closes after it; over HTTPS it goes when the body
- * has ended (the rest is read and dropped, 64 MiB at most). */
+ * and the connection closes after the body; over HTTPS it goes when the body
+ * has ended. Either way the rest is read and dropped, 64 MiB at most. */
 int http_respond(http_conn *c, const http_response *r);
 
 /* Closes c after the current callback without an answer. */

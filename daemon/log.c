@@ -10,11 +10,20 @@
 
 static void log_line(int prio, const char *level, const char *fmt, va_list ap)
 {
-    char raw[1024], msg[1024];
+    char raw[1024], clean[1024], msg[1024];
     vsnprintf(raw, sizeof raw, fmt, ap);
     /* Lines quote paths, config text and client bytes: bytes that are not
-     * UTF-8 are written as \xNN, not passed to the terminal or journal. */
-    utf8_sanitize(msg, sizeof msg, raw);
+     * UTF-8, and control characters (a newline would forge a line), are
+     * written as \xNN, not passed to the terminal or journal. */
+    utf8_sanitize(clean, sizeof clean, raw);
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)clean; *p && o + 5 < sizeof msg; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(msg + o, sizeof msg - o, "\\x%02X", *p);
+        else
+            msg[o++] = (char)*p;
+    }
+    msg[o] = '\0';
     char line[1100];
     int n;
     if (getenv("JOURNAL_STREAM"))

@@ -92,7 +92,9 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
     char *text, why_read[512];
     size_t len;
     if (textfile_read(path, CALIB_FILE_MAX, &text, &len, why_read, sizeof why_read) != 0) {
-        snprintf(err, errlen, "calibration table %s", why_read);
+        size_t skip = strncmp(why_read, path, strlen(path)) == 0 ? strlen(path) + 2 : 0;   /* "PATH: why" */
+        snprintf(err, errlen, "calibration table %s: cannot read: %s", path,
+                 skip <= strlen(why_read) ? why_read + skip : why_read);
         return -1;
     }
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
