@@ -256,6 +256,8 @@ static void close_after_answer(int fd)
 static void refuse(admit *a, int fd, int plain, int status, const char *code, const char *message,
                    atomic_ullong *counter)
 {
+    if (counter)
+        atomic_fetch_add(counter, 1);   /* before the client can see the answer */
     if (plain) {
         char buf[1024];
         size_t n = admit_error_answer(buf, sizeof buf, status, code, message, 0, status == 503 ? RETRY_AFTER_S : 0);
@@ -263,8 +265,6 @@ static void refuse(admit *a, int fd, int plain, int status, const char *code, co
             (void)admit_send(fd, buf, n);
     }
     close_after_answer(fd);
-    if (counter)
-        atomic_fetch_add(counter, 1);
     (void)a;
 }
 
@@ -341,8 +341,8 @@ static void take(admit *a, int fd, const struct sockaddr_storage *addr, socklen_
         return;
     }
     if (!a->spare.head && a->waiting.head) {   /* the table is full: its oldest silent one goes */
+        atomic_fetch_add(&a->evicted, 1);   /* counted before the client can see the close */
         pend_free(a, &a->waiting, a->waiting.head);
-        atomic_fetch_add(&a->evicted, 1);
     }
     pend *p = a->spare.head;
     if (!p) {   /* full of requests waiting for a slot */
@@ -438,8 +438,8 @@ static void expire(admit *a, uint64_t now)
     if (admit_pressure(a) && first > PRESSURE_TIMEOUT_US)
         first = PRESSURE_TIMEOUT_US;
     while (a->waiting.head && now - a->waiting.head->since_us >= first) {
-        pend_free(a, &a->waiting, a->waiting.head);
         atomic_fetch_add(&a->first_byte_timeout, 1);
+        pend_free(a, &a->waiting, a->waiting.head);
     }
     while (a->ready.head && now - a->ready.head->since_us >= SLOT_WAIT_US) {
         pend *p = a->ready.head;

@@ -517,8 +517,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     if (unanswered && !s->l.tls && c->rx_base != UINT64_MAX && tcp_counts(c->fd, &rx, &tx) == 0 &&
         rx >= c->rx_base + 2 && tx == c->tx_base && client_left(c->fd)) {
         c->v2 = 0;
-        if (answer_incomplete(c, "the client ended its side before the request head was complete") == 0)
-            atomic_fetch_add(&s->incomplete_head, 1);
+        atomic_fetch_add(&s->incomplete_head, 1);   /* before the client can read the answer */
+        (void)answer_incomplete(c, "the client ended its side before the request head was complete");
     }
     /* Still open here (libmicrohttpd closes the socket later), so the
      * reaper, under the same mutex, never shuts down a reused fd. */
@@ -563,8 +563,8 @@ static void *reaper_main(void *arg)
             if (!c->slow && !c->evicted && !c->suspended &&
                 conn_judge(&lim, c->phase, c->since_us, c->body_bytes, now) != CONN_OK) {
                 c->slow = 1;
+                atomic_fetch_add(&s->dropped_slow, 1);   /* before the client can see the close */
                 shutdown(c->fd, SHUT_RDWR);
-                atomic_fetch_add(&s->dropped_slow, 1);
             } else if (!c->slow && !c->evicted && !c->suspended && c->phase == CONN_BODY &&
                        (c->body_bytes < c->body_len || c->raw_sent) && client_left(c->fd)) {
                 /* The client may have sent it all and half-closed, and
