@@ -719,6 +719,25 @@ def check_f3_two_inference_header_lengths(opts):
     return "two different Inference-Header-Content-Length: 400, as two Content-Lengths"
 
 
+def check_f7_long_numbers_are_read_as_numbers(opts):
+    # A 23-digit Content-Length is too large (413), not "not a decimal
+    # length"; a chunk size written with 43 digits whose value is 3 is 3
+    # (the body "abc" then reaches the decoder: 415 not_jpeg), not "too
+    # large" (issue 39, F7).
+    d = Daemon(opts)
+    try:
+        got = raw(d.port, b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Content-Length: 12345678901234567890123\r\n\r\nabc")
+        assert status_of(got) == 413, got[:300]
+        assert b"Content-Length" in got.partition(b"\r\n\r\n")[2], got[:400]
+        got = raw(d.port, b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n" + b"0" * 42 + b"3\r\nabc\r\n0\r\n\r\n")
+        assert status_of(got) == 415 and json_error(got)["code"] == "not_jpeg", got[:300]
+    finally:
+        assert d.stop() == 0
+    return "23-digit Content-Length: 413 naming Content-Length; a 43-digit chunk size of 3 read as 3"
+
+
 def check_f5_half_close_mid_request_gets_400(opts):
     # An incomplete request, then shutdown(SHUT_WR): a 400 that says so,
     # counted (at 2ca644f: a bare close).
@@ -802,6 +821,7 @@ CHECKS = [
     ("f2_chunked_body_over_the_limit_gets_413_at_once", check_f2_chunked_body_over_the_limit_gets_413_at_once, False),
     ("f3_two_inference_header_lengths", check_f3_two_inference_header_lengths, False),
     ("f5_half_close_mid_request_gets_400", check_f5_half_close_mid_request_gets_400, False),
+    ("f7_long_numbers_are_read_as_numbers", check_f7_long_numbers_are_read_as_numbers, False),
     ("f6_bytes_that_are_not_http_get_400_at_once", check_f6_bytes_that_are_not_http_get_400_at_once, False),
 ]
 
