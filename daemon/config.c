@@ -115,7 +115,7 @@ static const config_option options[] = {
       "a hardware decoder)", check_decode },
     { "gpu_decode_memory", BYTES_AUTO(gpu_decode_memory, 16L << 20, 64L << 30), "auto",
       "GPU memory for decoded pixels, split between the engine slots (suffixes K, M, G); larger images decode on the "
-      "CPU; auto: 4G, at most an eighth of the device's memory", NULL },
+      "CPU; auto: 8G, at most an eighth of the device's memory", NULL },
     { "cpu_decode_assist", INT_AUTO(cpu_decode_assist, 0, 1000000), "auto",
       "with GPU decoding, when the decode threads decode JPEGs the GPU could take: auto: each one the CPU finishes "
       "in under half the time the GPU's measured backlog (queued and being decoded) would take; N: all while at least N images wait in the queue; 0: never", NULL },
