@@ -21,7 +21,9 @@
 #           layout, then end to end with the mixed ceiling and the
 #           torchvision anchor (CAMERA_FIDELITY=0: e2e only); then
 #           make-corpus size classes CAMERA_MP (default "2-3 10-13") end
-#           to end (not part of all)
+#           to end (not part of all; on an H200 each corpus takes 60-125 s
+#           of e2e at three concurrencies, the 12 MP class the longest, so
+#           a call of the build and four corpora outlasts the 600 s limit)
 #   all     tests, bench and engine (default; ~7 min on an H100)
 # Environment: OUT (default ./gpu-check-out), JOBS (16), E2E_ARGS (extra
 # tools/e2e-bench.sh options), SKIP_MEMCHECK=1, SKIP_RACECHECK=1, RACE_TILES (the racecheck's
