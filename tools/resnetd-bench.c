@@ -884,9 +884,9 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
         ws[i] = ws[i - nok];
         hs[i] = hs[i - nok];
     }
-    int per_pass = B;
-    while (per_pass < MIN_IMAGES_PER_PASS)
-        per_pass += B;
+    /* Every accepted file at least once a pass, in whole batches. */
+    int per_pass = nok > MIN_IMAGES_PER_PASS ? nok : MIN_IMAGES_PER_PASS;
+    per_pass = (per_pass + B - 1) / B * B;
     for (int p = 0, stage = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
         uint64_t t0 = clock_now_ns();
         for (int done = 0; done < per_pass;) {
