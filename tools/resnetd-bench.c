@@ -890,18 +890,15 @@ static int bench_decode_gpu(const bench_opts *o, jpeg_file *files, int nfiles, d
     for (int p = 0, stage = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
         uint64_t t0 = clock_now_ns();
         for (int done = 0; done < per_pass;) {
-            int i0 = done % nok, m = B;
-            if (m > per_pass - done)
-                m = per_pass - done;
-            int nfb = 0;
-            if (devjpeg_stage(dj, stage++ % 2, 0, ptrs + i0, lens + i0, ws + i0, hs + i0, m, no_fallback, NULL, &nfb,
+            int i0 = done % nok, nfb = 0;
+            if (devjpeg_stage(dj, stage++ % 2, 0, ptrs + i0, lens + i0, ws + i0, hs + i0, B, no_fallback, NULL, &nfb,
                               err, errlen) != 0)
                 goto out;
             if (nfb > 0) {
                 snprintf(err, errlen, "the device failed on %d images", nfb);
                 goto out;
             }
-            done += m;
+            done += B;
         }
         if (devjpeg_sync(dj, err, errlen) != 0)
             goto out;
