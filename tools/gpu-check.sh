@@ -174,6 +174,8 @@ if run camera; then
         name=$(basename "$d")
         t0=$(date +%s)
         if [ "${CAMERA_FIDELITY:-1}" = 1 ]; then   # both GPU modes against the CPU path
+            # the tests stage builds these; a camera-only call must too
+            make -j"$JOBS" tests/test_gpu_decode tests/ref/.stamp >/dev/null 2>&1
             RESNETD_FIDELITY_DIR=$root/$d CK_RUN_CASE=fidelity RESNETD_REF_DIR=$PWD/tests/ref \
                 ./tests/test_gpu_decode >fid.txt 2>&1
             echo "=== fidelity $name (rc=$?)" >>"$cam"
