@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/batcher.h"
-#include "daemon/decode.h"
+#include "daemon/decode_pool.h"
 #include "daemon/infer.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/budget.h"
-#include "daemon/decode.h"
+#include "daemon/decode_pool.h"
 #include "model/topk.h"
 
 #define REQUEST_MAX_IMAGES 64

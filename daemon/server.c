@@ -42,7 +42,7 @@
 #include "daemon/accesslog.h"
 #include "daemon/batcher.h"
 #include "daemon/http.h"
-#include "daemon/decode.h"
+#include "daemon/decode_pool.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"

@@ -10,8 +10,8 @@
  * The pool only schedules: what a job does (decode, push to the queue,
  * answer) is the owner's run callback. Jobs waiting in the FIFO are bounded
  * by the queue's image slots, which a request reserves before it submits. */
-#ifndef RESNETD_DECODE_H
-#define RESNETD_DECODE_H
+#ifndef RESNETD_DECODE_POOL_H
+#define RESNETD_DECODE_POOL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/decode.h"
+#include "daemon/decode_pool.h"
 
 struct decode_pool {
     pthread_mutex_t mu;
