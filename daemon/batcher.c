@@ -1,9 +1,8 @@
-/* The batcher thread and its pure decision function.
+/* The batcher thread.
  * The thread owns no images: it moves them from queue slots into an engine
  * slot (or, for still-compressed JPEGs, has the device decoder decode them
  * into it), fails the ones whose deadline passed or whose client has gone,
  * and submits. Waiting happens inside queue_pop_batch, on the queue's lock. */
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,50 +17,12 @@
 #include "model/clock.h"
 #include "model/resnet18.h"
 
-batcher_decision batcher_decide(const batcher_policy *p, const batcher_state *s, uint64_t now_us)
-{
-    batcher_decision d = { 0, BATCHER_WAIT_FOREVER };
-    if (s->queued <= 0)
-        return d;
-    if (s->queued >= p->max_batch) {
-        d.send = p->max_batch;
-        return d;
-    }
-    if (s->flush) {
-        d.send = s->queued;
-        return d;
-    }
-    int best = 0;
-    for (int i = 0; i < p->npreferred; i++)
-        if (p->preferred[i] <= s->queued && p->preferred[i] > best)
-            best = p->preferred[i];
-    if (best > 0) {
-        d.send = best;
-        return d;
-    }
-    uint64_t age = now_us > s->oldest_us ? now_us - s->oldest_us : 0;
-    if (age >= p->max_delay_us) {
-        d.send = s->queued;
-        return d;
-    }
-    d.wait_us = p->max_delay_us - age;
-    return d;
-}
-
-int batcher_retry_after_s(long queued, double images_per_s)
-{
-    if (!(images_per_s > 0) || queued <= 0)
-        return 1;
-    double s = ceil((double)queued / images_per_s);
-    return s < 1 ? 1 : s > 60 ? 60 : (int)s;
-}
-
 #define MAX_EXPIRED 64
 
 struct batcher {
     queue *q;
     infer *inf;
-    batcher_policy policy;
+    batch_policy policy;
     const pipeline_sink *sink;
     pthread_t thread;
     queue_item *batch;      /* [max_batch] */
@@ -228,7 +189,7 @@ static void batcher_free(batcher *b)
     free(b);
 }
 
-batcher *batcher_start(queue *q, infer *inf, const batcher_policy *p, const pipeline_sink *sink, devjpeg *dj,
+batcher *batcher_start(queue *q, infer *inf, const batch_policy *p, const pipeline_sink *sink, devjpeg *dj,
                        uint64_t max_pixels, char *err, size_t errlen)
 {
     batcher *b = calloc(1, sizeof *b);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/pipeline.h"
-#include "daemon/reload.h"
+#include "daemon/served_model.h"
 #include "daemon/route.h"
 #include "model/devjpeg.h"
 #include "model/engine.h"

@@ -154,11 +154,11 @@ static engine *create_engine(const config *given, engine_device d, int index, co
 /* The batching policy for the engine that was created: the checks that
  * need the resolved max batch ("auto" options, CUDA or CPU) are here, and
  * --check-config runs them too. */
-static int engine_policy(const config *rc, const engine *e, batcher_policy *policy, char *err, size_t errlen)
+static int engine_policy(const config *rc, const engine *e, batch_policy *policy, char *err, size_t errlen)
 {
-    *policy = (batcher_policy){ .max_batch = e->max_batch, .max_delay_us = (uint64_t)rc->max_queue_delay_us };
+    *policy = (batch_policy){ .max_batch = e->max_batch, .max_delay_us = (uint64_t)rc->max_queue_delay_us };
     policy->npreferred = config_preferred_sizes(rc->preferred_batch_sizes, policy->preferred,
-                                                BATCHER_MAX_PREFERRED, err, errlen);
+                                                BATCH_MAX_PREFERRED, err, errlen);
     if (policy->npreferred < 0)
         return -1;
     for (int i = 0; i < policy->npreferred; i++)
@@ -422,7 +422,7 @@ int main(int argc, char **argv)
     }
     engine *e = eng[0];
     devjpeg *dj = djs[0];
-    batcher_policy policy;
+    batch_policy policy;
     if (engine_policy(&rc, e, &policy, err, sizeof err) != 0) {
         log_error("%s", err);
         return 1;

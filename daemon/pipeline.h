@@ -40,7 +40,7 @@ struct served_model;
  * request stays alive until every one of its images has been reported. */
 typedef struct pipeline_sink {
     /* logits[classes] (the engine's class count) are valid only during the
-     * call; model is what computed them (daemon/reload.h), for the sink to
+     * call; model is what computed them (daemon/served_model.h), for the sink to
      * reference. */
     void (*done)(void *req, int image, const float *logits, int classes, struct served_model *model,
                  const pipeline_timing *t);

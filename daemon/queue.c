@@ -164,7 +164,7 @@ static queue_item pop_front(queue *q)
 
 static void wait_until(queue *q, uint64_t wait_us)
 {
-    if (wait_us == BATCHER_WAIT_FOREVER) {
+    if (wait_us == BATCH_WAIT_FOREVER) {
         pthread_cond_wait(&q->cv, &q->mu);
         return;
     }
@@ -176,7 +176,7 @@ static void wait_until(queue *q, uint64_t wait_us)
     pthread_cond_timedwait(&q->cv, &q->mu, &ts);
 }
 
-int queue_pop_batch(queue *q, const batcher_policy *p, queue_item *batch, int *nbatch,
+int queue_pop_batch(queue *q, const batch_policy *p, queue_item *batch, int *nbatch,
                     queue_item *expired, int max_expired, int *nexpired)
 {
     *nbatch = 0;
@@ -193,12 +193,12 @@ int queue_pop_batch(queue *q, const batcher_policy *p, queue_item *batch, int *n
             pthread_mutex_unlock(&q->mu);
             return -1;
         }
-        batcher_state s = {
+        batch_state s = {
             .queued = q->count,
             .oldest_us = q->count ? q->ring[q->head].enqueued_us : 0,
             .flush = q->flush || q->stopped,
         };
-        batcher_decision d = batcher_decide(p, &s, now);
+        batch_decision d = batch_decide(p, &s, now);
         if (d.send > 0) {
             for (int i = 0; i < d.send; i++)
                 batch[i] = pop_front(q);

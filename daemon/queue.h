@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "daemon/batcher.h"
+#include "daemon/batch_policy.h"
 #include "daemon/pipeline.h"
 
 typedef struct queue queue;
@@ -41,11 +41,11 @@ uint64_t queue_jpeg_pixels(queue *q);
  * enough that the decode threads left large photos to the GPU while idle. */
 void queue_staging(queue *q, uint64_t px, int begin);
 
-/* Blocks until batcher_decide() says send, or until some queued images have
+/* Blocks until batch_decide() says send, or until some queued images have
  * passed their deadline. Fills batch[0..*nbatch) (at most p->max_batch) and
  * expired[0..*nexpired) (at most max_expired); either may be empty. Returns
  * -1 once the queue is stopped and empty, else 0. */
-int queue_pop_batch(queue *q, const batcher_policy *p, queue_item *batch, int *nbatch,
+int queue_pop_batch(queue *q, const batch_policy *p, queue_item *batch, int *nbatch,
                     queue_item *expired, int max_expired, int *nexpired);
 
 /* Draining: batches go out at once instead of waiting for max delay. */

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "daemon/reload.h"
+#include "daemon/served_model.h"
 #include "daemon/request.h"
 
 /* What the service is, for every 200 answer and /v1/models/resnet18; the

@@ -13,13 +13,14 @@
  *      counted as they arrive), each growth of the buffer charged to the
  *      body memory budget;
  *   3. on_body_end: queue slots are reserved and the request goes to the
- *      decode pool, whose threads decode the images into the slots and push
- *      them to the batcher's queue; when the last image is reported (or
+ *      decode stage (daemon/decode.h), which decodes the images into the
+ *      slots (or leaves them compressed for the GPU) and pushes them to the
+ *      batcher's queue; when the last image is reported (or
  *      decoding failed) the connection is woken and on_wake answers.
  * POST /v2/models/resnet18[/versions/1]/infer (the Open Inference Protocol,
  * daemon/v2.h) takes the same three steps: its body is parsed at step 3,
  * on the HTTP thread (its limits bound the work), and its images take the
- * same decode pool, queue and batcher; pixel and FP32 tensors are resized
+ * same decode stage, queue and batcher; pixel and FP32 tensors are resized
  * or passed on there instead of decoded. Errors on /v2 paths have the
  * protocol's {"error": "..."} body.
  *
@@ -42,7 +43,7 @@
 #include "daemon/accesslog.h"
 #include "daemon/batcher.h"
 #include "daemon/http.h"
-#include "daemon/decode_pool.h"
+#include "daemon/decode.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
@@ -94,20 +95,11 @@ struct server {
     infer *const *inf;      /* one per engine (device = cuda:all: one per GPU) */
     int ninf;
     reloader *reload;
-    devjpeg *dj;            /* GPU JPEG decoding, or NULL */
-    decode_pool *decoders;
-    preprocess_ctx **header_ctx;    /* GPU decoding: one per HTTP thread (gpu_headers_here) */
-    int nheader_ctx;
-    int decode_threads;
+    decode_stage *decode;
     budget *bodies;
     long max_body_bytes;
     long max_pixels;
     long request_timeout_ms;
-    /* GPU decoding: when the decode threads decode JPEGs the GPU could take:
-     * -1 when the CPU answers them sooner (route), N > 0 past a queue depth
-     * of N, 0 never. */
-    int assist_depth;
-    decode_route *route;
     accesslog *alog;        /* or NULL */
     atomic_ullong request_ids;
     int port;
@@ -115,8 +107,6 @@ struct server {
     atomic_int draining;
     atomic_long active;
     atomic_long suspended;  /* requests whose images are in the pipeline */
-    atomic_long decoding;   /* of those, requests a decode thread is working on */
-    atomic_int decodes_cancelled;   /* drain timeout: decodes stop (between images, or in libjpeg) */
 };
 
 /* ---- answering ---------------------------------------------------------- */
@@ -208,7 +198,7 @@ static int retry_after(server *s)
     double rate = 0;
     for (int i = 0; i < s->ninf; i++)
         rate += infer_images_per_s(s->inf[i]);
-    return batcher_retry_after_s(queue_depth(s->q), rate);
+    return batch_retry_after_s(queue_depth(s->q), rate);
 }
 
 /* ---- pipeline callbacks (batcher and completion threads) ---------------- */
@@ -386,10 +376,6 @@ static int classify_body(server *s, request *r, const char *data, size_t n)
     return 0;
 }
 
-/* Hands a complete body to the decode pool: everything that needs no
- * decoding is checked here, the request's slots are reserved (or 503), and
- * the connection is suspended until the pipeline has reported every image
- * (or the decode failed). */
 /* The body's checks that need no parsing: over the limit, over the
  * budget, empty. Answers and returns 1 when one fails. */
 static int refuse_body(server *s, request *r, http_conn *c, int *rc)
@@ -411,7 +397,7 @@ static int refuse_body(server *s, request *r, http_conn *c, int *rc)
 }
 
 /* Reserves the request's n queue slots (or 503) and readies it for the
- * decode pool. */
+ * decode stage. */
 static int submit_images(server *s, request *r, http_conn *c, int n)
 {
     if (queue_reserve(s->q, n, r->slots) != 0)
@@ -498,311 +484,14 @@ static int v2_submit(server *s, request *r, http_conn *c)
 }
 
 
-/* The connection waits (the HTTP layer's turn is over) until a decode
- * thread or the pipeline wakes it; a refused job (drain timeout) is
- * answered 503 through decode_cancel. */
-static int gpu_headers_here(server *s, request *r, http_conn *c);
-
+/* The connection waits (the HTTP layer's turn is over) until the decode
+ * stage or the pipeline wakes it; a refused request (drain timeout) is
+ * failed 503 by the stage. */
 static void classify_suspend(server *s, request *r, http_conn *c)
 {
     r->state = REQ_QUEUED;
     atomic_fetch_add(&s->suspended, 1);
-    if (!gpu_headers_here(s, r, c))
-        (void)decode_pool_submit(s->decoders, &r->job);
-}
-
-/* On a decode thread, with the connection suspended: a failure releases
- * the slots, records the answer and resumes the connection. */
-static void decode_failed(server *s, request *r, int status, const char *code, const char *message)
-{
-    queue_release(s->q, r->slots, r->nimages);
-    request_fail(r, status, code, message);
-    http_wake(r->conn);
-}
-
-/* The decode's stop hook: the drain timeout and the request's deadline on
- * every call (a load and a clock read), its client at most every 10 ms (a
- * poll). */
-typedef struct decode_watch {
-    server *s;
-    const request *r;
-    uint64_t next_client_check_us;
-    int status;             /* 503, 504 or 499 once it said stop */
-} decode_watch;
-
-static int decode_should_stop(void *cls)
-{
-    decode_watch *w = cls;
-    if (atomic_load(&w->s->decodes_cancelled)) {
-        w->status = 503;
-        return 1;
-    }
-    uint64_t now = clock_now_us();
-    if (now >= w->r->deadline_us) {
-        w->status = 504;
-        return 1;
-    }
-    if (now >= w->next_client_check_us) {
-        w->next_client_check_us = now + 10000;
-        if (batcher_client_gone(w->r->fd)) {
-            w->status = 499;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* With GPU decoding: does image i, whose header the CPU has read (info),
- * go to the device? 1 when it goes to the queue compressed, 0 when the CPU
- * decodes it: the device cannot, or (assist by cost: *by_cost set) this
- * thread answers it sooner than the device's backlog would; the reason is
- * counted. */
-static int gpu_route(server *s, const preprocess_info *info, request *r, int i, queue_item *it, int *by_cost)
-{
-    devjpeg_reason dr = devjpeg_check(s->dj, r->parts[i].data, r->parts[i].len, info);
-    if (dr == DEVJPEG_OK && s->assist_depth < 0 &&
-        decode_route_to_cpu(s->route, info->w, info->h, queue_jpeg_pixels(s->q))) {
-        dr = DEVJPEG_SATURATED;
-        *by_cost = 1;
-    }
-    if (dr != DEVJPEG_OK) {
-        metrics_add_decode_fallback(dr, 1);
-        return 0;
-    }
-    it->jpeg = r->parts[i].data;
-    it->jpeg_len = r->parts[i].len;
-    it->w = info->w;
-    it->h = info->h;
-    return 1;
-}
-
-/* Pushes r's n images, in their slots or described by items, to the
- * batcher's queue. */
-static void push_images(server *s, request *r, queue_item *items, int n)
-{
-    uint64_t now = clock_now_us();
-    for (int i = 0; i < n; i++) {
-        items[i].enqueued_us = now;
-        items[i].deadline_us = r->deadline_us;
-    }
-    atomic_store(&r->pending, n);
-    queue_push(s->q, items, n);
-}
-
-/* With GPU decoding, a request whose every image the device takes needs
- * only its headers read on the CPU. While every decode thread is busy that
- * is done here, on the HTTP thread, so it does not wait in the pool behind
- * CPU decodes (progressive files and other fallbacks take ~12 ms each:
- * with a tenth of the images progressive the pool's threads were busy
- * often enough to starve the GPU); with a thread idle the pool takes it,
- * spreading the header reads. Anything else (an image the device refuses,
- * a bad header, CPU assist) goes to the pool, which decides, answers and
- * counts as before. Returns 1 when the images are queued. */
-static int gpu_headers_here(server *s, request *r, http_conn *c)
-{
-    if (!s->dj || (r->v2 && r->v2->kind != V2_IN_JPEG) ||
-        (s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth) ||
-        decode_pool_busy(s->decoders) < s->decode_threads)
-        return 0;
-    preprocess_ctx *ctx = s->header_ctx[http_worker(c)];
-    queue_item items[REQUEST_MAX_IMAGES];
-    uint64_t t0 = clock_now_us();
-    for (int i = 0; i < r->nimages; i++) {
-        preprocess_info info;
-        char why[256];
-        if (preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why) != PREP_OK ||
-            devjpeg_check(s->dj, r->parts[i].data, r->parts[i].len, &info) != DEVJPEG_OK)
-            return 0;
-        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd, .jpeg = r->parts[i].data,
-                                 .jpeg_len = r->parts[i].len, .w = info.w, .h = info.h };
-    }
-    r->decode_us += clock_now_us() - t0;
-    push_images(s, r, items, r->nimages);
-    return 1;
-}
-
-/* A v2 request's pixel or FP32 tensors: pixels are resized and cropped
- * into their slots as decoded JPEGs are (preprocess_resize_crop, so the
- * same pixels give /classify's answer), with the resize's scratch charged
- * to the memory budget; FP32 images go as they are. */
-static void tensor_images(server *s, request *r)
-{
-    const v2_infer *v = r->v2;
-    const int n = v->n;
-    queue_item items[REQUEST_MAX_IMAGES];
-    uint8_t *scratch = NULL;
-    size_t scratch_bytes = 0;
-    char msg[256];
-    if (v->kind == V2_IN_PIXELS) {
-        scratch_bytes = preprocess_scratch_bytes(v->w, v->h);
-        if (scratch_bytes + r->cap > budget_cap(s->bodies)) {
-            snprintf(msg, sizeof msg, "resizing %dx%d pixels needs %zu bytes, with the request's body more than "
-                     "body_memory_bytes (%zu)", v->w, v->h, scratch_bytes, budget_cap(s->bodies));
-            decode_failed(s, r, 413, "too_large", msg);
-            return;
-        }
-        if (budget_try_acquire(s->bodies, scratch_bytes) != 0) {
-            decode_failed(s, r, 503, "memory_full", "the memory budget is full; retry later");
-            return;
-        }
-        if (!(scratch = malloc(scratch_bytes ? scratch_bytes : 1))) {
-            budget_release(s->bodies, scratch_bytes);
-            decode_failed(s, r, 500, "internal", "out of memory");
-            return;
-        }
-    }
-    const size_t image_bytes = (size_t)v->w * (size_t)v->h * 3;
-    for (int i = 0; i < n; i++) {
-        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
-        if (v->kind == V2_IN_TENSOR) {
-            items[i].f32 = v->tensor + (size_t)i * RESNET18_INPUT_BYTES;
-            continue;
-        }
-        if (atomic_load(&s->decodes_cancelled) || clock_now_us() >= r->deadline_us) {
-            free(scratch);
-            budget_release(s->bodies, scratch_bytes);
-            if (atomic_load(&s->decodes_cancelled))
-                decode_failed(s, r, 503, "shutting_down", "the server stopped while this request was resized");
-            else
-                decode_failed(s, r, 504, "timeout", "request_timeout_ms passed while resizing its images");
-            return;
-        }
-        uint64_t t0 = clock_now_us();
-        preprocess_resize_crop(v->pixels + (size_t)i * image_bytes, v->w, v->h, queue_slot(s->q, r->slots[i]),
-                               scratch);
-        r->decode_us += clock_now_us() - t0;
-    }
-    free(scratch);
-    budget_release(s->bodies, scratch_bytes);
-    request_drop_body(r);   /* the crops are in the slots; FP32 tensors are the v2_infer's */
-    push_images(s, r, items, n);
-}
-
-/* Decodes every image of r into its slot (or, with GPU decoding, checks it
- * and leaves it compressed for the batcher) and pushes them to the
- * batcher's queue, or answers the request. A CPU decode stops when the
- * request's deadline passes or its client leaves. */
-static void decode_images(server *s, request *r, preprocess_ctx *ctx)
-{
-    char msg[384], why[256];
-    if (batcher_client_gone(r->fd)) {
-        decode_failed(s, r, 499, "client_gone", "the client closed the connection");
-        return;
-    }
-    if (clock_now_us() >= r->deadline_us) {
-        decode_failed(s, r, 504, "timeout", "the request waited for a decoder past request_timeout_ms");
-        return;
-    }
-    if (r->v2 && r->v2->kind != V2_IN_JPEG) {
-        tensor_images(s, r);
-        return;
-    }
-    int n = r->nimages, compressed = 0;
-    queue_item items[REQUEST_MAX_IMAGES];
-    decode_watch watch = { .s = s, .r = r };
-    /* cpu_decode_assist = N: N images already wait, so the GPU decoder is
-     * the bottleneck and this thread is free: it decodes this request
-     * itself and adds its throughput to the hardware's. (By cost, the
-     * choice is per image, in gpu_route.) */
-    const int assist = s->dj && s->assist_depth > 0 && queue_depth(s->q) >= s->assist_depth;
-    for (int i = 0; i < n; i++) {
-        /* Past the drain timeout, a long multi-image decode stops here
-         * rather than holding the exit. */
-        if (atomic_load(&s->decodes_cancelled)) {
-            decode_failed(s, r, 503, "shutting_down", "the server stopped before this request was decoded");
-            return;
-        }
-        uint64_t t0 = clock_now_us();
-        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
-        preprocess_info info;
-        int by_cost = 0;   /* a JPEG the device takes, decoded here as sooner: a sample of the CPU's cost */
-        preprocess_status st = preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why);
-        if (st == PREP_OK && s->dj && assist) {
-            metrics_add_decode_fallback(DEVJPEG_SATURATED, 1);
-        } else if (st == PREP_OK && s->dj && gpu_route(s, &info, r, i, &items[i], &by_cost)) {
-            r->decode_us += clock_now_us() - t0;
-            compressed++;
-            continue;
-        }
-        /* What the decode will hold counts against the memory budget, with
-         * the request bodies, while it runs: more than the whole budget can
-         * never fit (413), more than what is free now can later (503). */
-        if (st == PREP_OK && info.decode_bytes + r->cap > budget_cap(s->bodies)) {
-            snprintf(msg, sizeof msg, "image %d needs %zu bytes to decode, with its request's body more than "
-                     "body_memory_bytes (%zu)", i, info.decode_bytes, budget_cap(s->bodies));
-            decode_failed(s, r, 413, "too_large", msg);
-            return;
-        }
-        if (st == PREP_OK && budget_try_acquire(s->bodies, info.decode_bytes) != 0) {
-            snprintf(msg, sizeof msg, "image %d needs %zu bytes to decode and the memory budget is full; retry later",
-                     i, info.decode_bytes);
-            decode_failed(s, r, 503, "memory_full", msg);
-            return;
-        }
-        if (st == PREP_OK) {
-            preprocess_set_stop(ctx, decode_should_stop, &watch);
-            st = preprocess_jpeg(ctx, r->parts[i].data, r->parts[i].len, queue_slot(s->q, r->slots[i]), why,
-                                 sizeof why);
-            preprocess_set_stop(ctx, NULL, NULL);
-            budget_release(s->bodies, info.decode_bytes);
-        }
-        uint64_t dt = clock_now_us() - t0;
-        r->decode_us += dt;
-        if (st == PREP_ERR_STOPPED && watch.status == 499) {
-            decode_failed(s, r, 499, "client_gone", "the client closed the connection");
-            return;
-        }
-        if (st == PREP_ERR_STOPPED && watch.status == 503) {
-            decode_failed(s, r, 503, "shutting_down", "the server stopped while this request was decoded");
-            return;
-        }
-        if (st == PREP_ERR_STOPPED) {
-            snprintf(msg, sizeof msg, "request_timeout_ms passed while decoding image %d", i);
-            decode_failed(s, r, 504, "timeout", msg);
-            return;
-        }
-        if (st != PREP_OK) {
-            /* curl -d @FILE sends this type and drops the file's CR and LF bytes. */
-            const char *hint = st == PREP_ERR_CORRUPT && r->form_type
-                                   ? " (curl -d removes line breaks from a file: send it with --data-binary @FILE)"
-                                   : "";
-            if (n > 1)
-                snprintf(msg, sizeof msg, "image %d: %s%s", i, why, hint);
-            else
-                snprintf(msg, sizeof msg, "%s%s", why, hint);
-            decode_failed(s, r, decode_http_status(st), preprocess_status_code(st), msg);
-            return;
-        }
-        metrics_observe_decode((double)dt / 1e6);
-        metrics_add_decoded(METRICS_DECODE_CPU, 1);
-        /* Only decodes of JPEGs the device takes teach the router what the
-         * choice costs (progressive or refused files cost otherwise). */
-        if (s->route && by_cost) {
-            decode_route_cpu(s->route, info.w, info.h, dt * 1000);
-            int cls = decode_route_class(info.w, info.h);
-            metrics_set_decode_cost(cls, decode_route_cpu_ps(s->route, cls));
-        }
-    }
-    /* The crops are in the slots: the body is no longer needed, unless the
-     * GPU still has JPEGs in it to decode. */
-    if (compressed == 0)
-        request_drop_body(r);
-    push_images(s, r, items, n);
-}
-
-/* The decode pool's run. */
-static void decode_run(void *cls, decode_job *job, preprocess_ctx *ctx)
-{
-    server *s = cls;
-    atomic_fetch_add(&s->decoding, 1);
-    decode_images(s, job->owner, ctx);
-    atomic_fetch_sub(&s->decoding, 1);
-}
-
-/* A job the pool will not run (drain timeout, or submitted after it). */
-static void decode_cancel(void *cls, decode_job *job)
-{
-    decode_failed(cls, job->owner, 503, "shutting_down", "the server stopped before this request ran");
+    decode_stage_submit(s->decode, r, http_worker(c));
 }
 
 static int classify_answer(server *s, request *r, http_conn *c)
@@ -1210,7 +899,7 @@ static void on_body(void *cls, http_conn *c, void *req, const char *data, size_t
     }
 }
 
-/* The body is complete: checked, and handed to the decode pool or the
+/* The body is complete: checked, and handed to the decode stage or the
  * reloader, whose wake answers it. */
 static void on_body_end(void *cls, http_conn *c, void *req)
 {
@@ -1330,40 +1019,28 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->inf = inf;
     s->ninf = ninf;
     s->reload = reload;
-    s->dj = dj;
     s->bodies = bodies;
     s->max_body_bytes = cfg->max_body_bytes;
     s->max_pixels = cfg->max_pixels;
     s->request_timeout_ms = cfg->request_timeout_ms;
-    s->decode_threads = (int)cfg->decode_threads;
-    s->route = route;
-    s->assist_depth = cfg->cpu_decode_assist == CONFIG_AUTO ? -1 : (int)cfg->cpu_decode_assist;
-    if (s->assist_depth > queue_capacity(q))  /* a depth the queue never reaches: at a full queue */
-        s->assist_depth = queue_capacity(q);
     atomic_init(&s->warm, 0);
     atomic_init(&s->draining, 0);
     atomic_init(&s->active, 0);
     atomic_init(&s->suspended, 0);
-    atomic_init(&s->decoding, 0);
-    atomic_init(&s->decodes_cancelled, 0);
     atomic_init(&s->request_ids, 0);
-    decode_pool_ops ops = { .cls = s, .run = decode_run, .cancel = decode_cancel };
-    const preprocess_options po_decode = devjpeg_cpu_options(dj, (uint64_t)cfg->max_pixels);
-    s->decoders = decode_pool_start((int)cfg->decode_threads, &po_decode, &ops, err, errlen);
-    if (!s->decoders) {
+    decode_stage_config dc = {
+        .threads = (int)cfg->decode_threads,
+        .http_threads = (int)cfg->threads,
+        .max_pixels = (uint64_t)cfg->max_pixels,
+        .assist_depth = cfg->cpu_decode_assist == CONFIG_AUTO ? -1 : (int)cfg->cpu_decode_assist,
+        .q = q,
+        .dj = dj,
+        .route = route,
+        .bodies = bodies,
+    };
+    if (!(s->decode = decode_stage_start(&dc, err, errlen))) {
         free(s);
         return NULL;
-    }
-    if (dj) {
-        preprocess_options po = { .max_pixels = (uint64_t)cfg->max_pixels };
-        s->header_ctx = calloc((size_t)cfg->threads, sizeof *s->header_ctx);
-        for (s->nheader_ctx = 0; s->header_ctx && s->nheader_ctx < cfg->threads; s->nheader_ctx++)
-            if (!(s->header_ctx[s->nheader_ctx] = preprocess_create(&po)))
-                break;
-        if (s->nheader_ctx < cfg->threads) {
-            snprintf(err, errlen, "server: out of memory for the HTTP threads' JPEG header readers");
-            goto fail_headers;
-        }
     }
 
     http_limits lim = {
@@ -1378,7 +1055,7 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
         .tls = tls,
     };
     if (cfg->access_log[0] && !(s->alog = accesslog_open(cfg->access_log, err, errlen)))
-        goto fail_headers;
+        goto fail;
     http_handler handler = {
         .cls = s,
         .request = on_request,
@@ -1393,17 +1070,14 @@ server *server_start(const config *cfg, const response_service *svc, queue *q, i
     s->http = http_start((struct sockaddr *)&addr, addrlen, &lim, &handler, why, sizeof why);
     if (!s->http) {
         snprintf(err, errlen, "cannot listen on %s: %s", cfg->listen, why);
-        goto fail_headers;
+        goto fail;
     }
     s->port = http_port(s->http);
     return s;
 
-fail_headers:
+fail:
     accesslog_close(s->alog);
-    for (int i = 0; i < s->nheader_ctx; i++)
-        preprocess_destroy(s->header_ctx[i]);
-    free(s->header_ctx);
-    decode_pool_stop(s->decoders);
+    decode_stage_stop(s->decode);
     free(s);
     return NULL;
 }
@@ -1436,28 +1110,24 @@ long server_suspended(server *s)
 
 long server_decoding(server *s)
 {
-    return atomic_load(&s->decoding);
+    return decode_stage_running(s->decode);
 }
 
 int server_cancel_decodes(server *s)
 {
-    atomic_store(&s->decodes_cancelled, 1);
-    return decode_pool_abort(s->decoders);
+    return decode_stage_cancel(s->decode);
 }
 
 void server_stop(server *s)
 {
     if (!s)
         return;
-    /* Refuse decode jobs first (a late one is answered 503), so none can
-     * be submitted to a pool that is gone; none is running: nothing is
+    /* Refuse decodes first (a late request is failed 503), so none can be
+     * submitted to a stage that is gone; none is running: nothing is
      * suspended. */
-    decode_pool_abort(s->decoders);
+    decode_stage_refuse(s->decode);
     http_stop(s->http);
-    decode_pool_stop(s->decoders);
+    decode_stage_stop(s->decode);
     accesslog_close(s->alog);   /* after every request ended: their lines are queued */
-    for (int i = 0; i < s->nheader_ctx; i++)
-        preprocess_destroy(s->header_ctx[i]);
-    free(s->header_ctx);
     free(s);
 }

@@ -4,7 +4,7 @@
  *
  * The HTTP layer (daemon/http.h, libmicrohttpd) runs a few worker threads
  * on epoll; they parse and answer, and hand complete bodies to the
- * server's decode pool (decode_threads threads, shared by every
+ * decode stage (daemon/decode.h: decode_threads threads, shared by every
  * connection). A request waiting for a decoder or for its batch holds no
  * thread, its connection suspended. The pipeline calls server_sink from the batcher and
  * completion threads; the last report for a request wakes its connection. */
@@ -18,6 +18,7 @@
 #include "daemon/infer.h"
 #include "daemon/pipeline.h"
 #include "daemon/queue.h"
+#include "daemon/reload.h"
 #include "daemon/response.h"
 
 typedef struct server server;

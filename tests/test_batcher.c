@@ -20,66 +20,66 @@
 #include "model/resnet18.h"
 #include "tests/testutil.h"
 
-static batcher_policy policy(int max_batch, uint64_t delay_us)
+static batch_policy policy(int max_batch, uint64_t delay_us)
 {
-    batcher_policy p = { .max_batch = max_batch, .max_delay_us = delay_us };
+    batch_policy p = { .max_batch = max_batch, .max_delay_us = delay_us };
     return p;
 }
 
 START_TEST(empty_queue_waits_forever)
 {
-    batcher_policy p = policy(8, 4000);
-    batcher_state s = { .queued = 0 };
-    batcher_decision d = batcher_decide(&p, &s, 123456);
+    batch_policy p = policy(8, 4000);
+    batch_state s = { .queued = 0 };
+    batch_decision d = batch_decide(&p, &s, 123456);
     ck_assert_int_eq(d.send, 0);
-    ck_assert(d.wait_us == BATCHER_WAIT_FOREVER);
+    ck_assert(d.wait_us == BATCH_WAIT_FOREVER);
 }
 END_TEST
 
 START_TEST(full_batch_is_sent_at_once)
 {
-    batcher_policy p = policy(8, 4000);
-    batcher_state s = { .queued = 8, .oldest_us = 1000 };
-    batcher_decision d = batcher_decide(&p, &s, 1000);
+    batch_policy p = policy(8, 4000);
+    batch_state s = { .queued = 8, .oldest_us = 1000 };
+    batch_decision d = batch_decide(&p, &s, 1000);
     ck_assert_int_eq(d.send, 8);
     s.queued = 20;   /* more than one batch: still at most max_batch */
-    d = batcher_decide(&p, &s, 1000);
+    d = batch_decide(&p, &s, 1000);
     ck_assert_int_eq(d.send, 8);
 }
 END_TEST
 
 START_TEST(partial_batch_waits_until_oldest_reaches_delay)
 {
-    batcher_policy p = policy(8, 4000);
-    batcher_state s = { .queued = 3, .oldest_us = 10000 };
+    batch_policy p = policy(8, 4000);
+    batch_state s = { .queued = 3, .oldest_us = 10000 };
     uint64_t now = 10000;
-    batcher_decision d = batcher_decide(&p, &s, now);
+    batch_decision d = batch_decide(&p, &s, now);
     ck_assert_int_eq(d.send, 0);
     ck_assert_uint_eq(d.wait_us, 4000);
     /* Advance the fake clock by what the batcher was told to wait, less 1. */
     now += 3999;
-    d = batcher_decide(&p, &s, now);
+    d = batch_decide(&p, &s, now);
     ck_assert_int_eq(d.send, 0);
     ck_assert_uint_eq(d.wait_us, 1);
     now += 1;
-    d = batcher_decide(&p, &s, now);
+    d = batch_decide(&p, &s, now);
     ck_assert_int_eq(d.send, 3);
 }
 END_TEST
 
 START_TEST(zero_delay_sends_whatever_is_queued)
 {
-    batcher_policy p = policy(8, 0);
-    batcher_state s = { .queued = 1, .oldest_us = 500 };
-    ck_assert_int_eq(batcher_decide(&p, &s, 500).send, 1);
+    batch_policy p = policy(8, 0);
+    batch_state s = { .queued = 1, .oldest_us = 500 };
+    ck_assert_int_eq(batch_decide(&p, &s, 500).send, 1);
 }
 END_TEST
 
 START_TEST(clock_before_enqueue_time_is_not_an_underflow)
 {
-    batcher_policy p = policy(8, 4000);
-    batcher_state s = { .queued = 2, .oldest_us = 9000 };
-    batcher_decision d = batcher_decide(&p, &s, 8000);
+    batch_policy p = policy(8, 4000);
+    batch_state s = { .queued = 2, .oldest_us = 9000 };
+    batch_decision d = batch_decide(&p, &s, 8000);
     ck_assert_int_eq(d.send, 0);
     ck_assert_uint_eq(d.wait_us, 4000);
 }
@@ -87,38 +87,38 @@ END_TEST
 
 START_TEST(preferred_size_is_sent_as_soon_as_formed)
 {
-    batcher_policy p = policy(16, 4000);
+    batch_policy p = policy(16, 4000);
     p.npreferred = 2;
     p.preferred[0] = 4;
     p.preferred[1] = 8;
-    batcher_state s = { .queued = 3, .oldest_us = 0 };
-    ck_assert_int_eq(batcher_decide(&p, &s, 100).send, 0);
+    batch_state s = { .queued = 3, .oldest_us = 0 };
+    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 0);
     s.queued = 5;
-    ck_assert_int_eq(batcher_decide(&p, &s, 100).send, 4);   /* the largest preferred that fits */
+    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 4);   /* the largest preferred that fits */
     s.queued = 11;
-    ck_assert_int_eq(batcher_decide(&p, &s, 100).send, 8);
+    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 8);
     s.queued = 3;   /* no preferred size fits: the delay still applies */
-    ck_assert_int_eq(batcher_decide(&p, &s, 4000).send, 3);
+    ck_assert_int_eq(batch_decide(&p, &s, 4000).send, 3);
 }
 END_TEST
 
 START_TEST(flush_sends_without_waiting)
 {
-    batcher_policy p = policy(8, 1000000);
-    batcher_state s = { .queued = 2, .oldest_us = 100, .flush = 1 };
-    ck_assert_int_eq(batcher_decide(&p, &s, 100).send, 2);
+    batch_policy p = policy(8, 1000000);
+    batch_state s = { .queued = 2, .oldest_us = 100, .flush = 1 };
+    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 2);
     s.queued = 12;
-    ck_assert_int_eq(batcher_decide(&p, &s, 100).send, 8);
+    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 8);
 }
 END_TEST
 
 START_TEST(retry_after_tracks_backlog_and_is_bounded)
 {
-    ck_assert_int_eq(batcher_retry_after_s(100, 0), 1);      /* no estimate yet */
-    ck_assert_int_eq(batcher_retry_after_s(0, 50), 1);
-    ck_assert_int_eq(batcher_retry_after_s(100, 50), 2);
-    ck_assert_int_eq(batcher_retry_after_s(101, 50), 3);     /* rounded up */
-    ck_assert_int_eq(batcher_retry_after_s(100000, 1), 60);
+    ck_assert_int_eq(batch_retry_after_s(100, 0), 1);      /* no estimate yet */
+    ck_assert_int_eq(batch_retry_after_s(0, 50), 1);
+    ck_assert_int_eq(batch_retry_after_s(100, 50), 2);
+    ck_assert_int_eq(batch_retry_after_s(101, 50), 3);     /* rounded up */
+    ck_assert_int_eq(batch_retry_after_s(100000, 1), 60);
 }
 END_TEST
 
@@ -165,7 +165,7 @@ START_TEST(pop_returns_fifo_batches_of_at_most_max)
         items[i] = item(i, slots[i], now, now + 60000000u);
     queue_push(q, items, 10);
     ck_assert_int_eq(queue_depth(q), 10);
-    batcher_policy p = policy(4, 1000000);
+    batch_policy p = policy(4, 1000000);
     queue_item batch[4], expired[4];
     int n, nexp;
     ck_assert_int_eq(queue_pop_batch(q, &p, batch, &n, expired, 4, &nexp), 0);
@@ -198,7 +198,7 @@ START_TEST(pop_waits_for_max_delay_then_sends_partial)
     uint64_t now = clock_now_us();
     queue_item it = item(0, slot, now, now + 60000000u);
     queue_push(q, &it, 1);
-    batcher_policy p = policy(8, 50000);
+    batch_policy p = policy(8, 50000);
     queue_item batch[8], expired[4];
     int n, nexp;
     ck_assert_int_eq(queue_pop_batch(q, &p, batch, &n, expired, 4, &nexp), 0);
@@ -223,7 +223,7 @@ START_TEST(expired_items_come_back_separately)
         item(2, slots[2], now, now + 60000000u),
     };
     queue_push(q, items, 3);
-    batcher_policy p = policy(8, 1000000);
+    batch_policy p = policy(8, 1000000);
     queue_item batch[8], expired[8];
     int n, nexp;
     ck_assert_int_eq(queue_pop_batch(q, &p, batch, &n, expired, 8, &nexp), 0);
@@ -400,7 +400,7 @@ START_TEST(pipeline_keeps_two_batches_in_flight_and_reports_each_image_once)
     infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
     ck_assert_ptr_nonnull(q);
     ck_assert_ptr_nonnull(inf);
-    batcher_policy p = policy(4, 1000);
+    batch_policy p = policy(4, 1000);
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
     push_images(q, 0, NIMAGES);
@@ -434,7 +434,7 @@ START_TEST(engine_failure_fails_its_batch_with_500_until_a_batch_succeeds)
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
     infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
-    batcher_policy p = policy(4, 0);
+    batch_policy p = policy(4, 0);
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
     atomic_store(&f.fail_next, 1);
@@ -472,7 +472,7 @@ START_TEST(swap_moves_batches_to_the_new_engine_without_losing_any)
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
     infer *inf = infer_create(a, &ma, NULL, NULL, &test_sink, err, sizeof err);
-    batcher_policy p = policy(4, 1000);
+    batch_policy p = policy(4, 1000);
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert_ptr_nonnull(b);
     push_images(q, 0, NIMAGES / 2);
@@ -529,7 +529,7 @@ START_TEST(engines_share_one_queue)
     queue *q = queue_create(64, err, sizeof err);
     infer *ia = infer_create(a, NULL, NULL, NULL, &test_sink, err, sizeof err);
     infer *ib = infer_create(b2, NULL, NULL, NULL, &test_sink, err, sizeof err);
-    batcher_policy p = policy(4, 1000);
+    batch_policy p = policy(4, 1000);
     batcher *ba = batcher_start(q, ia, &p, &test_sink, NULL, 0, err, sizeof err);
     batcher *bb = batcher_start(q, ib, &p, &test_sink, NULL, 0, err, sizeof err);
     ck_assert(ia && ib && ba && bb);
@@ -565,7 +565,7 @@ START_TEST(stop_drains_queued_images_before_the_batcher_exits)
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
     infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
-    batcher_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
+    batch_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     push_images(q, 0, 3);
     uint64_t t0 = clock_now_us();
@@ -699,7 +699,7 @@ START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_ima
     decode_route_init(&route, 1);
     const uint64_t seed_ps = decode_route_gpu_ps(&route);
     infer *inf = infer_create(e, NULL, &dj, &route, &gpu_sink, err, sizeof err);
-    batcher_policy p = policy(8, 10000000);   /* full batches only: 24 images make 3 */
+    batch_policy p = policy(8, 10000000);   /* full batches only: 24 images make 3 */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     ck_assert_ptr_nonnull(b);
 
@@ -755,7 +755,7 @@ START_TEST(device_decoder_error_fails_its_batch_with_500)
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
     infer *inf = infer_create(e, NULL, &dj, NULL, &gpu_sink, err, sizeof err);
-    batcher_policy p = policy(4, 10000000);   /* full batches only */
+    batch_policy p = policy(4, 10000000);   /* full batches only */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     atomic_store(&fd.fail_next, 1);
     static uint8_t one[4] = { 1, 2, 3, 4 };
