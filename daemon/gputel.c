@@ -5,6 +5,7 @@
 #include <string.h>
 #include "daemon/gputel.h"
 #include "model/engine.h"
+#include "model/engine_registry.h"
 
 typedef int nvml_return;                  /* nvmlReturn_t; 0: NVML_SUCCESS */
 typedef struct nvml_device *nvml_device;  /* nvmlDevice_t */

@@ -41,7 +41,10 @@
 #include "model/calib.h"
 #include "model/clock.h"
 #include "model/devjpeg.h"
+#include "model/devjpeg_registry.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
+#include "model/engine_registry.h"
 #include "model/labels.h"
 #include "model/resnet18.h"
 #include "model/textfile.h"
@@ -400,9 +403,8 @@ int main(int argc, char **argv)
         infer_engine_label(eng[i], label, sizeof label);
         snprintf(engines + strlen(engines), sizeof engines - strlen(engines), "%s%s", i ? "," : "", label);
         /* Engine and decoder buffers are all allocated at creation, so this is set once. */
-        gpu_bytes += (eng[i]->ops->device_memory ? eng[i]->ops->device_memory(eng[i]->ctx) : 0) +
-                     (djs[i] ? devjpeg_device_memory(djs[i]) : 0);
-        pinned_bytes += eng[i]->ops->pinned_memory ? eng[i]->ops->pinned_memory(eng[i]->ctx) : 0;
+        gpu_bytes += engine_device_memory(eng[i]) + (djs[i] ? devjpeg_device_memory(djs[i]) : 0);
+        pinned_bytes += engine_pinned_memory(eng[i]);
     }
     weights_free(&w);   /* the engines hold their own copies */
     /* decode = auto: the server leaves a JPEG compressed for whichever

@@ -16,6 +16,7 @@
 #include "model/calib.h"
 #include "model/clock.h"
 #include "model/engine.h"
+#include "model/engine_registry.h"
 
 #define RELOAD_MAX_WAITING 64   /* load requests waiting at once; more are refused */
 

@@ -1,5 +1,6 @@
-/* The C face of gpu/: what host code may call. Only model/engine.c and the
- * tools include this, and only under HAVE_CUDA; no CUDA header leaks out. */
+/* The C face of gpu/: what host code may call. Only the registries
+ * (model/engine_registry.c, model/devjpeg_registry.c) and the tools include
+ * this, and only under HAVE_CUDA; no CUDA header leaks out. */
 #ifndef RESNETD_GPU_H
 #define RESNETD_GPU_H
 

@@ -91,15 +91,6 @@ typedef enum { DEVJPEG_MODE_AUTO, DEVJPEG_MODE_GPU, DEVJPEG_MODE_GPU_EXACT, DEVJ
 
 int devjpeg_parse_mode(const char *s, devjpeg_mode *m);
 
-/* The device decoder for engine e. NULL with the reason in err when there
- * is none: not a CUDA engine, built without nvJPEG, or no hardware decoder
- * on the device. arena_bytes bounds the decoded pixels held at once (0:
- * auto, what gpu_decode_memory = auto says);
- * checkers is how many threads may call check at once; exact: pixels
- * bit-exact with the CPU path (DEVJPEG_MODE_GPU_EXACT). Warms the decoder
- * up with a batch of max_batch synthetic JPEGs on every slot, so that its
- * buffers are allocated before any request. */
-devjpeg *devjpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err, size_t errlen);
 void devjpeg_destroy(devjpeg *d);
 
 devjpeg_reason devjpeg_check(devjpeg *d, const uint8_t *jpeg, size_t len, const preprocess_info *info);

@@ -86,9 +86,6 @@ typedef struct engine {
     float *logits[ENGINE_MAX_SLOTS];    /* [max_batch][classes] */
 } engine;
 
-/* Creates the engine cfg asks for (AUTO: CUDA when a device is present,
- * else CPU). Returns NULL with a message in err. */
-engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
 int engine_submit(engine *e, int slot, int n, char *err, size_t errlen);
 int engine_wait(engine *e, int slot, char *err, size_t errlen);
 void engine_destroy(engine *e);
@@ -102,6 +99,10 @@ int engine_warm_up(engine *e, char *err, size_t errlen);
  * and copies the logits out (n * e->classes floats). */
 int engine_infer(engine *e, const uint8_t *images, int n, float *logits, char *err, size_t errlen);
 
+/* Device and pinned host memory the engine holds (0 where it has none). */
+size_t engine_device_memory(const engine *e);
+size_t engine_pinned_memory(const engine *e);
+
 const char *engine_device_name(engine_device d);
 const char *engine_precision_name(engine_precision p);
 int engine_parse_device(const char *s, engine_device *d, int *index);
@@ -109,35 +110,6 @@ int engine_parse_device(const char *s, engine_device *d, int *index);
  * (every device: *n = 0, for the caller to count) or "cuda:0,1,3" (no
  * repeats; *n = 3). Single forms give *n = 1. */
 int engine_parse_devices(const char *s, engine_device *d, int *index, int max, int *n);
-/* CUDA devices usable (0 without CUDA or a device). */
-int engine_cuda_device_count(void);
-/* CUDA device's PCI bus id into buf (for NVML); 0, or -1 (no CUDA). */
-int engine_cuda_pci_bus_id(int device, char *buf, size_t len);
 int engine_parse_precision(const char *s, engine_precision *p);
-
-/* Calibration: on a CPU engine at FP32, fn sees every activation tensor
- * that INT8 quantises, as soon as it is computed, on the submitting
- * thread: tensor 0 is the normalised image, tensor i >= 1 the output of
- * conv i-1 (model/calib.h numbers them the same way); data is NHWC
- * [n][h + 2 pad][h + 2 pad][c] with a zero border of pad pixels. fn NULL
- * stops observing. Returns -1 (with err) on any other engine. */
-typedef void engine_observer_fn(void *ctx, int tensor, const float *data, int n, int h, int c, int pad);
-int engine_cpu_observe(engine *e, engine_observer_fn *fn, void *ctx, char *err, size_t errlen);
-
-/* Tests: the CPU INT8 engine's last conv output (FP32, NHWC
- * [n][7][7][512]) of its latest batch; NULL for any other engine. */
-const float *engine_cpu_int8_last_conv(engine *e);
-
-/* The CPU INT8 engine's GEMM tile ("amx", "vnni", "avx2" or "generic":
- * the CPU's, or RESNETD_CPU_INT8_GEMM's), for logs and benchmark records;
- * NULL for any other engine. */
-const char *engine_cpu_int8_tile(const engine *e);
-
-/* Engines. engine_cuda_create and gpu_device_count live in gpu/ and exist
- * only when built with CUDA; gpu_device_count returns 0 without a device. */
-engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
-/* The CPU engine at INT8 (model/engine_cpu_int8.c); engine_cpu_create
- * hands INT8 configurations to it. */
-engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen);
 
 #endif

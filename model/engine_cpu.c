@@ -44,6 +44,7 @@
 #include <unistd.h>
 #include "model/cpu_pool.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
 #include "model/preprocess.h"
 
 /* The avx512 back end is x86-64 only; elsewhere the blas one runs. */

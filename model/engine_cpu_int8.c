@@ -37,6 +37,7 @@
 #include "model/calib.h"
 #include "model/cpu_pool.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
 #include "model/int8.h"
 #include "model/preprocess.h"
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/engine.h"
+#include "model/engine_registry.h"
 #include "model/npy.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"

@@ -35,6 +35,8 @@
 #include "gpu/gpu_test.h"
 #include "model/calib.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
+#include "model/engine_registry.h"
 #include "model/int8.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
@@ -201,7 +203,7 @@ static void run_model(model_ref *m, engine_precision p, int small_batches)
     ck_assert_int_eq(e->nslots, 2);
     ck_assert_int_eq(e->precision, p);
     ck_assert_int_eq(e->classes, m->w.classes);
-    ck_assert(e->ops->device_memory(e->ctx) > 0 && e->ops->pinned_memory(e->ctx) > 0);
+    ck_assert(engine_device_memory(e) > 0 && engine_pinned_memory(e) > 0);
     int *w0 = malloc(sizeof(int) * max), *w1 = malloc(sizeof(int) * max);
     ck_assert(w0 && w1);
     for (int i = 0; i < nb; i++) {

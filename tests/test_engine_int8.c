@@ -24,6 +24,8 @@
 #include <unistd.h>
 #include "model/calib.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
+#include "model/engine_registry.h"
 #include "model/npy.h"
 #include "model/resnet18.h"
 #include "tests/invariance.h"

@@ -33,11 +33,15 @@
 #include "model/calib.h"
 #include "model/clock.h"
 #include "model/devjpeg.h"
+#include "model/devjpeg_registry.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
+#include "model/engine_registry.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
 #ifdef HAVE_CUDA
 #include "gpu/gpu.h"
+#include "tools/toolopt.h"
 #endif
 
 #define BENCH_MAX_BATCHES 16
@@ -227,16 +231,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_DEVICE:
-            if (engine_parse_device(optarg, &o->ecfg.device, &o->ecfg.device_index) != 0) {
-                fprintf(stderr, "resnetd-bench: --device must be cpu, cuda, cuda:N or auto, got '%s'\n", optarg);
+            if (toolopt_device("resnetd-bench", optarg, &o->ecfg) != 0)
                 return -1;
-            }
             break;
         case OPT_PRECISION:
-            if (engine_parse_precision(optarg, &o->ecfg.precision) != 0) {
-                fprintf(stderr, "resnetd-bench: --precision must be fp32, fp16 or int8, got '%s'\n", optarg);
+            if (toolopt_precision("resnetd-bench", optarg, &o->ecfg) != 0)
                 return -1;
-            }
             break;
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_CALIB: o->calibration = optarg; break;
@@ -469,8 +469,8 @@ static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_r
     for (int i = 0; i < o->nbatches && rc == 0; i++)
         rc = bench_engine_batch(e, o->batches[i], o->iters, &res[i], err, errlen);
     x->int8_tile = engine_cpu_int8_tile(e);
-    x->device_bytes = e->ops->device_memory ? e->ops->device_memory(e->ctx) : 0;
-    x->pinned_bytes = e->ops->pinned_memory ? e->ops->pinned_memory(e->ctx) : 0;
+    x->device_bytes = engine_device_memory(e);
+    x->pinned_bytes = engine_pinned_memory(e);
     if (rc == 0 && o->pipeline_batch > 0) {
         rc = bench_pipeline(e, o->pipeline_batch, o->iters, &x->pipe, err, errlen);
         x->has_pipeline = rc == 0;
@@ -1149,17 +1149,11 @@ int main(int argc, char **argv)
     int nmulti = 0;
     if (!o.decode_only) {
         resnet18_weights w;
-        int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, sizeof err)
-                                                       : weights_load(o.weights, &w, err, sizeof err);
-        if (wrc != 0) {
-            fprintf(stderr, "resnetd-bench: %s\n", err);
+        if (toolopt_load_weights("resnetd-bench", o.weights, &w) != 0)
             return 1;
-        }
         static calib_table calib;
         if (o.calibration) {
-            if (calib_load(o.calibration, &calib, err, sizeof err) != 0 ||
-                calib_check_weights(&calib, o.calibration, &w, o.weights, err, sizeof err) != 0) {
-                fprintf(stderr, "resnetd-bench: %s\n", err);
+            if (toolopt_load_calibration("resnetd-bench", o.calibration, &w, o.weights, &calib) != 0) {
                 weights_free(&w);
                 return 1;
             }

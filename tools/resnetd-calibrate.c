@@ -21,8 +21,11 @@
 #include "config.h"
 #include "model/calib.h"
 #include "model/engine.h"
+#include "model/engine_cpu.h"
+#include "model/engine_registry.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
+#include "tools/toolopt.h"
 
 #define CALIBRATE_BATCH 8
 
@@ -483,17 +486,10 @@ int main(int argc, char **argv)
     calib_table t;
     memset(&w, 0, sizeof w);
 
-    int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, sizeof err)
-                                                   : weights_load(o.weights, &w, err, sizeof err);
-    if (wrc != 0) {
-        fprintf(stderr, "resnetd-calibrate: %s\n", err);
+    if (toolopt_load_weights("resnetd-calibrate", o.weights, &w) != 0)
         return 1;
-    }
-    if (o.table && (calib_load(o.table, &t, err, sizeof err) != 0 ||
-                    calib_check_weights(&t, o.table, &w, o.weights, err, sizeof err) != 0)) {
-        fprintf(stderr, "resnetd-calibrate: %s\n", err);
+    if (o.table && toolopt_load_calibration("resnetd-calibrate", o.table, &w, o.weights, &t) != 0)
         goto out;
-    }
     engine_config ec = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32,
                         .max_batch = CALIBRATE_BATCH, .nslots = 1, .threads = o.threads};
     preprocess_options popt = {.max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS};

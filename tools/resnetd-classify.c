@@ -16,11 +16,13 @@
 #include "config.h"
 #include "model/calib.h"
 #include "model/engine.h"
+#include "model/engine_registry.h"
 #include "model/labels.h"
 #include "model/npy.h"
 #include "model/preprocess.h"
 #include "model/resnet18.h"
 #include "model/topk.h"
+#include "tools/toolopt.h"
 
 #define CLASSIFY_MAX_BATCH 16
 
@@ -104,16 +106,12 @@ static int parse_args(int argc, char **argv, classify_opts *o)
             o->top_k = (int)v;
             break;
         case OPT_DEVICE:
-            if (engine_parse_device(optarg, &o->ecfg.device, &o->ecfg.device_index) != 0) {
-                fprintf(stderr, "resnetd-classify: --device must be cpu, cuda, cuda:N or auto, got '%s'\n", optarg);
+            if (toolopt_device("resnetd-classify", optarg, &o->ecfg) != 0)
                 return -1;
-            }
             break;
         case OPT_PRECISION:
-            if (engine_parse_precision(optarg, &o->ecfg.precision) != 0) {
-                fprintf(stderr, "resnetd-classify: --precision must be fp32, fp16 or int8, got '%s'\n", optarg);
+            if (toolopt_precision("resnetd-classify", optarg, &o->ecfg) != 0)
                 return -1;
-            }
             break;
         case OPT_CALIB: o->calibration = optarg; break;
         case OPT_JSON: o->json = 1; break;
@@ -310,17 +308,11 @@ int main(int argc, char **argv)
     memset(&lb, 0, sizeof lb);
 
     /* Weights first: their head sets how many class names the labels need. */
-    int wrc = strcmp(o.weights, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, &w, err, sizeof err)
-                                                   : weights_load(o.weights, &w, err, sizeof err);
-    if (wrc != 0) {
-        fprintf(stderr, "resnetd-classify: %s\n", err);
+    if (toolopt_load_weights("resnetd-classify", o.weights, &w) != 0)
         return 1;
-    }
     calib_table calib;
     if (o.calibration) {
-        if (calib_load(o.calibration, &calib, err, sizeof err) != 0 ||
-            calib_check_weights(&calib, o.calibration, &w, o.weights, err, sizeof err) != 0) {
-            fprintf(stderr, "resnetd-classify: %s\n", err);
+        if (toolopt_load_calibration("resnetd-classify", o.calibration, &w, o.weights, &calib) != 0) {
             status = 1;
             goto out;
         }
