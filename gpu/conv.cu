@@ -430,7 +430,7 @@ struct s8_rt {
 // before its first store, with the output type fixed (OUT) rather than a
 // branch in each row, so that no row's shared-memory loads wait on the
 // row before. Faster at one CTA an SM (128 x 256: two warps a scheduler
-// to hide that latency), slower at two (gpu/NOTES.md).
+// to hide that latency), slower at two (bench/gpu-notes-diary.md).
 template <int BM, int BN, int T, bool RT, int OUT, bool HOIST>
 __device__ __forceinline__ void epilogue_rows_s8_as(const int *Cs, int ldc, int m0, int n0, int M, int N,
                                                     const float *bias, const conv_q8 &q, const int8_t *res, int relu,
@@ -1057,7 +1057,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
     // factors of JG column groups load together (the first group's under
     // the last shortcut MMAs), before the stores, which may alias them for
     // the compiler: a group at a time, each waiting on its own loads, took
-    // a fifth of layer3.0.conv2's time at 128 x 256 (gpu/NOTES.md).
+    // a fifth of layer3.0.conv2's time at 128 x 256 (bench/gpu-notes-diary.md).
     run_k_tiles<AHEAD, SCR>(KT, KTS, load_tile, load_main, step, [&] {
         if constexpr (SCR) {
             constexpr int JG = 8;
@@ -2051,8 +2051,8 @@ enum { FAMILY_PLAIN, FAMILY_3XTF32 };
 // The wgmma tiles: INT8's shortcut kernels hold the residual tile beyond
 // the pipeline (sc_smem_s8). The one-barrier pipeline (ONEBAR), names
 // ending "b1": the autotuner took it for layer3's convs at 128 x 256 x 4
-// stages (gpu/NOTES.md), not at 128 x 128, whose two CTAs an SM a fourth
-// stage would cost.
+// stages (bench/gpu-notes-diary.md), not at 128 x 128, whose two CTAs an
+// SM a fourth stage would cost.
 #define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                          \
     {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0, FAMILY_PLAIN}, \
      conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                            \
@@ -2103,7 +2103,7 @@ static f16_entry kTilesF16[] = {
     WG_TILE1(128, 256, 4),
     // Three warpgroups: layer4 at batch 256 in one wave (66 x 2 CTAs on
     // 132 SMs), where 128 x 128 took 1.5. FP16 only: INT8's 128 x 128
-    // stayed faster there (gpu/NOTES.md).
+    // stayed faster there (bench/gpu-notes-diary.md).
     WG_TILE(192, 256, 3),
     SWAP_TILE(false, 64, 128, 2),
 };

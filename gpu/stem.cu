@@ -632,7 +632,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
         // registers, and runs rows 3 and 4 as passes of one, folding each
         // into it (a pass of two beside it would spill); the others keep it
         // in shared memory. At 128 registers ptxas serialises INT8's wgmmas
-        // again (C7512); it still measured faster (gpu/NOTES.md).
+        // again (C7512); it still measured faster (bench/gpu-notes-diary.md).
         constexpr bool R2 = WG && S8;
         acc_t r2[R2 ? 32 : 1];
         {
