@@ -116,8 +116,6 @@ typedef struct cuda_slot {
     int which_set;         // d_which names some image (else it is all -1)
     float *h_logits;  // [max_batch][classes]
     float *d_logits;  // [fc_rows][classes]
-    int *h_idx, *d_idx;          // [max_batch][topk]
-    float *h_prob, *d_prob;      // [max_batch][topk]
     cudaGraphExec_t graph[MAX_BUCKETS];
     cudaEvent_t staged;    // set by engine_cuda_input_staged: d_in is ready after it
 } cuda_slot;
@@ -136,7 +134,6 @@ typedef struct cuda_engine {
     double *pool_part;  // [max_batch][2][512]: the pool's sums of images split between two tiles
     int *pool_cnt;      // [max_batch][512 / 64]: their meeting counts, 0 between passes
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
-    int topk;         // classes the GPU ranks per image: GPU_TOPK, or all of a smaller head
     size_t device_bytes, pinned_bytes;
     void *w[NCONV];   // KRSC, stem padded
     float *b[NCONV];
@@ -591,7 +588,7 @@ static int check_plan(const cuda_engine *ce, char *err, size_t errlen)
 
 /* ---- the forward pass --------------------------------------------------- */
 
-#define NOPS (NCONV + 5)  // normalise, 20 convs, maxpool, avgpool, fc, softmax/top-k
+#define NOPS (NCONV + 5)  // normalise, 20 convs, maxpool, avgpool, fc, fc bias
 
 static const char *op_name(int op)
 {
@@ -608,7 +605,7 @@ static const char *op_name(int op)
         return "avgpool";
     if (op == NCONV + 3)
         return "fc";
-    return "softmax_topk";
+    return "fc_bias";
 }
 
 static void *tensor_ptr(cuda_engine *ce, int t)
@@ -726,7 +723,7 @@ static int forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *
                                     classes, ct, CUBLAS_GEMM_DEFAULT));
     }
     MARK();
-    CUDA_TRY(softmax_topk_launch(sl->d_logits, ce->fc_b, n, ce->pub.classes, ce->topk, sl->d_idx, sl->d_prob, st));
+    CUDA_TRY(fc_bias_launch(sl->d_logits, ce->fc_b, n, ce->pub.classes, st));
     MARK();
 #undef MARK
     return 0;
@@ -1072,9 +1069,6 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
     ce->last_slot = s;
     CUDA_TRY(cudaMemcpyAsync(sl->h_logits, sl->d_logits, (size_t)n * ce->pub.classes * sizeof(float),
                              cudaMemcpyDeviceToHost, sl->stream));
-    CUDA_TRY(cudaMemcpyAsync(sl->h_idx, sl->d_idx, (size_t)n * ce->topk * sizeof(int), cudaMemcpyDeviceToHost, sl->stream));
-    CUDA_TRY(cudaMemcpyAsync(sl->h_prob, sl->d_prob, (size_t)n * ce->topk * sizeof(float), cudaMemcpyDeviceToHost,
-                             sl->stream));
     CUDA_TRY(cudaEventRecord(sl->done, sl->stream));
     pthread_mutex_unlock(&ce->order);
     return 0;
@@ -1128,12 +1122,8 @@ static void cuda_destroy(void *ctx)
         cudaFree(sl->d_f32);
         free(ce->pub.input_f32[s]);
         cudaFreeHost(sl->h_logits);
-        cudaFreeHost(sl->h_idx);
-        cudaFreeHost(sl->h_prob);
         cudaFree(sl->d_in);
         cudaFree(sl->d_logits);
-        cudaFree(sl->d_idx);
-        cudaFree(sl->d_prob);
     }
     for (int i = 0; i < NCONV; i++) {
         cudaFree(ce->w[i]);
@@ -1166,7 +1156,7 @@ static const engine_ops cuda_ops = {
 static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
 {
     cuda_slot *sl = &ce->slot[s];
-    size_t nb = (size_t)ce->pub.max_batch, classes = (size_t)ce->pub.classes, topk = (size_t)ce->topk;
+    size_t nb = (size_t)ce->pub.max_batch, classes = (size_t)ce->pub.classes;
     CUDA_TRY(cudaStreamCreateWithFlags(&sl->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaEventCreateWithFlags(&sl->computed, cudaEventDisableTiming));
     CUDA_TRY(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming | cudaEventBlockingSync));
@@ -1180,12 +1170,8 @@ static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
         return -1;
     }
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_logits, nb * classes * sizeof(float)));
-    CUDA_TRY(host_alloc(ce, (void **)&sl->h_idx, nb * topk * sizeof(int)));
-    CUDA_TRY(host_alloc(ce, (void **)&sl->h_prob, nb * topk * sizeof(float)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_in, nb * RESNET18_INPUT_BYTES));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_logits, (size_t)ce->fc_rows * classes * sizeof(float)));
-    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_idx, nb * topk * sizeof(int)));
-    CUDA_TRY(dev_alloc(ce, (void **)&sl->d_prob, nb * topk * sizeof(float)));
     // Padded bucket rows read whatever is in d_in: make that defined.
     memset(sl->h_in, 0, nb * RESNET18_INPUT_BYTES);
     CUDA_TRY(cudaMemset(sl->d_in, 0, nb * RESNET18_INPUT_BYTES));
@@ -1218,7 +1204,6 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     ce->pub.max_batch = cfg->max_batch;
     ce->pub.nslots = nslots;
     ce->pub.classes = w->classes;
-    ce->topk = w->classes < GPU_TOPK ? w->classes : GPU_TOPK;
     ce->fp16 = ce->pub.precision == ENGINE_PRECISION_FP16;
     ce->kind = ce->pub.precision == ENGINE_PRECISION_INT8 ? CONV_INT8 : ce->fp16 ? CONV_FP16 : CONV_FP32;
     ce->esize = ce->kind == CONV_INT8 ? 1 : ce->fp16 ? 2 : 4;
@@ -1383,16 +1368,6 @@ int engine_cuda_input_staged(engine *e, int slot, cudaEvent_t ready)
         return -1;
     ce->slot[slot].staged = ready;
     return 0;
-}
-
-extern "C" int engine_cuda_topk(engine *e, int slot, const int **idx, const float **prob)
-{
-    cuda_engine *ce = as_cuda(e);
-    if (!ce || slot < 0 || slot >= e->nslots)
-        return -1;
-    *idx = ce->slot[slot].h_idx;
-    *prob = ce->slot[slot].h_prob;
-    return ce->topk;
 }
 
 extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char *err, size_t errlen)

@@ -27,16 +27,6 @@ engine *engine_cuda_create(const resnet18_weights *w, const engine_config *cfg, 
 
 /* --- optional extras of the CUDA engine (tools, tests, the daemon) ---- */
 
-/* Classes the GPU ranks per image after softmax (fewer when the model has
- * fewer classes). */
-#define GPU_TOPK 5
-
-/* After engine_wait(e, slot): the GPU's softmax top-k of each image, best
- * first, idx[n][k] and prob[n][k] (pinned memory owned by the engine), with
- * k = min(GPU_TOPK, e->classes). Returns k, or -1 when e is not a CUDA
- * engine. */
-int engine_cuda_topk(engine *e, int slot, const int **idx, const float **prob);
-
 /* Per-op time of one forward pass. */
 typedef struct gpu_layer_time {
     const char *name;   /* "layer1.0.conv1", "maxpool", "fc", ... */

@@ -119,9 +119,9 @@ int gpu_test_maxpool(int fp16, float *in, int n, int h, int w, int c, int oh, in
  * (FP32 in, the mean summed in float64 and rounded to FP16 out). */
 int gpu_test_avgpool(int kind, float *in, int n, int hw, int c, float *out, char *err, size_t errlen);
 
-/* logits_out = logits + bias per row; softmax; k best: idx[n][k], prob[n][k]. */
-int gpu_test_softmax_topk(const float *logits, const float *bias, int n, int classes, int k, float *logits_out,
-                          int *idx, float *prob, char *err, size_t errlen);
+/* logits_out = logits + bias, per row of classes. */
+int gpu_test_fc_bias(const float *logits, const float *bias, int n, int classes, float *logits_out, char *err,
+                     size_t errlen);
 
 /* PIL-exact resize + crop (gpu/resize.cu) of one w x h RGB image, given
  * interleaved on the host and handed to the kernel as planes, as nvJPEG

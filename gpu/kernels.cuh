@@ -279,10 +279,8 @@ cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, in
 // Global average pool [n][hw][c] -> [n][c]; c % 2 == 0. FP16 and FP32: the
 // same precision out; INT8: FP32 in, FP16 out (model/int8.h).
 cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
-// Per image: logits += bias (in place), then softmax and the k best classes
-// (k <= 8 and k <= classes), best first: idx[n][k], prob[n][k].
-cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
-                                float *prob, cudaStream_t st);
+// logits[n][classes] += bias[classes], in place.
+cudaError_t fc_bias_launch(float *logits, const float *bias, int n, int classes, cudaStream_t st);
 
 // One image for resize_crop_launch (gpu/resize.cu): a decoded source in
 // device memory, its Resize(256) size and CenterCrop(224) corner (from

@@ -1,5 +1,5 @@
 // The small kernels around the convolutions: input normalisation, the
-// stem's max pool, the global average pool and the head's softmax + top-k.
+// stem's max pool, the global average pool and the FC's bias.
 // All are memory-bound; each thread moves 16-byte vectors where the layout
 // allows. Layouts as in gpu/kernels.cuh.
 #include <float.h>
@@ -373,248 +373,22 @@ cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, i
     return launch_k(avgpool_kernel<float, float, float>, grid, block, 0, st, (const float *)in, (float *)out, hw, c);
 }
 
-/* ---- head: bias, softmax, top-k -------------------------------------- */
+/* ---- head: the FC's bias --------------------------------------------- */
 
-#define TOPK_THREADS 256
-#define TOPK_MAX 8
-
-// Block-wide arg-max of (v, i) pairs; ties go to the lower index, as in a
-// stable sort. Every thread gets the result.
-__device__ void block_argmax(float v, int i, float *sv, int *si, float *out_v, int *out_i)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-        int i2 = __shfl_xor_sync(0xffffffffu, i, o);
-        if (v2 > v || (v2 == v && i2 < i)) {
-            v = v2;
-            i = i2;
-        }
-    }
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) {
-        sv[warp] = v;
-        si[warp] = i;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < TOPK_THREADS / 32 ? sv[lane] : -FLT_MAX;
-        i = lane < TOPK_THREADS / 32 ? si[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-            int i2 = __shfl_xor_sync(0xffffffffu, i, o);
-            if (v2 > v || (v2 == v && i2 < i)) {
-                v = v2;
-                i = i2;
-            }
-        }
-        if (lane == 0) {
-            sv[0] = v;
-            si[0] = i;
-        }
-    }
-    __syncthreads();
-    *out_v = sv[0];
-    *out_i = si[0];
-    __syncthreads();  // sv/si are reused by the next call
-}
-
-__device__ float block_sum(float v, float *sv)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0)
-        sv[warp] = v;
-    __syncthreads();
-    float s = 0.f;
-    for (int w = 0; w < TOPK_THREADS / 32; w++)
-        s += sv[w];
-    __syncthreads();
-    return s;
-}
-
-__global__ void __launch_bounds__(TOPK_THREADS)
-    softmax_topk_kernel(float *__restrict__ logits, const float *__restrict__ bias, int classes, int k,
-                        int *__restrict__ idx, float *__restrict__ prob)
+// cuBLAS writes W x feat; the bias is added here, in place. Softmax and
+// top-k run on the host (model/topk.c), once, for every engine alike.
+__global__ void fc_bias_kernel(float *__restrict__ logits, const float *__restrict__ bias, int classes, long total)
 {
     pdl_sync();
-    __shared__ float sv[TOPK_THREADS / 32];
-    __shared__ int si[TOPK_THREADS / 32];
-    float *row = logits + (long)blockIdx.x * classes;
-    float best = -FLT_MAX;
-    int besti = 0x7fffffff;
-    for (int j = threadIdx.x; j < classes; j += TOPK_THREADS) {
-        float v = row[j] + bias[j];
-        row[j] = v;
-        if (v > best) {
-            best = v;
-            besti = j;
-        }
-    }
-    float mx;
-    int mxi;
-    block_argmax(best, besti, sv, si, &mx, &mxi);
-    float se = 0.f;
-    for (int j = threadIdx.x; j < classes; j += TOPK_THREADS)
-        se += expf(row[j] - mx);
-    float denom = block_sum(se, sv);
-    // k rounds of arg-max, each excluding what earlier rounds took.
-    int taken[TOPK_MAX];
-    for (int r = 0; r < k; r++) {
-        best = -FLT_MAX;
-        besti = 0x7fffffff;
-        for (int j = threadIdx.x; j < classes; j += TOPK_THREADS) {
-            bool used = false;
-            for (int q = 0; q < r; q++)
-                used |= taken[q] == j;
-            float v = row[j];
-            if (!used && (v > best || (v == best && j < besti))) {
-                best = v;
-                besti = j;
-            }
-        }
-        float bv;
-        int bi;
-        block_argmax(best, besti, sv, si, &bv, &bi);
-        taken[r] = bi;
-        if (threadIdx.x == 0) {
-            idx[(long)blockIdx.x * k + r] = bi;
-            prob[(long)blockIdx.x * k + r] = expf(bv - mx) / denom;
-        }
-    }
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total)
+        logits[i] += bias[i % classes];
 }
 
-// Heads of up to TOPK_THREADS * TOPK_PER classes (ImageNet's 1000): each
-// thread keeps its logits in registers, so the row is read once, and the
-// block meets at three barriers (the max, the sum, the warps' top-k lists)
-// where the kernel above meets at 2 + 3k and reads the row k + 2 times.
-// Each warp ranks its own k best by shuffles; warp 0 then ranks the
-// warps' lists. Same order (ties to the lower index) and the same sum
-// order as above; NaN and -inf are never taken.
-#define TOPK_PER 4
-
-// (v, i) ranks before (w, j): the larger value, ties to the lower index.
-__device__ __forceinline__ bool topk_before(float v, int i, float w, int j)
+cudaError_t fc_bias_launch(float *logits, const float *bias, int n, int classes, cudaStream_t st)
 {
-    return v > w || (v == w && i < j);
-}
-
-// The warp's best (v, i); every lane gets it.
-__device__ __forceinline__ void warp_argmax(float &v, int &i)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-        const int i2 = __shfl_xor_sync(0xffffffffu, i, o);
-        if (topk_before(v2, i2, v, i)) {
-            v = v2;
-            i = i2;
-        }
-    }
-}
-
-__global__ void __launch_bounds__(TOPK_THREADS)
-    softmax_topk_small_kernel(float *__restrict__ logits, const float *__restrict__ bias, int classes, int k,
-                              int *__restrict__ idx, float *__restrict__ prob)
-{
-    pdl_sync();
-    constexpr int WARPS = TOPK_THREADS / 32;
-    __shared__ float smax[WARPS], ssum[WARPS], cv[WARPS * TOPK_MAX];
-    __shared__ int ci[WARPS * TOPK_MAX];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *row = logits + (long)blockIdx.x * classes;
-    float v[TOPK_PER], m = -FLT_MAX;
-#pragma unroll
-    for (int p = 0; p < TOPK_PER; p++) {
-        const int j = threadIdx.x + p * TOPK_THREADS;
-        v[p] = -INFINITY;  // past the head: adds 0 to the sum, never taken
-        if (j < classes) {
-            v[p] = row[j] + bias[j];
-            row[j] = v[p];
-            if (v[p] > m)
-                m = v[p];
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0)
-        smax[warp] = m;
-    __syncthreads();
-    for (int w = 0; w < WARPS; w++)
-        m = fmaxf(m, smax[w]);
-    float se = 0.f;
-#pragma unroll
-    for (int p = 0; p < TOPK_PER; p++)
-        se += expf(v[p] - m);
-    for (int o = 16; o > 0; o >>= 1)
-        se += __shfl_xor_sync(0xffffffffu, se, o);
-    if (lane == 0)
-        ssum[warp] = se;
-    // The warp's k best: each round the lanes offer their best not yet taken.
-    unsigned taken = 0;
-    for (int r = 0; r < k; r++) {
-        float bv = -FLT_MAX;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int p = 0; p < TOPK_PER; p++) {
-            const int j = threadIdx.x + p * TOPK_THREADS;
-            if (!(taken >> p & 1) && topk_before(v[p], j, bv, bi)) {
-                bv = v[p];
-                bi = j;
-            }
-        }
-        warp_argmax(bv, bi);
-#pragma unroll
-        for (int p = 0; p < TOPK_PER; p++)
-            if (threadIdx.x + p * TOPK_THREADS == bi)
-                taken |= 1u << p;
-        if (lane == 0) {
-            cv[warp * TOPK_MAX + r] = bv;
-            ci[warp * TOPK_MAX + r] = bi;
-        }
-    }
-    __syncthreads();
-    if (warp != 0)
-        return;
-    float denom = 0.f;
-    for (int w = 0; w < WARPS; w++)
-        denom += ssum[w];
-    // Warp 0 ranks the WARPS * k candidates, two a lane.
-    float c[2];
-    int cj[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int s = lane + 32 * h, w = s / k, r = s % k;
-        c[h] = -FLT_MAX;
-        cj[h] = 0x7fffffff;
-        if (s < WARPS * k) {
-            c[h] = cv[w * TOPK_MAX + r];
-            cj[h] = ci[w * TOPK_MAX + r];
-        }
-    }
-    for (int r = 0; r < k; r++) {
-        const bool second = topk_before(c[1], cj[1], c[0], cj[0]);
-        float bv = second ? c[1] : c[0];
-        int bi = second ? cj[1] : cj[0];
-        warp_argmax(bv, bi);
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            if (cj[h] == bi && bi != 0x7fffffff) {
-                c[h] = -FLT_MAX;
-                cj[h] = 0x7fffffff;
-            }
-        if (lane == 0) {
-            idx[(long)blockIdx.x * k + r] = bi;
-            prob[(long)blockIdx.x * k + r] = expf(bv - m) / denom;
-        }
-    }
-}
-
-cudaError_t softmax_topk_launch(float *logits, const float *bias, int n, int classes, int k, int *idx,
-                                float *prob, cudaStream_t st)
-{
-    if (k < 1 || k > TOPK_MAX || k > classes)  // k rounds each need a class not yet taken
+    if (n < 1 || classes < 1)
         return cudaErrorInvalidValue;
-    if (classes <= TOPK_THREADS * TOPK_PER)
-        return launch_k(softmax_topk_small_kernel, n, TOPK_THREADS, 0, st, logits, bias, classes, k, idx, prob);
-    return launch_k(softmax_topk_kernel, n, TOPK_THREADS, 0, st, logits, bias, classes, k, idx, prob);
+    const long total = (long)n * classes;
+    return launch_k(fc_bias_kernel, (unsigned)((total + 255) / 256), 256, 0, st, logits, bias, classes, total);
 }

@@ -143,10 +143,7 @@ static void fill_slot(engine *e, int s, int n, int *which)
 
 static void check_slot(engine *e, int s, int n, const int *which, int fp16, const model_ref *m)
 {
-    const int *idx;
-    const float *prob;
-    const int C = e->classes, k = C < GPU_TOPK ? C : GPU_TOPK;
-    ck_assert_int_eq(engine_cuda_topk(e, s, &idx, &prob), k);
+    const int C = e->classes, k = C < 5 ? C : 5;
     double worst = 0;
     for (int i = 0; i < n; i++) {
         const float *got = e->logits[s] + (size_t)i * C;
@@ -162,15 +159,6 @@ static void check_slot(engine *e, int s, int n, const int *which, int fp16, cons
             ck_assert_msg(a == b, "fp16 n=%d image %d: top-1 %d vs CPU %d", n, i, a, b);
             ck_assert_msg(overlap5(got, ref, C) >= k - 1, "fp16 n=%d image %d: top-%d overlap %d", n, i, k,
                           overlap5(got, ref, C));
-        }
-        /* The GPU's own top-k agrees with the logits it returned. */
-        int top[GPU_TOPK];
-        testutil_topk(got, C, k, top);
-        ck_assert_int_eq(idx[i * k], top[0]);
-        ck_assert(prob[i * k] > 0 && prob[i * k] <= 1);
-        for (int r = 1; r < k; r++) {
-            ck_assert(idx[i * k + r] >= 0 && idx[i * k + r] < C);
-            ck_assert(prob[i * k + r] <= prob[i * k + r - 1]);
         }
     }
     fprintf(stderr, "  %s %s n=%3d slot %d: worst rel L2 %.3g\n", m->file, fp16 ? "fp16" : "fp32", n, s, worst);
