@@ -304,6 +304,247 @@ static void raise_fd_limit(const config *c)
                  c->connection_limit, (unsigned long long)need);
 }
 
+/* HTTPS: both PEM files read at start-up, so that a wrong path exits 3
+ * (EXIT_BAD_FILE). pem[0], pem[1]: the certificate and key, or NULL. */
+static int read_tls(const config *cfg, const char *config_path, char *pem[2])
+{
+    if (!cfg->tls_certificate[0])
+        return 0;
+    static const char *const keys[2] = { "tls_certificate", "tls_key" };
+    const char *paths[2] = { cfg->tls_certificate, cfg->tls_key };
+    char err[1024];
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        if (textfile_read(paths[i], TLS_PEM_MAX, &pem[i], &len, err, sizeof err) != 0 ||
+            strlen(pem[i]) != len || !strstr(pem[i], "-----BEGIN ")) {
+            char where[CONFIG_PATH_MAX + 64];
+            config_where(cfg, config_path, keys[i], where, sizeof where);
+            log_error("%s: %s", where, pem[i] ? "not a PEM file" : err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The engines and their device decoders, one per device. */
+typedef struct engine_set {
+    int n;
+    engine *eng[ENGINE_MAX_DEVICES];
+    devjpeg *dj[ENGINE_MAX_DEVICES];
+    char labels[ENGINE_MAX_DEVICES * 12];   /* "cuda:0,cuda:1" */
+    size_t gpu_bytes, pinned_bytes;         /* all allocated at creation: set once */
+} engine_set;
+
+/* One engine per device: a pipeline each (its slots, device JPEG decoder,
+ * batcher thread), all fed from one queue, so whichever engine has a free
+ * slot takes the next batch. rc: the configuration resolved for the first
+ * engine. Says why and returns -1 on failure. */
+static int open_engines(const config *cfg, config *rc, const resnet18_weights *w, const calib_table *calib,
+                        engine_set *es)
+{
+    char err[1024];
+    engine_device kind;
+    int devs[ENGINE_MAX_DEVICES];
+    memset(es, 0, sizeof *es);
+    if (engine_parse_devices(cfg->device, &kind, devs, ENGINE_MAX_DEVICES, &es->n) != 0)
+        return -1;   /* validated by config already */
+    if (es->n == 0) {   /* cuda:all */
+        es->n = engine_cuda_device_count();
+        if (es->n == 0) {
+            log_error("device = cuda:all: no CUDA device is usable");
+            return -1;
+        }
+        es->n = es->n > ENGINE_MAX_DEVICES ? ENGINE_MAX_DEVICES : es->n;
+        for (int i = 0; i < es->n; i++)
+            devs[i] = i;
+    }
+    for (int i = 0; i < es->n; i++) {
+        if (!(es->eng[i] = create_engine(cfg, kind, devs[i], rc, w, calib, err, sizeof err))) {
+            log_error("engine: %s", err);
+            return -1;
+        }
+        if (create_devjpeg(rc, es->eng[i], &es->dj[i]) != 0)
+            return -1;
+        char label[32];
+        infer_engine_label(es->eng[i], label, sizeof label);
+        snprintf(es->labels + strlen(es->labels), sizeof es->labels - strlen(es->labels), "%s%s", i ? "," : "",
+                 label);
+        es->gpu_bytes += engine_device_memory(es->eng[i]) + (es->dj[i] ? devjpeg_device_memory(es->dj[i]) : 0);
+        es->pinned_bytes += engine_pinned_memory(es->eng[i]);
+    }
+    /* decode = auto: the server leaves a JPEG compressed for whichever
+     * engine takes it, so either every engine has a device decoder or none
+     * does. */
+    int with_decoder = 0;
+    for (int i = 0; i < es->n; i++)
+        with_decoder += es->dj[i] != NULL;
+    if (with_decoder > 0 && with_decoder < es->n) {
+        log_info("decode = auto: only %d of %d GPUs have a device JPEG decoder; decoding JPEGs on the CPU",
+                 with_decoder, es->n);
+        for (int i = 0; i < es->n; i++) {
+            es->gpu_bytes -= es->dj[i] ? devjpeg_device_memory(es->dj[i]) : 0;
+            devjpeg_destroy(es->dj[i]);
+            es->dj[i] = NULL;
+        }
+    }
+    return 0;
+}
+
+static void log_listening(const config *rc, server *srv, const engine_set *es, int tls)
+{
+    const engine *e = es->eng[0];
+    const char *decode = !es->dj[0] ? "CPU (libjpeg-turbo)"
+                         : strcmp(rc->decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
+                                                                : "GPU (nvJPEG hardware)";
+    log_info("listening on %s%s (port %d): %s engine%s, %s, %d classes, max batch %d, max queue delay %ld us, "
+             "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", tls ? "https://" : "",
+             rc->listen, server_port(srv), es->n > 1 ? es->labels : engine_device_name(e->device),
+             es->n > 1 ? "s" : "", engine_precision_name(e->precision), e->classes, e->max_batch,
+             rc->max_queue_delay_us, rc->queue_capacity, rc->threads, rc->decode_threads, decode);
+}
+
+/* Metrics from start-up on: build, model, memory, and NVML's GPU telemetry
+ * where there is a CUDA engine. */
+static void metrics_start(const served_model *model, const engine_set *es)
+{
+    const engine *e = es->eng[0];
+    metrics_init(PACKAGE_VERSION, engine_device_name(e->device), engine_precision_name(e->precision));
+    metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
+    metrics_set_memory(es->gpu_bytes, es->pinned_bytes);
+    if (e->device != ENGINE_DEVICE_CUDA)
+        return;
+    int cuda[ENGINE_MAX_DEVICES];
+    for (int i = 0; i < es->n; i++)
+        cuda[i] = es->eng[i]->device_index;
+    int found = gputel_open(cuda, es->n);
+    if (found > 0)
+        metrics_set_gpu_probe(gputel_read);
+    log_info("GPU telemetry (utilisation, power, energy, memory) in /metrics: %s",
+             found == es->n ? "from NVML" : found > 0 ? "from NVML, for some GPUs only" : "none (no NVML)");
+}
+
+/* A warm-up batch on each engine, then its batcher thread. */
+static int start_batchers(const config *rc, const engine_set *es, infer *const *inf, queue *q,
+                          const batch_policy *policy, batcher **bat)
+{
+    char err[1024];
+    uint64_t t0 = clock_now_us();
+    for (int i = 0; i < es->n; i++) {
+        if (engine_warm_up(es->eng[i], err, sizeof err) != 0) {
+            log_error("warm-up batch failed on %s: %s", es->labels, err);
+            return -1;
+        }
+        if (!(bat[i] = batcher_start(q, inf[i], policy, &server_sink, es->dj[i], (uint64_t)rc->max_pixels, err,
+                                     sizeof err))) {
+            log_error("%s", err);
+            return -1;
+        }
+    }
+    log_info("ready (warm-up batch of %d took %.1f ms)", es->eng[0]->max_batch,
+             (double)(clock_now_us() - t0) / 1e3);
+    return 0;
+}
+
+/* What runs between start-up and exit: the queue, one pipeline per engine,
+ * the reloader and the server. */
+typedef struct running {
+    budget bodies;          /* request bodies being received or decoded, decode buffers */
+    decode_route route;     /* GPU/CPU decode costs, measured by the completion and decode threads */
+    queue *q;
+    infer *inf[ENGINE_MAX_DEVICES];
+    batcher *bat[ENGINE_MAX_DEVICES];
+    reloader *rl;
+    server *srv;
+} running;
+
+static int run_start(running *r, int argc, char **argv, const config *cfg, const config *rc,
+                     const response_service *svc, const engine_set *es, served_model *model, const http_tls *tls)
+{
+    char err[1024];
+    budget_init(&r->bodies, (size_t)rc->body_memory_bytes);
+    if (!(r->q = queue_create((int)rc->queue_capacity, err, sizeof err))) {
+        log_error("%s", err);
+        return -1;
+    }
+    decode_route_init(&r->route, es->n);
+    decode_route *rt = es->dj[0] ? &r->route : NULL;
+    for (int c = -1; rt && c < ROUTE_CPU_CLASSES; c++)   /* the seeds, until measured */
+        metrics_set_decode_cost(c, c < 0 ? decode_route_gpu_ps(rt) : decode_route_cpu_ps(rt, c));
+    for (int i = 0; i < es->n; i++)
+        if (!(r->inf[i] = infer_create(es->eng[i], model, es->dj[i], rt, &server_sink, err, sizeof err))) {
+            log_error("%s", err);
+            return -1;
+        }
+    raise_fd_limit(rc);
+    if (!(r->rl = reloader_start(argc, argv, cfg, r->inf, es->n, err, sizeof err)) ||
+        !(r->srv = server_start(rc, svc, r->q, r->inf, es->n, r->rl, es->dj[0], rt, &r->bodies, tls, err,
+                                sizeof err))) {
+        log_error("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* After the drain: every thread joined, everything freed, the engines a
+ * reload may have swapped in included. */
+static void run_stop(running *r, engine_set *es)
+{
+    reloader_stop(r->rl);
+    queue_stop(r->q);
+    for (int i = 0; i < es->n; i++)
+        batcher_join(r->bat[i]);
+    for (int i = 0; i < es->n; i++)
+        infer_stop(r->inf[i]);
+    server_stop(r->srv);
+    for (int i = 0; i < es->n; i++) {
+        engine *cur = infer_engine(r->inf[i]);   /* a reload may have replaced the first */
+        infer_destroy(r->inf[i]);
+        devjpeg_destroy(es->dj[i]);
+        engine_destroy(cur);
+    }
+    queue_destroy(r->q);
+    reloader_destroy(r->rl);
+}
+
+/* SIGTERM/SIGINT: stop taking requests and answer every one accepted, within
+ * drain_timeout_ms (then 503s), or exit(1) if some still cannot be. */
+static void drain(int sig, const config *rc, server *srv, reloader *rl, queue *q)
+{
+    log_info("%s: draining (up to %ld ms)", strsignal(sig), rc->drain_timeout_ms);
+    notify_send("STOPPING=1");
+    metrics_set_ready(0);
+    server_begin_drain(srv);
+    reloader_drain(rl);
+    queue_set_flush(q, 1);
+    if (wait_for_zero(srv, server_active, rc->drain_timeout_ms) != 0) {
+        /* Not yet decoded: 503 (decodes under way finish and are queued). */
+        int undecoded = server_cancel_decodes(srv);
+        queue_item left[256];
+        int n, failed = 0;
+        while ((n = queue_take_all(q, left, 256)) > 0)
+            for (int i = 0; i < n; i++, failed++) {
+                queue_release(q, &left[i].slot, 1);
+                server_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
+                                 "the server stopped before this request ran");
+            }
+        log_warn("drain timeout: %d requests waiting for a decoder and %d queued images answered 503; "
+                 "%ld requests being decoded stop before their next image; "
+                 "closing %ld unfinished connections", undecoded, failed, server_decoding(srv), server_active(srv));
+        /* Batches already in the engine finish and are answered, decodes
+         * finish their current image; the HTTP layer must not be stopped
+         * while any request waits for its answer. */
+        if (wait_for_zero(srv, server_suspended, DRAIN_GRACE_MS) != 0) {
+            long decoding = server_decoding(srv);
+            log_error("%ld requests still unanswered after %d ms more (%ld decoding an image, %ld in the "
+                      "engine); exiting", server_suspended(srv), DRAIN_GRACE_MS, decoding,
+                      server_suspended(srv) - decoding);
+            _exit(1);
+        }
+        /* Let the 503s just queued reach their clients. */
+        wait_for_zero(srv, server_active, 250);
+    }
+}
+
 int main(int argc, char **argv)
 {
     char err[1024];
@@ -336,22 +577,9 @@ int main(int argc, char **argv)
         log_error("%s: %s", where, err);
         return EXIT_BAD_FILE;
     }
-    /* HTTPS: both PEM files read now, so that a wrong path exits 3. */
     char *tls_pem[2] = { NULL, NULL };
-    if (cfg.tls_certificate[0]) {
-        static const char *const keys[2] = { "tls_certificate", "tls_key" };
-        const char *paths[2] = { cfg.tls_certificate, cfg.tls_key };
-        for (int i = 0; i < 2; i++) {
-            size_t len;
-            if (textfile_read(paths[i], TLS_PEM_MAX, &tls_pem[i], &len, err, sizeof err) != 0 ||
-                strlen(tls_pem[i]) != len || !strstr(tls_pem[i], "-----BEGIN ")) {
-                char where[CONFIG_PATH_MAX + 64];
-                config_where(&cfg, cli.config_path, keys[i], where, sizeof where);
-                log_error("%s: %s", where, tls_pem[i] ? "not a PEM file" : err);
-                return EXIT_BAD_FILE;
-            }
-        }
-    }
+    if (read_tls(&cfg, cli.config_path, tls_pem) != 0)
+        return EXIT_BAD_FILE;
     http_tls tls = { tls_pem[0], tls_pem[1] };
     if (model->synthetic && !cli.check_config)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
@@ -371,57 +599,14 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* One engine per device: a pipeline each (its slots, device JPEG
-     * decoder, batcher thread), all fed from one queue, so whichever engine
-     * has a free slot takes the next batch. */
-    engine_device kind;
-    int devs[ENGINE_MAX_DEVICES], ndev;
-    if (engine_parse_devices(cfg.device, &kind, devs, ENGINE_MAX_DEVICES, &ndev) != 0)
-        return 1;   /* validated by config already */
-    if (ndev == 0) {   /* cuda:all */
-        ndev = engine_cuda_device_count();
-        if (ndev == 0) {
-            log_error("device = cuda:all: no CUDA device is usable");
-            return 1;
-        }
-        ndev = ndev > ENGINE_MAX_DEVICES ? ENGINE_MAX_DEVICES : ndev;
-        for (int i = 0; i < ndev; i++)
-            devs[i] = i;
-    }
-    engine *eng[ENGINE_MAX_DEVICES] = { 0 };
-    devjpeg *djs[ENGINE_MAX_DEVICES] = { 0 };
-    char engines[ENGINE_MAX_DEVICES * 12] = "";
-    size_t gpu_bytes = 0, pinned_bytes = 0;
-    for (int i = 0; i < ndev; i++) {
-        if (!(eng[i] = create_engine(&cfg, kind, devs[i], &rc, &w, calib_ptr, err, sizeof err))) {
-            log_error("engine: %s", err);
-            return 1;
-        }
-        if (create_devjpeg(&rc, eng[i], &djs[i]) != 0)
-            return 1;
-        char label[32];
-        infer_engine_label(eng[i], label, sizeof label);
-        snprintf(engines + strlen(engines), sizeof engines - strlen(engines), "%s%s", i ? "," : "", label);
-        /* Engine and decoder buffers are all allocated at creation, so this is set once. */
-        gpu_bytes += engine_device_memory(eng[i]) + (djs[i] ? devjpeg_device_memory(djs[i]) : 0);
-        pinned_bytes += engine_pinned_memory(eng[i]);
-    }
+    engine_set es;
+    if (open_engines(&cfg, &rc, &w, calib_ptr, &es) != 0)
+        return 1;
     weights_free(&w);   /* the engines hold their own copies */
-    /* decode = auto: the server leaves a JPEG compressed for whichever
-     * engine takes it, so either every engine has a device decoder or none
-     * does. */
-    int with_decoder = 0;
-    for (int i = 0; i < ndev; i++)
-        with_decoder += djs[i] != NULL;
-    if (with_decoder > 0 && with_decoder < ndev) {
-        log_info("decode = auto: only %d of %d GPUs have a device JPEG decoder; decoding JPEGs on the CPU",
-                 with_decoder, ndev);
-        for (int i = 0; i < ndev; i++) {
-            gpu_bytes -= djs[i] ? devjpeg_device_memory(djs[i]) : 0;
-            devjpeg_destroy(djs[i]);
-            djs[i] = NULL;
-        }
-    }
+    const int ndev = es.n;
+    engine **eng = es.eng;
+    devjpeg **djs = es.dj;
+    const char *engines = es.labels;
     engine *e = eng[0];
     devjpeg *dj = djs[0];
     batch_policy policy;
@@ -445,19 +630,7 @@ int main(int argc, char **argv)
         served_model_unref(model);
         return 0;
     }
-    metrics_init(PACKAGE_VERSION, device, precision);
-    metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
-    metrics_set_memory(gpu_bytes, pinned_bytes);
-    if (e->device == ENGINE_DEVICE_CUDA) {
-        int cuda[ENGINE_MAX_DEVICES];
-        for (int i = 0; i < ndev; i++)
-            cuda[i] = eng[i]->device_index;
-        int found = gputel_open(cuda, ndev);
-        if (found > 0)
-            metrics_set_gpu_probe(gputel_read);
-        log_info("GPU telemetry (utilisation, power, energy, memory) in /metrics: %s",
-                 found == ndev ? "from NVML" : found > 0 ? "from NVML, for some GPUs only" : "none (no NVML)");
-    }
+    metrics_start(model, &es);
 
     response_service svc = {
         .device = device, .device_index = e->device_index, .engines = engines, .precision = precision,
@@ -467,67 +640,22 @@ int main(int argc, char **argv)
         .max_pixels = rc.max_pixels, .decode = dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "gpu-exact" : "gpu") : "cpu",
     };
 
-    /* Request bodies being received or decoded; decode buffers may be
-     * charged here too. */
-    budget bodies;
-    budget_init(&bodies, (size_t)rc.body_memory_bytes);
-    queue *q = NULL;
-    infer *inf[ENGINE_MAX_DEVICES] = { 0 };
-    server *srv = NULL;
-    batcher *bat[ENGINE_MAX_DEVICES] = { 0 };
-    reloader *rl = NULL;
-    if (!(q = queue_create((int)rc.queue_capacity, err, sizeof err))) {
-        log_error("%s", err);
+    static running run;   /* the pipeline's objects live until main returns */
+    if (run_start(&run, argc, argv, &cfg, &rc, &svc, &es, model, tls_pem[0] ? &tls : NULL) != 0)
         return 1;
-    }
-    /* The GPU/CPU decode costs, measured by the completion and decode
-     * threads for the decode threads' routing; lives as long as they do. */
-    static decode_route route;
-    decode_route_init(&route, ndev);
-    decode_route *rt = dj ? &route : NULL;
-    for (int c = -1; rt && c < ROUTE_CPU_CLASSES; c++)   /* the seeds, until measured */
-        metrics_set_decode_cost(c, c < 0 ? decode_route_gpu_ps(rt) : decode_route_cpu_ps(rt, c));
-    for (int i = 0; i < ndev; i++)
-        if (!(inf[i] = infer_create(eng[i], model, djs[i], rt, &server_sink, err, sizeof err))) {
-            log_error("%s", err);
-            return 1;
-        }
-    raise_fd_limit(&rc);
-    if (!(rl = reloader_start(argc, argv, &cfg, inf, ndev, err, sizeof err)) ||
-        !(srv = server_start(&rc, &svc, q, inf, ndev, rl, dj, rt, &bodies, tls_pem[0] ? &tls : NULL, err,
-                             sizeof err))) {
-        log_error("%s", err);
-        return 1;
-    }
-    log_info("listening on %s%s (port %d): %s engine%s, %s, %d classes, max batch %d, max queue delay %ld us, "
-             "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", tls_pem[0] ? "https://" : "",
-             rc.listen, server_port(srv),
-             ndev > 1 ? engines : device, ndev > 1 ? "s" : "", precision, e->classes, e->max_batch,
-             rc.max_queue_delay_us, rc.queue_capacity, rc.threads,
-             rc.decode_threads, dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
-                                                                   : "GPU (nvJPEG hardware)")
-                                 : "CPU (libjpeg-turbo)");
-
+    server *srv = run.srv;
+    queue *q = run.q;
+    reloader *rl = run.rl;
+    log_listening(&rc, srv, &es, tls_pem[0] != NULL);
     const char *tile = engine_cpu_int8_tile(e);
     if (tile)
         log_info("int8 on the cpu: the %s tile (RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one)", tile);
 
-    uint64_t t0 = clock_now_us();
-    for (int i = 0; i < ndev; i++) {
-        if (engine_warm_up(eng[i], err, sizeof err) != 0) {
-            log_error("warm-up batch failed on %s: %s", engines, err);
-            return 1;
-        }
-        if (!(bat[i] = batcher_start(q, inf[i], &policy, &server_sink, djs[i], (uint64_t)rc.max_pixels, err,
-                                     sizeof err))) {
-            log_error("%s", err);
-            return 1;
-        }
-    }
+    if (start_batchers(&rc, &es, run.inf, q, &policy, run.bat) != 0)
+        return 1;
     server_set_warm(srv);
     metrics_set_ready(1);
     notify_send("READY=1");
-    log_info("ready (warm-up batch of %d took %.1f ms)", e->max_batch, (double)(clock_now_us() - t0) / 1e3);
 
     uint64_t watchdog = notify_watchdog_usec();
     int sig;
@@ -535,56 +663,10 @@ int main(int argc, char **argv)
         if (watchdog)
             notify_send("WATCHDOG=1");
 
-    log_info("%s: draining (up to %ld ms)", strsignal(sig), rc.drain_timeout_ms);
-    notify_send("STOPPING=1");
-    metrics_set_ready(0);
-    server_begin_drain(srv);
-    reloader_drain(rl);
-    queue_set_flush(q, 1);
-    if (wait_for_zero(srv, server_active, rc.drain_timeout_ms) != 0) {
-        /* Not yet decoded: 503 (decodes under way finish and are queued). */
-        int undecoded = server_cancel_decodes(srv);
-        queue_item left[256];
-        int n, failed = 0;
-        while ((n = queue_take_all(q, left, 256)) > 0)
-            for (int i = 0; i < n; i++, failed++) {
-                queue_release(q, &left[i].slot, 1);
-                server_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
-                                 "the server stopped before this request ran");
-            }
-        log_warn("drain timeout: %d requests waiting for a decoder and %d queued images answered 503; "
-                 "%ld requests being decoded stop before their next image; "
-                 "closing %ld unfinished connections", undecoded, failed, server_decoding(srv), server_active(srv));
-        /* Batches already in the engine finish and are answered, decodes
-         * finish their current image; the HTTP layer must not be stopped
-         * while any request waits for its answer. */
-        if (wait_for_zero(srv, server_suspended, DRAIN_GRACE_MS) != 0) {
-            long decoding = server_decoding(srv);
-            log_error("%ld requests still unanswered after %d ms more (%ld decoding an image, %ld in the "
-                      "engine); exiting", server_suspended(srv), DRAIN_GRACE_MS, decoding,
-                      server_suspended(srv) - decoding);
-            _exit(1);
-        }
-        /* Let the 503s just queued reach their clients. */
-        wait_for_zero(srv, server_active, 250);
-    }
-    reloader_stop(rl);
-    queue_stop(q);
-    for (int i = 0; i < ndev; i++)
-        batcher_join(bat[i]);
-    for (int i = 0; i < ndev; i++)
-        infer_stop(inf[i]);
-    server_stop(srv);
+    drain(sig, &rc, srv, rl, q);
+    run_stop(&run, &es);
     free(tls_pem[0]);
     free(tls_pem[1]);
-    for (int i = 0; i < ndev; i++) {
-        engine *cur = infer_engine(inf[i]);   /* a reload may have replaced the first */
-        infer_destroy(inf[i]);
-        devjpeg_destroy(djs[i]);
-        engine_destroy(cur);
-    }
-    queue_destroy(q);
-    reloader_destroy(rl);
     served_model_unref(model);
     metrics_set_gpu_probe(NULL);
     gputel_close();
