@@ -3,6 +3,7 @@
  * scheduled: such a worker later finds nothing left to claim. */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,4 +188,71 @@ void cpu_engine_fc(const float *f, const float *w, const float *b, int classes, 
             s += part[j];
         logits[k] = s + b[k];
     }
+}
+
+void *cpu_engine_alloc(size_t bytes)
+{
+    const size_t huge = 2u << 20;
+    bytes += 64;
+    void *p = NULL;
+    if (bytes >= 2 * huge) {
+        bytes = (bytes + huge - 1) / huge * huge;
+        if (posix_memalign(&p, huge, bytes) != 0)
+            return NULL;
+        (void)madvise(p, bytes, MADV_HUGEPAGE);   /* advisory: fine if refused */
+    } else if (posix_memalign(&p, 64, bytes) != 0) {
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+void cpu_engine_init_pub(engine *pub, const engine_ops *ops, void *ctx, engine_precision precision,
+                         const resnet18_weights *w, const engine_config *cfg)
+{
+    pub->ops = ops;
+    pub->ctx = ctx;
+    pub->device = ENGINE_DEVICE_CPU;
+    pub->precision = precision;
+    pub->max_batch = cfg->max_batch;
+    pub->nslots = cfg->nslots ? cfg->nslots : 2;
+    pub->classes = w->classes;
+    pub->deterministic = 1;   /* per-image FC, fixed summation orders: see each engine */
+}
+
+int cpu_engine_alloc_slots(engine *pub, const char *name, char *err, size_t errlen)
+{
+    const size_t mb = (size_t)pub->max_batch;
+    for (int s = 0; s < pub->nslots; s++) {
+        pub->input[s] = cpu_engine_alloc(mb * RESNET18_INPUT_BYTES);
+        pub->input_f32[s] = calloc(mb, sizeof *pub->input_f32[s]);
+        pub->logits[s] = cpu_engine_alloc(mb * (size_t)pub->classes * sizeof(float));
+        if (!pub->input[s] || !pub->input_f32[s] || !pub->logits[s]) {
+            snprintf(err, errlen, "%s: out of memory for max batch %d", name, pub->max_batch);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void cpu_engine_free_slots(engine *pub)
+{
+    for (int s = 0; s < pub->nslots; s++) {
+        free(pub->input[s]);
+        free(pub->input_f32[s]);
+        free(pub->logits[s]);
+    }
+}
+
+int cpu_engine_check_memory(const engine *pub, const char *name, size_t per_image, char *err, size_t errlen)
+{
+    const double mb = pub->max_batch;
+    const double need = mb * ((double)per_image + (double)pub->nslots * (RESNET18_INPUT_BYTES + pub->classes * 4.0));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && need > (double)pages * page) {
+        snprintf(err, errlen, "%s: max batch %d needs %.0f MiB, more than this machine's %.0f MiB", name,
+                 pub->max_batch, need / 1048576.0, (double)pages * page / 1048576.0);
+        return -1;
+    }
+    return 0;
 }

@@ -1,6 +1,7 @@
-/* A small thread pool for the CPU engines, and the engine-interface
+/* The CPU engines' shared base: a small thread pool, the engine-interface
  * functions they share (submit computes under the lock, wait has nothing to
- * do, no device memory). A job is a count of independent units that the
+ * do, no device memory), and their common set-up (the public fields, the
+ * slots, the memory check, aligned buffers). A job is a count of independent units that the
  * pool threads claim one at a time; the thread that runs the job works as
  * thread 0 beside nthreads-1 workers, which sleep between jobs.
  * One job at a time: cpu_pool_run is called by one thread (the engine's
@@ -13,6 +14,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "model/engine.h"
+#include "model/resnet18.h"
 
 #define CPU_POOL_MAX_THREADS 256
 
@@ -64,6 +67,25 @@ int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *
 int cpu_engine_wait(void *ctx, int slot, char *err, size_t errlen);
 /* Their device and pinned memory: none. */
 size_t cpu_engine_no_device_memory(void *ctx);
+
+/* Zeroed, 64-byte aligned (aligned vector loads rely on it), with 64 bytes of
+ * slack; buffers of 4 MiB or more ask for transparent huge pages (the GEMMs
+ * walk weights and activations in strides that would often miss the TLB).
+ * Free with free(). */
+void *cpu_engine_alloc(size_t bytes);
+
+/* The public fields every CPU engine sets the same way (slots: cfg's, or 2),
+ * its slots' buffers (uint8 input, FP32 input pointers, FP32 logits), and
+ * their release; name prefixes errors ("cpu engine"). */
+void cpu_engine_init_pub(engine *pub, const engine_ops *ops, void *ctx, engine_precision precision,
+                         const resnet18_weights *w, const engine_config *cfg);
+int cpu_engine_alloc_slots(engine *pub, const char *name, char *err, size_t errlen);
+void cpu_engine_free_slots(engine *pub);
+
+/* Every buffer is touched at create: refuses a max batch whose buffers
+ * (per_image bytes each, plus the slots') outgrow the machine's memory,
+ * rather than be killed for it later. */
+int cpu_engine_check_memory(const engine *pub, const char *name, size_t per_image, char *err, size_t errlen);
 
 /* GCC's function multi-versioning: the widest vector ISA is picked at load
  * time, the loops are plain C either way. With -ffp-contract=off every

@@ -125,25 +125,10 @@ struct cpu_engine {
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* Zeroed, 64-byte aligned (the kernel's aligned loads of packed weights
- * rely on it), with 64 bytes of slack. Large buffers ask for
- * transparent huge pages: the GEMM walks weights and activations in strides
- * that would otherwise miss the TLB often. */
-static void *alloc_floats(size_t n)
+/* n floats from cpu_engine_alloc: zeroed, aligned, huge pages when large. */
+static float *alloc_floats(size_t n)
 {
-    const size_t huge = 2u << 20;
-    size_t bytes = n * sizeof(float) + 64;
-    void *p = NULL;
-    if (bytes >= 2 * huge) {
-        bytes = (bytes + huge - 1) / huge * huge;
-        if (posix_memalign(&p, huge, bytes) != 0)
-            return NULL;
-        (void)madvise(p, bytes, MADV_HUGEPAGE);   /* advisory: fine if refused */
-    } else if (posix_memalign(&p, 64, bytes) != 0) {
-        return NULL;
-    }
-    memset(p, 0, bytes);
-    return p;
+    return cpu_engine_alloc(n * sizeof(float));
 }
 
 /* Address of pixel (img, y, x) of an h x h x c tensor with a zero border of
@@ -610,11 +595,7 @@ static void cpu_destroy(void *ctx)
     }
     for (int i = 0; i < e->nact; i++)
         free(e->act[i]);
-    for (int s = 0; s < e->pub.nslots; s++) {
-        free(e->pub.input[s]);
-        free(e->pub.input_f32[s]);
-        free(e->pub.logits[s]);
-    }
+    cpu_engine_free_slots(&e->pub);
     free(e->fc_w);
     free(e->fc_b);
     free(e->feat);
@@ -778,14 +759,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
         return NULL;
     }
     pthread_mutex_init(&e->run_mu, NULL);
-    e->pub.ops = &cpu_ops;
-    e->pub.ctx = e;
-    e->pub.device = ENGINE_DEVICE_CPU;
-    e->pub.precision = ENGINE_PRECISION_FP32;
-    e->pub.max_batch = cfg->max_batch;
-    e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
-    e->pub.classes = w->classes;
-    e->pub.deterministic = 1;   /* always: see the top of the file */
+    cpu_engine_init_pub(&e->pub, &cpu_ops, e, ENGINE_PRECISION_FP32, w, cfg);   /* deterministic: see the top */
     e->avx512 = choose_avx512();
     int threads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     /* The blas back end leaves threading to OpenBLAS; the avx512 one uses the
@@ -799,31 +773,19 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
     if (nbuf < 0)
         goto fail;
     const size_t mb = (size_t)cfg->max_batch;
-    /* Buffers are touched at create, so ask for no more than the machine
-     * has rather than be killed for it later. */
-    size_t per_batch_bytes = (size_t)e->pub.nslots * (RESNET18_INPUT_BYTES + (size_t)w->classes * 4) +
-                             RESNET18_FEATURES * 4;
+    size_t per_image_bytes = RESNET18_FEATURES * 4;
     for (int b = 0; b < nbuf; b++)
-        per_batch_bytes += per_image[b] * sizeof(float);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && (double)per_batch_bytes * mb > (double)pages * page) {
-        snprintf(err, errlen, "cpu engine: max batch %d needs %.0f MiB, more than this machine's %.0f MiB",
-                 cfg->max_batch, (double)per_batch_bytes * mb / 1048576.0, (double)pages * page / 1048576.0);
+        per_image_bytes += per_image[b] * sizeof(float);
+    if (cpu_engine_check_memory(&e->pub, "cpu engine", per_image_bytes, err, errlen) != 0)
         goto fail;
-    }
     for (int b = 0; b < nbuf; b++) {
         e->act[b] = alloc_floats(per_image[b] * mb);
         if (!e->act[b])
             goto oom;
         e->nact++;
     }
-    for (int s = 0; s < e->pub.nslots; s++) {
-        e->pub.input[s] = malloc(mb * RESNET18_INPUT_BYTES);
-        e->pub.input_f32[s] = calloc(mb, sizeof *e->pub.input_f32[s]);
-        e->pub.logits[s] = alloc_floats(mb * (size_t)w->classes);
-        if (!e->pub.input[s] || !e->pub.input_f32[s] || !e->pub.logits[s])
-            goto oom;
-    }
+    if (cpu_engine_alloc_slots(&e->pub, "cpu engine", err, errlen) != 0)
+        goto fail;
     e->feat = alloc_floats(mb * RESNET18_FEATURES);
     e->fc_w = alloc_floats((size_t)w->classes * RESNET18_FEATURES);
     e->fc_b = alloc_floats((size_t)w->classes);

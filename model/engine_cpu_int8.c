@@ -118,14 +118,10 @@ typedef struct i8_engine {
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* Zeroed and 64-byte aligned. */
+/* Zeroed and 64-byte aligned (cpu_engine_alloc). */
 static void *alloc_bytes(size_t n)
 {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n + 64) != 0)
-        return NULL;
-    memset(p, 0, n + 64);
-    return p;
+    return cpu_engine_alloc(n);
 }
 
 /* ---- the integer GEMM ------------------------------------------------------ */
@@ -711,11 +707,7 @@ static void i8_destroy(void *ctx)
     }
     for (int i = 0; i < e->nact; i++)
         free(e->act[i]);
-    for (int s = 0; s < e->pub.nslots; s++) {
-        free(e->pub.input[s]);
-        free(e->pub.input_f32[s]);
-        free(e->pub.logits[s]);
-    }
+    cpu_engine_free_slots(&e->pub);
     free(e->last);
     free(e->feat);
     free(e->fc_w);
@@ -846,14 +838,7 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         snprintf(err, errlen, "cpu int8 engine: pthread_mutex_init: %s", strerror(rc));
         return NULL;
     }
-    e->pub.ops = &i8_ops;
-    e->pub.ctx = e;
-    e->pub.device = ENGINE_DEVICE_CPU;
-    e->pub.precision = ENGINE_PRECISION_INT8;
-    e->pub.max_batch = cfg->max_batch;
-    e->pub.nslots = cfg->nslots ? cfg->nslots : 2;
-    e->pub.classes = w->classes;
-    e->pub.deterministic = 1;   /* integer convs, per-image head */
+    cpu_engine_init_pub(&e->pub, &i8_ops, e, ENGINE_PRECISION_INT8, w, cfg);   /* integer convs, per-image head */
     e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     const char *force = getenv("RESNETD_CPU_INT8_GEMM");
     if (force && *force) {
@@ -888,29 +873,18 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     const size_t mb = (size_t)cfg->max_batch;
     const resnet18_conv_desc *dl = &resnet18_convs[LAST];
     const size_t last_floats = (size_t)dl->out_h * dl->out_h * dl->cout;
-    /* Buffers are touched at create: ask for no more than the machine has. */
-    size_t per_batch = (size_t)e->pub.nslots * (RESNET18_INPUT_BYTES + (size_t)w->classes * 4) +
-                       (last_floats + RESNET18_FEATURES) * 4;
+    size_t per_image_bytes = (last_floats + RESNET18_FEATURES) * 4;
     for (int b = 0; b < nbuf; b++)
-        per_batch += per_image[b];
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && (double)per_batch * mb > (double)pages * page) {
-        snprintf(err, errlen, "cpu int8 engine: max batch %d needs %.0f MiB, more than this machine's %.0f MiB",
-                 cfg->max_batch, (double)per_batch * mb / 1048576.0, (double)pages * page / 1048576.0);
+        per_image_bytes += per_image[b];
+    if (cpu_engine_check_memory(&e->pub, "cpu int8 engine", per_image_bytes, err, errlen) != 0)
         goto fail;
-    }
     for (int b = 0; b < nbuf; b++) {
         if (!(e->act[b] = alloc_bytes(per_image[b] * mb)))
             goto oom;
         e->nact++;
     }
-    for (int s = 0; s < e->pub.nslots; s++) {
-        e->pub.input[s] = alloc_bytes(mb * RESNET18_INPUT_BYTES);
-        e->pub.input_f32[s] = calloc(mb, sizeof *e->pub.input_f32[s]);
-        e->pub.logits[s] = alloc_bytes(mb * (size_t)w->classes * sizeof(float));
-        if (!e->pub.input[s] || !e->pub.input_f32[s] || !e->pub.logits[s])
-            goto oom;
-    }
+    if (cpu_engine_alloc_slots(&e->pub, "cpu int8 engine", err, errlen) != 0)
+        goto fail;
     e->last = alloc_bytes(mb * last_floats * sizeof(float));
     e->feat = alloc_bytes(mb * RESNET18_FEATURES * sizeof(float));
     e->fc_w = alloc_bytes((size_t)w->classes * RESNET18_FEATURES * sizeof(float));
