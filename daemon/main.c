@@ -30,6 +30,7 @@
 #include <config.h>  /* autoconf's, not daemon/config.h: <> skips this directory */
 #include "daemon/batcher.h"
 #include "daemon/budget.h"
+#include "daemon/classify.h"
 #include "daemon/config.h"
 #include "daemon/infer.h"
 #include "daemon/gputel.h"
@@ -434,7 +435,7 @@ static int start_batchers(const config *rc, const engine_set *es, infer *const *
             log_error("warm-up batch failed on %s: %s", es->labels, err);
             return -1;
         }
-        if (!(bat[i] = batcher_start(q, inf[i], policy, &server_sink, es->dj[i], (uint64_t)rc->max_pixels, err,
+        if (!(bat[i] = batcher_start(q, inf[i], policy, &classify_sink, es->dj[i], (uint64_t)rc->max_pixels, err,
                                      sizeof err))) {
             log_error("%s", err);
             return -1;
@@ -471,7 +472,7 @@ static int run_start(running *r, int argc, char **argv, const config *cfg, const
     for (int c = -1; rt && c < ROUTE_CPU_CLASSES; c++)   /* the seeds, until measured */
         metrics_set_decode_cost(c, c < 0 ? decode_route_gpu_ps(rt) : decode_route_cpu_ps(rt, c));
     for (int i = 0; i < es->n; i++)
-        if (!(r->inf[i] = infer_create(es->eng[i], model, es->dj[i], rt, &server_sink, err, sizeof err))) {
+        if (!(r->inf[i] = infer_create(es->eng[i], model, es->dj[i], rt, &classify_sink, err, sizeof err))) {
             log_error("%s", err);
             return -1;
         }
@@ -524,7 +525,7 @@ static void drain(int sig, const config *rc, server *srv, reloader *rl, queue *q
         while ((n = queue_take_all(q, left, 256)) > 0)
             for (int i = 0; i < n; i++, failed++) {
                 queue_release(q, &left[i].slot, 1);
-                server_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
+                classify_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
                                  "the server stopped before this request ran");
             }
         log_warn("drain timeout: %d requests waiting for a decoder and %d queued images answered 503; "

@@ -6,7 +6,7 @@
  * on epoll; they parse and answer, and hand complete bodies to the
  * decode stage (daemon/decode.h: decode_threads threads, shared by every
  * connection). A request waiting for a decoder or for its batch holds no
- * thread, its connection suspended. The pipeline calls server_sink from the batcher and
+ * thread, its connection suspended. The pipeline calls classify_sink (daemon/classify.h) from the batcher and
  * completion threads; the last report for a request wakes its connection. */
 #ifndef RESNETD_SERVER_H
 #define RESNETD_SERVER_H
@@ -22,8 +22,6 @@
 #include "daemon/response.h"
 
 typedef struct server server;
-
-extern const pipeline_sink server_sink;
 
 /* Starts the decode threads and the slow-connection reaper, binds
  * cfg->listen and starts the HTTP worker threads. inf: the ninf engines'
