@@ -1,5 +1,6 @@
 /* The tools' shared options and loading (tools/toolopt.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "tools/toolopt.h"
 
@@ -38,4 +39,16 @@ int toolopt_load_calibration(const char *prog, const char *path, const resnet18_
         return 0;
     fprintf(stderr, "%s: %s\n", prog, err);
     return -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double toolopt_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }

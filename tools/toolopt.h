@@ -1,6 +1,7 @@
 /* What resnetd-classify, resnetd-bench and resnetd-calibrate share: the
- * engine options (--device, --precision), and loading the weights and the
- * INT8 calibration table they name, each error printed as "PROG: why". */
+ * engine options (--device, --precision), loading the weights and the INT8
+ * calibration table they name (each error printed as "PROG: why"), and the
+ * median of timings. */
 #ifndef RESNETD_TOOLOPT_H
 #define RESNETD_TOOLOPT_H
 
@@ -22,5 +23,8 @@ int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w
  * weights_path); 0, or -1 after saying why. */
 int toolopt_load_calibration(const char *prog, const char *path, const resnet18_weights *w,
                              const char *weights_path, calib_table *t);
+
+/* The median of v[0..n-1] (sorts v). */
+double toolopt_median(double *v, int n);
 
 #endif
