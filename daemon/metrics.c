@@ -560,6 +560,147 @@ static void render_process(buf *b)
     }
 }
 
+/* Images, rejections, decoders and the decode router. */
+static void render_classified(buf *b)
+{
+    render_header(b, "resnetd_images_total", "counter", "Images classified.");
+    buf_printf(b, "resnetd_images_total %llu\n", load(&images_total));
+
+    render_header(b, "resnetd_rejected_total", "counter",
+                  "Requests rejected before or instead of classification, by reason.");
+    for (int r = 0; r < METRICS_REJECT_COUNT; r++)
+        buf_printf(b, "resnetd_rejected_total{reason=\"%s\"} %llu\n",
+                   reject_names[r], load(&rejected[r]));
+
+    render_header(b, "resnetd_decoded_images_total", "counter",
+                  "JPEGs decoded, by decoder: cpu (libjpeg-turbo) or hardware (the GPU's nvJPEG decoder).");
+    for (int i = 0; i < METRICS_DECODE_NBACKENDS; i++)
+        buf_printf(b, "resnetd_decoded_images_total{backend=\"%s\"} %llu\n", backend_names[i],
+                   load(&decoded[i]));
+
+    render_header(b, "resnetd_decode_fallbacks_total", "counter",
+                  "JPEGs decoded on the CPU although GPU decoding is on, by reason.");
+    for (int r = DEVJPEG_OK + 1; r < DEVJPEG_NREASONS; r++)
+        buf_printf(b, "resnetd_decode_fallbacks_total{reason=\"%s\"} %llu\n",
+                   devjpeg_reason_name((devjpeg_reason)r), load(&decode_fallbacks[r]));
+    if (load(&decode_cost_ps[0])) {   /* GPU decoding on: the router's measured costs */
+        render_header(b, "resnetd_decode_cost_seconds_per_megapixel", "gauge",
+                      "Measured decode time per megapixel that routes JPEGs between the GPU and the CPU: one GPU "
+                      "decoder, and one CPU thread by image size.");
+        for (int i = 0; i < DECODE_COSTS; i++)
+            buf_printf(b, "resnetd_decode_cost_seconds_per_megapixel{%s} %.6g\n", decode_cost_labels[i],
+                       (double)load(&decode_cost_ps[i]) * 1e-6);
+    }
+}
+
+/* The queue, readiness, connections and admission. */
+static void render_connections(buf *b)
+{
+    render_header(b, "resnetd_queue_depth", "gauge", "Images waiting in the batch queue.");
+    buf_printf(b, "resnetd_queue_depth %lld\n",
+               atomic_load_explicit(&queue_depth, memory_order_relaxed));
+    render_header(b, "resnetd_batches_in_flight", "gauge",
+                  "Batches submitted to the engine and not yet finished.");
+    buf_printf(b, "resnetd_batches_in_flight %lld\n",
+               atomic_load_explicit(&batches_in_flight, memory_order_relaxed));
+    render_header(b, "resnetd_ready", "gauge",
+                  "1 when the daemon is ready to serve (/readyz answers 200), else 0.");
+    buf_printf(b, "resnetd_ready %d\n", atomic_load_explicit(&ready, memory_order_relaxed));
+    render_header(b, "resnetd_connections", "gauge", "Client connections open, in any state.");
+    buf_printf(b, "resnetd_connections %lld\n",
+               atomic_load_explicit(&connections_open, memory_order_relaxed));
+    render_header(b, "resnetd_slow_connections_dropped_total", "counter",
+                  "Connections closed for not sending a request's headers within header_timeout_s "
+                  "(idle kept-alive ones included) or a body below min_body_rate.");
+    buf_printf(b, "resnetd_slow_connections_dropped_total %llu\n", load(&connections_dropped_slow));
+    pthread_mutex_lock(&admission_mu);
+    metrics_admission adm = admission;
+    pthread_mutex_unlock(&admission_mu);
+    render_header(b, "resnetd_connections_pending", "gauge",
+                  "Connections accepted that wait for their first bytes or for a slot under connection_limit.");
+    buf_printf(b, "resnetd_connections_pending %ld\n", adm.pending);
+    render_header(b, "resnetd_connections_refused_total", "counter",
+                  "Connections answered 503 and closed at admission: no slot within a second (connection_limit), "
+                  "the address over client_connection_limit, or the process out of file descriptors.");
+    buf_printf(b, "resnetd_connections_refused_total{reason=\"connection_limit\"} %llu\n", adm.refused_limit);
+    buf_printf(b, "resnetd_connections_refused_total{reason=\"client_connection_limit\"} %llu\n",
+               adm.refused_client);
+    buf_printf(b, "resnetd_connections_refused_total{reason=\"no_descriptors\"} %llu\n", adm.refused_fds);
+    render_header(b, "resnetd_connections_closed_total", "counter",
+                  "Connections closed at admission: evicted (no complete head, for a waiting request or a full "
+                  "table), first_byte_timeout (nothing sent; also in resnetd_slow_connections_dropped_total), "
+                  "not_http (400: the first bytes were not HTTP), incomplete_head (400: the client ended its "
+                  "side mid-head).");
+    buf_printf(b, "resnetd_connections_closed_total{reason=\"evicted\"} %llu\n", adm.evicted);
+    buf_printf(b, "resnetd_connections_closed_total{reason=\"first_byte_timeout\"} %llu\n",
+               adm.first_byte_timeout);
+    buf_printf(b, "resnetd_connections_closed_total{reason=\"not_http\"} %llu\n", adm.not_http);
+    buf_printf(b, "resnetd_connections_closed_total{reason=\"incomplete_head\"} %llu\n", adm.incomplete_head);
+}
+
+/* Memory: bodies, the engine's device and pinned memory, NVML's GPUs. */
+static void render_memory(buf *b)
+{
+    render_header(b, "resnetd_body_memory_bytes", "gauge",
+                  "Memory held by request bodies being received or decoded, in bytes.");
+    buf_printf(b, "resnetd_body_memory_bytes %llu\n", load(&body_memory_bytes));
+    render_header(b, "resnetd_body_memory_limit_bytes", "gauge",
+                  "The body memory budget (body_memory_bytes); past it requests get 503.");
+    buf_printf(b, "resnetd_body_memory_limit_bytes %llu\n", load(&body_memory_limit_bytes));
+    render_header(b, "resnetd_gpu_memory_bytes", "gauge",
+                  "Device memory held by the engine in bytes (0 on CPU).");
+    buf_printf(b, "resnetd_gpu_memory_bytes %llu\n", load(&gpu_memory_bytes));
+    if (gpu_probe) {   /* NVML, where there is an NVIDIA driver (daemon/gputel.h) */
+        metrics_gpu_reading g[METRICS_MAX_GPUS];
+        int n = gpu_probe(g, METRICS_MAX_GPUS);
+        render_gpu_series(b, g, n, "resnetd_gpu_utilization_ratio", "gauge",
+                          "Share of the last sample period the GPU was busy, per GPU (NVML).",
+                          offsetof(metrics_gpu_reading, utilization));
+        render_gpu_series(b, g, n, "resnetd_gpu_power_watts", "gauge", "GPU power draw in watts (NVML).",
+                          offsetof(metrics_gpu_reading, power_watts));
+        render_gpu_series(b, g, n, "resnetd_gpu_energy_joules_total", "counter",
+                          "GPU energy used since the driver loaded, in joules (NVML).",
+                          offsetof(metrics_gpu_reading, energy_joules));
+        render_gpu_series(b, g, n, "resnetd_gpu_device_memory_used_bytes", "gauge",
+                          "GPU memory in use by every process, in bytes (NVML).",
+                          offsetof(metrics_gpu_reading, memory_used_bytes));
+        render_gpu_series(b, g, n, "resnetd_gpu_device_memory_total_bytes", "gauge",
+                          "GPU memory in total, in bytes (NVML).", offsetof(metrics_gpu_reading, memory_total_bytes));
+    }
+    render_header(b, "resnetd_pinned_memory_bytes", "gauge",
+                  "Pinned host memory held by the engine in bytes (0 on CPU).");
+    buf_printf(b, "resnetd_pinned_memory_bytes %llu\n", load(&pinned_memory_bytes));
+}
+
+/* Engines and the served model. */
+static void render_engines(buf *b)
+{
+    int ne = atomic_load(&engines);
+    render_header(b, "resnetd_engine_batches_total", "counter",
+                  "Batches run, by engine (its device: cpu, cuda:0, cuda:1, ...).");
+    for (int i = 0; i < ne; i++)
+        buf_printf(b, "resnetd_engine_batches_total{engine=\"%s\"} %llu\n", engine_label[i], load(&engine_batches[i]));
+    render_header(b, "resnetd_engine_images_total", "counter", "Images classified, by engine.");
+    for (int i = 0; i < ne; i++)
+        buf_printf(b, "resnetd_engine_images_total{engine=\"%s\"} %llu\n", engine_label[i], load(&engine_images[i]));
+    render_header(b, "resnetd_engine_batches_in_flight", "gauge", "Batches in an engine now, by engine.");
+    for (int i = 0; i < ne; i++)
+        buf_printf(b, "resnetd_engine_batches_in_flight{engine=\"%s\"} %lld\n", engine_label[i],
+                   atomic_load_explicit(&engine_in_flight[i], memory_order_relaxed));
+    render_header(b, "resnetd_model_version", "gauge",
+                  "Version of the served model: 1 at start-up, +1 per successful reload.");
+    buf_printf(b, "resnetd_model_version %llu\n", load(&model_version));
+    render_header(b, "resnetd_model_loaded_timestamp_seconds", "gauge",
+                  "Unix time when the served model's weights were loaded.");
+    unsigned long long ms = load(&model_loaded_ms);
+    buf_printf(b, "resnetd_model_loaded_timestamp_seconds %llu.%03llu\n", ms / 1000, ms % 1000);
+    render_header(b, "resnetd_model_reloads_total", "counter",
+                  "Hot reloads (SIGHUP or the repository load endpoint) by result; a failed one keeps the "
+                  "running model.");
+    buf_printf(b, "resnetd_model_reloads_total{result=\"ok\"} %llu\n", load(&model_loads[1]));
+    buf_printf(b, "resnetd_model_reloads_total{result=\"failed\"} %llu\n", load(&model_loads[0]));
+}
+
 char *metrics_render(size_t *len)
 {
     buf b = { malloc(8192), 0, 8192, 0 };
@@ -579,35 +720,7 @@ char *metrics_render(size_t *len)
 
     render_requests(&b);
 
-    render_header(&b, "resnetd_images_total", "counter", "Images classified.");
-    buf_printf(&b, "resnetd_images_total %llu\n", load(&images_total));
-
-    render_header(&b, "resnetd_rejected_total", "counter",
-                  "Requests rejected before or instead of classification, by reason.");
-    for (int r = 0; r < METRICS_REJECT_COUNT; r++)
-        buf_printf(&b, "resnetd_rejected_total{reason=\"%s\"} %llu\n",
-                   reject_names[r], load(&rejected[r]));
-
-    render_header(&b, "resnetd_decoded_images_total", "counter",
-                  "JPEGs decoded, by decoder: cpu (libjpeg-turbo) or hardware (the GPU's nvJPEG decoder).");
-    for (int i = 0; i < METRICS_DECODE_NBACKENDS; i++)
-        buf_printf(&b, "resnetd_decoded_images_total{backend=\"%s\"} %llu\n", backend_names[i],
-                   load(&decoded[i]));
-
-    render_header(&b, "resnetd_decode_fallbacks_total", "counter",
-                  "JPEGs decoded on the CPU although GPU decoding is on, by reason.");
-    for (int r = DEVJPEG_OK + 1; r < DEVJPEG_NREASONS; r++)
-        buf_printf(&b, "resnetd_decode_fallbacks_total{reason=\"%s\"} %llu\n",
-                   devjpeg_reason_name((devjpeg_reason)r), load(&decode_fallbacks[r]));
-    if (load(&decode_cost_ps[0])) {   /* GPU decoding on: the router's measured costs */
-        render_header(&b, "resnetd_decode_cost_seconds_per_megapixel", "gauge",
-                      "Measured decode time per megapixel that routes JPEGs between the GPU and the CPU: one GPU "
-                      "decoder, and one CPU thread by image size.");
-        for (int i = 0; i < DECODE_COSTS; i++)
-            buf_printf(&b, "resnetd_decode_cost_seconds_per_megapixel{%s} %.6g\n", decode_cost_labels[i],
-                       (double)load(&decode_cost_ps[i]) * 1e-6);
-    }
-
+    render_classified(&b);
     render_histogram(&b, &hist_request);
     render_histogram(&b, &hist_queue);
     render_histogram(&b, &hist_decode);
@@ -615,99 +728,9 @@ char *metrics_render(size_t *len)
     render_histogram(&b, &hist_infer);
     render_histogram(&b, &hist_batch);
 
-    render_header(&b, "resnetd_queue_depth", "gauge", "Images waiting in the batch queue.");
-    buf_printf(&b, "resnetd_queue_depth %lld\n",
-               atomic_load_explicit(&queue_depth, memory_order_relaxed));
-    render_header(&b, "resnetd_batches_in_flight", "gauge",
-                  "Batches submitted to the engine and not yet finished.");
-    buf_printf(&b, "resnetd_batches_in_flight %lld\n",
-               atomic_load_explicit(&batches_in_flight, memory_order_relaxed));
-    render_header(&b, "resnetd_ready", "gauge",
-                  "1 when the daemon is ready to serve (/readyz answers 200), else 0.");
-    buf_printf(&b, "resnetd_ready %d\n", atomic_load_explicit(&ready, memory_order_relaxed));
-    render_header(&b, "resnetd_connections", "gauge", "Client connections open, in any state.");
-    buf_printf(&b, "resnetd_connections %lld\n",
-               atomic_load_explicit(&connections_open, memory_order_relaxed));
-    render_header(&b, "resnetd_slow_connections_dropped_total", "counter",
-                  "Connections closed for not sending a request's headers within header_timeout_s "
-                  "(idle kept-alive ones included) or a body below min_body_rate.");
-    buf_printf(&b, "resnetd_slow_connections_dropped_total %llu\n", load(&connections_dropped_slow));
-    pthread_mutex_lock(&admission_mu);
-    metrics_admission adm = admission;
-    pthread_mutex_unlock(&admission_mu);
-    render_header(&b, "resnetd_connections_pending", "gauge",
-                  "Connections accepted that wait for their first bytes or for a slot under connection_limit.");
-    buf_printf(&b, "resnetd_connections_pending %ld\n", adm.pending);
-    render_header(&b, "resnetd_connections_refused_total", "counter",
-                  "Connections answered 503 and closed at admission: no slot within a second (connection_limit), "
-                  "the address over client_connection_limit, or the process out of file descriptors.");
-    buf_printf(&b, "resnetd_connections_refused_total{reason=\"connection_limit\"} %llu\n", adm.refused_limit);
-    buf_printf(&b, "resnetd_connections_refused_total{reason=\"client_connection_limit\"} %llu\n",
-               adm.refused_client);
-    buf_printf(&b, "resnetd_connections_refused_total{reason=\"no_descriptors\"} %llu\n", adm.refused_fds);
-    render_header(&b, "resnetd_connections_closed_total", "counter",
-                  "Connections closed at admission: evicted (no complete head, for a waiting request or a full "
-                  "table), first_byte_timeout (nothing sent; also in resnetd_slow_connections_dropped_total), "
-                  "not_http (400: the first bytes were not HTTP), incomplete_head (400: the client ended its "
-                  "side mid-head).");
-    buf_printf(&b, "resnetd_connections_closed_total{reason=\"evicted\"} %llu\n", adm.evicted);
-    buf_printf(&b, "resnetd_connections_closed_total{reason=\"first_byte_timeout\"} %llu\n",
-               adm.first_byte_timeout);
-    buf_printf(&b, "resnetd_connections_closed_total{reason=\"not_http\"} %llu\n", adm.not_http);
-    buf_printf(&b, "resnetd_connections_closed_total{reason=\"incomplete_head\"} %llu\n", adm.incomplete_head);
-    render_header(&b, "resnetd_body_memory_bytes", "gauge",
-                  "Memory held by request bodies being received or decoded, in bytes.");
-    buf_printf(&b, "resnetd_body_memory_bytes %llu\n", load(&body_memory_bytes));
-    render_header(&b, "resnetd_body_memory_limit_bytes", "gauge",
-                  "The body memory budget (body_memory_bytes); past it requests get 503.");
-    buf_printf(&b, "resnetd_body_memory_limit_bytes %llu\n", load(&body_memory_limit_bytes));
-    render_header(&b, "resnetd_gpu_memory_bytes", "gauge",
-                  "Device memory held by the engine in bytes (0 on CPU).");
-    buf_printf(&b, "resnetd_gpu_memory_bytes %llu\n", load(&gpu_memory_bytes));
-    if (gpu_probe) {   /* NVML, where there is an NVIDIA driver (daemon/gputel.h) */
-        metrics_gpu_reading g[METRICS_MAX_GPUS];
-        int n = gpu_probe(g, METRICS_MAX_GPUS);
-        render_gpu_series(&b, g, n, "resnetd_gpu_utilization_ratio", "gauge",
-                          "Share of the last sample period the GPU was busy, per GPU (NVML).",
-                          offsetof(metrics_gpu_reading, utilization));
-        render_gpu_series(&b, g, n, "resnetd_gpu_power_watts", "gauge", "GPU power draw in watts (NVML).",
-                          offsetof(metrics_gpu_reading, power_watts));
-        render_gpu_series(&b, g, n, "resnetd_gpu_energy_joules_total", "counter",
-                          "GPU energy used since the driver loaded, in joules (NVML).",
-                          offsetof(metrics_gpu_reading, energy_joules));
-        render_gpu_series(&b, g, n, "resnetd_gpu_device_memory_used_bytes", "gauge",
-                          "GPU memory in use by every process, in bytes (NVML).",
-                          offsetof(metrics_gpu_reading, memory_used_bytes));
-        render_gpu_series(&b, g, n, "resnetd_gpu_device_memory_total_bytes", "gauge",
-                          "GPU memory in total, in bytes (NVML).", offsetof(metrics_gpu_reading, memory_total_bytes));
-    }
-    render_header(&b, "resnetd_pinned_memory_bytes", "gauge",
-                  "Pinned host memory held by the engine in bytes (0 on CPU).");
-    buf_printf(&b, "resnetd_pinned_memory_bytes %llu\n", load(&pinned_memory_bytes));
-    int ne = atomic_load(&engines);
-    render_header(&b, "resnetd_engine_batches_total", "counter",
-                  "Batches run, by engine (its device: cpu, cuda:0, cuda:1, ...).");
-    for (int i = 0; i < ne; i++)
-        buf_printf(&b, "resnetd_engine_batches_total{engine=\"%s\"} %llu\n", engine_label[i], load(&engine_batches[i]));
-    render_header(&b, "resnetd_engine_images_total", "counter", "Images classified, by engine.");
-    for (int i = 0; i < ne; i++)
-        buf_printf(&b, "resnetd_engine_images_total{engine=\"%s\"} %llu\n", engine_label[i], load(&engine_images[i]));
-    render_header(&b, "resnetd_engine_batches_in_flight", "gauge", "Batches in an engine now, by engine.");
-    for (int i = 0; i < ne; i++)
-        buf_printf(&b, "resnetd_engine_batches_in_flight{engine=\"%s\"} %lld\n", engine_label[i],
-                   atomic_load_explicit(&engine_in_flight[i], memory_order_relaxed));
-    render_header(&b, "resnetd_model_version", "gauge",
-                  "Version of the served model: 1 at start-up, +1 per successful reload.");
-    buf_printf(&b, "resnetd_model_version %llu\n", load(&model_version));
-    render_header(&b, "resnetd_model_loaded_timestamp_seconds", "gauge",
-                  "Unix time when the served model's weights were loaded.");
-    unsigned long long ms = load(&model_loaded_ms);
-    buf_printf(&b, "resnetd_model_loaded_timestamp_seconds %llu.%03llu\n", ms / 1000, ms % 1000);
-    render_header(&b, "resnetd_model_reloads_total", "counter",
-                  "Hot reloads (SIGHUP or the repository load endpoint) by result; a failed one keeps the "
-                  "running model.");
-    buf_printf(&b, "resnetd_model_reloads_total{result=\"ok\"} %llu\n", load(&model_loads[1]));
-    buf_printf(&b, "resnetd_model_reloads_total{result=\"failed\"} %llu\n", load(&model_loads[0]));
+    render_connections(&b);
+    render_memory(&b);
+    render_engines(&b);
 
     render_process(&b);
 
