@@ -429,7 +429,6 @@ static int start_batchers(const config *rc, const engine_set *es, infer *const *
                           const batch_policy *policy, batcher **bat)
 {
     char err[1024];
-    uint64_t t0 = clock_now_us();
     for (int i = 0; i < es->n; i++) {
         if (engine_warm_up(es->eng[i], err, sizeof err) != 0) {
             log_error("warm-up batch failed on %s: %s", es->labels, err);
@@ -441,8 +440,6 @@ static int start_batchers(const config *rc, const engine_set *es, infer *const *
             return -1;
         }
     }
-    log_info("ready (warm-up batch of %d took %.1f ms)", es->eng[0]->max_batch,
-             (double)(clock_now_us() - t0) / 1e3);
     return 0;
 }
 
@@ -652,11 +649,14 @@ int main(int argc, char **argv)
     if (tile)
         log_info("int8 on the cpu: the %s tile (RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one)", tile);
 
+    uint64_t t0 = clock_now_us();
     if (start_batchers(&rc, &es, run.inf, q, &policy, run.bat) != 0)
         return 1;
     server_set_warm(srv);
     metrics_set_ready(1);
     notify_send("READY=1");
+    /* Last: tests and operators take this line to mean /readyz answers 200. */
+    log_info("ready (warm-up batch of %d took %.1f ms)", e->max_batch, (double)(clock_now_us() - t0) / 1e3);
 
     uint64_t watchdog = notify_watchdog_usec();
     int sig;

@@ -1,5 +1,6 @@
-/* The HTTP front end: routes, limits, the classify flow and the pipeline
- * callbacks, as the HTTP layer's handler (daemon/http.h).
+/* The HTTP front end's routing and the HTTP layer's handler (daemon/http.h);
+ * the inference flow is daemon/classify.c, the other endpoints
+ * daemon/endpoints.c, and every answer goes through daemon/answer.c.
  *
  * Every request the layer reads a head of comes to on_request, also the
  * ones it refuses itself (malformed, too large, too slow): those are

@@ -2,7 +2,8 @@
  * the one model served: its paths, the inference request parser (JSON
  * tensors and the binary tensor data extension) and the JSON bodies it
  * answers with. Pure: no HTTP layer and no pipeline; daemon/server.c
- * routes, queues and answers.
+ * routes, daemon/classify.c queues and answers, daemon/endpoints.c serves
+ * the GETs.
  *
  * The model takes exactly one input per request, one of three:
  *   "input"  FP32  [N,3,224,224]  normalised, as torchvision's transform gives

@@ -17,14 +17,14 @@
 // that come as normalised FP32 tensors (engine.input_f32: copied from the
 // caller's pageable memory at submit, max_batch x 3 x 224 x 224, 4x the
 // uint8 input) with the per-image map `which` the graph reads to place them, device and pinned logits
-// (engine.logits[s]) and top-k results. Shared by all slots: the weights and
+// (engine.logits[s]). Shared by all slots: the weights and
 // the activation buffers, assigned to tensors by plan_buffers so that
 // tensors whose lifetimes do not overlap share memory.
 //
 // Pipeline. submit() enqueues on the slot's stream: the input copy, a wait
 // for the previous submit's compute (the slots share activations, so their
-// compute runs in submit order), the graph, then the copies of logits and
-// top-k back, and records the slot's `done` event; wait() synchronises on
+// compute runs in submit order), the graph, then the copy of the logits
+// back, and records the slot's `done` event; wait() synchronises on
 // that event. Slot B's input copy thus overlaps slot A's compute, and A's
 // output copy overlaps B's compute. A mutex keeps the "previous compute"
 // bookkeeping consistent when slots are driven from different threads.
@@ -592,7 +592,7 @@ static int check_plan(const cuda_engine *ce, char *err, size_t errlen)
 
 static const char *op_name(int op)
 {
-    // op order: 0 normalise, 1 stem conv, 2 maxpool, 3..21 convs 1..19, 22 avgpool, 23 fc, 24 top-k
+    // op order: 0 normalise, 1 stem conv, 2 maxpool, 3..21 convs 1..19, 22 avgpool, 23 fc, 24 fc bias
     if (op == 0)
         return "normalize";
     if (op == 1)

@@ -67,7 +67,7 @@ int engine_cuda_last_conv(engine *e, int n, float *out, char *err, size_t errlen
 int engine_cuda_features(engine *e, int n, uint16_t *out, char *err, size_t errlen);
 
 /* The nvJPEG hardware decoder bound to CUDA engine e (gpu/nvjpeg_decode.cu,
- * built only with nvJPEG); model/devjpeg.c calls it. exact: libjpeg-exact
+ * built only with nvJPEG); model/devjpeg_registry.c calls it. exact: libjpeg-exact
  * pixels (slower). NULL with err when the device has no hardware JPEG
  * decoder. */
 devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err, size_t errlen);

@@ -22,7 +22,7 @@ int toolopt_precision(const char *prog, const char *arg, engine_config *c)
 
 int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w)
 {
-    char err[1024];
+    char err[8192];   /* room for two full paths */
     int rc = strcmp(path, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, w, err, sizeof err)
                                              : weights_load(path, w, err, sizeof err);
     if (rc != 0)
@@ -33,7 +33,7 @@ int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w
 int toolopt_load_calibration(const char *prog, const char *path, const resnet18_weights *w,
                              const char *weights_path, calib_table *t)
 {
-    char err[1024];
+    char err[8192];   /* room for two full paths */
     if (calib_load(path, t, err, sizeof err) == 0 &&
         calib_check_weights(t, path, w, weights_path, err, sizeof err) == 0)
         return 0;
