@@ -68,3 +68,11 @@ size_t devjpeg_device_memory(devjpeg *d)
 {
     return d->ops->device_memory ? d->ops->device_memory(d->ctx) : 0;
 }
+
+int devjpeg_fallback_none(void *cls, int index, uint8_t *out)
+{
+    (void)cls;
+    (void)index;
+    (void)out;
+    return -1;
+}

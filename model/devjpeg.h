@@ -50,6 +50,9 @@ typedef enum {
  * `index` on the CPU into out (224x224x3 HWC); 0, or -1 when the CPU
  * cannot either (the caller answers that image; its crop is unused). */
 typedef int (*devjpeg_fallback_fn)(void *cls, int index, uint8_t *out);
+/* A fallback that decodes nothing (-1), for callers whose images are known
+ * to decode: the warm-up, the benchmark. */
+int devjpeg_fallback_none(void *cls, int index, uint8_t *out);
 
 typedef struct devjpeg_ops {
     const char *name;

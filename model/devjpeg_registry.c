@@ -56,14 +56,6 @@ done:
     return rc;
 }
 
-static int warm_fallback(void *cls, int index, uint8_t *out)
-{
-    (void)cls;
-    (void)index;
-    (void)out;
-    return -1;
-}
-
 /* Stages a full batch on every slot and runs it through the engine, so
  * the decoder's and the engine's buffers are sized before any request. */
 static int warm_up(devjpeg *d, engine *e, char *err, size_t errlen)
@@ -93,7 +85,7 @@ static int warm_up(devjpeg *d, engine *e, char *err, size_t errlen)
     }
     for (int s = 0; s < e->nslots; s++) {
         int nfb = 0;
-        if (devjpeg_stage(d, s, 0, ptrs, lens, ws, hs, n, warm_fallback, NULL, &nfb, err, errlen) != 0 ||
+        if (devjpeg_stage(d, s, 0, ptrs, lens, ws, hs, n, devjpeg_fallback_none, NULL, &nfb, err, errlen) != 0 ||
             engine_submit(e, s, n, err, errlen) != 0 || engine_wait(e, s, err, errlen) != 0)
             goto done;
         if (nfb > 0) {

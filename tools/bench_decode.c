@@ -224,14 +224,6 @@ static double mixed_ceiling(double f, double gpu, double cpu_acc, double cpu_ref
 /* The GPU decode path, stage after stage on alternating slots of a CUDA
  * engine (synthetic weights; the engine itself does not run): img/s of the
  * device decoder, the GPU decode-only ceiling of the daemon. */
-static int no_fallback(void *cls, int index, uint8_t *out)
-{
-    (void)cls;
-    (void)index;
-    (void)out;
-    return -1;
-}
-
 static int bench_decode_gpu(const bench_decode_opts *o, jpeg_file *files, int nfiles, decode_result *r, char *err,
                             size_t errlen)
 {
@@ -263,7 +255,8 @@ static int bench_decode_gpu(const bench_decode_opts *o, jpeg_file *files, int nf
     ec.device = ENGINE_DEVICE_CUDA;
     ec.max_batch = B;
     ec.nslots = 2;
-    if (!(e = engine_create(&w, &ec, err, errlen)) || !(dj = devjpeg_create(e, (size_t)o->memory_mib << 20, 1, o->exact, err, errlen)))
+    if (!(e = engine_create(&w, &ec, err, errlen)) ||
+        !(dj = devjpeg_create(e, (size_t)o->memory_mib << 20, 1, o->exact, err, errlen)))
         goto out;
     for (int i = 0; i < nfiles; i++) {
         char why[256];
@@ -300,8 +293,8 @@ static int bench_decode_gpu(const bench_decode_opts *o, jpeg_file *files, int nf
         uint64_t t0 = clock_now_ns();
         for (int done = 0; done < per_pass;) {
             int i0 = done % nok, nfb = 0;
-            if (devjpeg_stage(dj, stage++ % 2, 0, ptrs + i0, lens + i0, ws + i0, hs + i0, B, no_fallback, NULL, &nfb,
-                              err, errlen) != 0)
+            if (devjpeg_stage(dj, stage++ % 2, 0, ptrs + i0, lens + i0, ws + i0, hs + i0, B, devjpeg_fallback_none,
+                              NULL, &nfb, err, errlen) != 0)
                 goto out;
             if (nfb > 0) {
                 snprintf(err, errlen, "the device failed on %d images", nfb);
