@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include "client/http_get.h"
 #include "client/http_response.h"
-#include "model/clock.h"
+#include "util/clock.h"
 
 /* Waits for events on fd until deadline; 0, or -1 with err set. */
 static int wait_fd(int fd, short events, uint64_t deadline_ns, char *err, size_t errlen)

@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include "client/http_response.h"
 #include "client/loadgen.h"
-#include "model/clock.h"
+#include "util/clock.h"
 
 #define READ_BUF (64 * 1024)
 #define SCAN_NS 10000000u            /* timeouts and back-offs are checked every 10 ms */

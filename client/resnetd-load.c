@@ -25,7 +25,7 @@
 #include "client/http_get.h"
 #include "client/loadgen.h"
 #include "client/prom.h"
-#include "model/clock.h"
+#include "util/clock.h"
 
 #define BOUNDARY "resnetd-load-7c1e9a4b2f0d"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "daemon/log.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 
 static void log_line(int prio, const char *level, const char *fmt, va_list ap)
 {

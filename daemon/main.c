@@ -8,7 +8,7 @@
  *
  * SIGTERM/SIGINT drain: readiness 503, no new connections, every accepted
  * request answered, exit 0; a second signal exits at once. SIGHUP reloads
- * the weights and labels without dropping a request (daemon/reload.h);
+ * the weights and labels without dropping a request (daemon/pipeline/reload.h);
  * SIGUSR1 is logged and ignored (resnetd logs to stderr: there is no log
  * file to reopen, and a stray signal from logrotate must not kill it).
  * Signals cannot be blocked in every thread (libraries start threads
@@ -27,29 +27,29 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <config.h>  /* autoconf's, not daemon/config.h: <> skips this directory */
-#include "daemon/batcher.h"
-#include "daemon/budget.h"
-#include "daemon/classify.h"
-#include "daemon/config.h"
-#include "daemon/infer.h"
-#include "daemon/gputel.h"
+#include <config.h>  /* autoconf's, not daemon/config_table.h: <> skips this directory */
+#include "daemon/pipeline/batcher.h"
+#include "daemon/http/budget.h"
+#include "daemon/api/classify.h"
+#include "daemon/config_table.h"
+#include "daemon/pipeline/infer.h"
+#include "daemon/api/gputel.h"
 #include "daemon/log.h"
-#include "daemon/metrics.h"
+#include "daemon/api/metrics.h"
 #include "daemon/notify.h"
-#include "daemon/queue.h"
-#include "daemon/server.h"
-#include "model/calib.h"
-#include "model/clock.h"
-#include "model/devjpeg.h"
-#include "model/devjpeg_registry.h"
-#include "model/engine.h"
-#include "model/engine_cpu.h"
-#include "model/engine_registry.h"
+#include "daemon/pipeline/queue.h"
+#include "daemon/api/server.h"
+#include "engine/calib.h"
+#include "util/clock.h"
+#include "image/devjpeg.h"
+#include "image/devjpeg_registry.h"
+#include "engine/engine.h"
+#include "engine/engine_cpu.h"
+#include "engine/engine_registry.h"
 #include "model/labels.h"
 #include "model/resnet18.h"
-#include "model/textfile.h"
-#include "model/utf8.h"
+#include "util/textfile.h"
+#include "util/utf8.h"
 
 /* After drain_timeout_ms, queued requests are answered 503; batches already
  * in the engine, and images being decoded, get this much longer to finish. */

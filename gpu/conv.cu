@@ -11,7 +11,7 @@
 // gathered from the second input at the output pixel x stride2: to the
 // loaders, a tap row past the filter's. FP16 sums them with the taps';
 // INT8 runs them first and requantises their sums on their own
-// (model/int8.h), into a residual tile in shared memory.
+// (engine/int8.h), into a residual tile in shared memory.
 //
 // Two kernels from one template family share the geometry and the loaders:
 //   conv2d_igemm_f16_kernel: FP16 tensor cores (mma.sync m16n8k16, FP32
@@ -27,7 +27,7 @@
 // and the s8 MMA fragments (mma.sync m16n8k32, wgmma m64nNk32 K-major)
 // have the f16 ones' byte layout (m16n8k16, m64nNk16), so the loaders,
 // swizzles and ldmatrix run unchanged on int8 data described as halves.
-// Only the MMA (s8, exact int32 sums) and the epilogue differ: model/int8.h's
+// Only the MMA (s8, exact int32 sums) and the epilogue differ: engine/int8.h's
 // requantisation, bit for bit the CPU INT8 engine's.
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,7 +403,7 @@ __device__ __forceinline__ float sc_int2float(int a)
 }
 
 // The shortcut's sums a0, a1 (channels f's) finished as the downsample's
-// own epilogue would (model/int8.h: no residual, no ReLU, its output's
+// own epilogue would (engine/int8.h: no residual, no ReLU, its output's
 // scale, inv) into 2 bytes of the residual tile.
 __device__ __forceinline__ void sc_requant2(int a0, int a1, const sc_pair &f, float inv, int8_t *rt)
 {
@@ -490,7 +490,7 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
 // INT8's last conv with the average pool inside (conv_q8.pool_out): each
 // (row, 8 channels) of the staged sums finished in FP32 in place, then
 // each image's rows in the tile summed per channel in float64 (in row
-// order; model/int8.h's sums are exact, so any order gives its bits). An
+// order; engine/int8.h's sums are exact, so any order gives its bits). An
 // image wholly in the tile gets its mean here; one split between two tiles
 // leaves its part's sums in pool_part, and the CTA that arrives second
 // adds the two, always part 0 + part 1. That saves the last conv's FP32
@@ -659,7 +659,7 @@ struct f16_tile {
 };
 
 // S8: int8 data described as halves (see the top of the file), s8 MMA,
-// int32 sums, model/int8.h's epilogue with q; res and out are then int8
+// int32 sums, engine/int8.h's epilogue with q; res and out are then int8
 // (out FP32 when q.out_f32). Otherwise FP16 and q unused. SC: a shortcut
 // (conv_shape.c2), instantiated apart so that the other convs' loaders
 // stay as they were (the shortcut's branch slowed them). S8 and SC (no
@@ -1201,7 +1201,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
 // for its life, and the slices' CTAs share the patches through L2; no
 // split-K. ROWB 64 (INT8, 64 channels): rows with the 64-byte swizzle
 // (chunk c of row r at c ^ ((r >> 1) & 3)), each tap two wgmma k32 steps.
-// INT8's epilogue is model/int8.h's.
+// INT8's epilogue is engine/int8.h's.
 
 // A tile of TP outputs reads TP + 2 (w + 2) + 2 patch rows; the buffers
 // hold TP + SWAP_HALO_ROWS (w <= 61). Output offsets are ints.
@@ -1953,7 +1953,7 @@ __global__ void __launch_bounds__(256)
     store4(out + i, v);
 }
 
-// INT8: the int32 partial sums added exactly, then model/int8.h's
+// INT8: the int32 partial sums added exactly, then engine/int8.h's
 // epilogue; four channels per thread.
 __global__ void __launch_bounds__(256)
     splitk_epilogue_s8_kernel(const int *__restrict__ partial, int splits, int M, int N,

@@ -1,4 +1,4 @@
-// The CUDA engine: implements model/engine.h on one GPU.
+// The CUDA engine: implements engine/engine.h on one GPU.
 //
 // At creation it converts the folded weights once to the kernels' layout and
 // precision (KRSC FP16, FP32 or INT8; the stem padded to 4 input channels
@@ -6,7 +6,7 @@
 // (slot, batch-size bucket). After that submit/wait allocate nothing and
 // never synchronise the device.
 //
-// INT8 computes model/int8.h exactly, as the CPU INT8 engine does: int8
+// INT8 computes engine/int8.h exactly, as the CPU INT8 engine does: int8
 // activations and weights, the calibration table's scales (quantised once
 // by calib_conv_params / calib_input_lut, shared with the CPU engine), the
 // last conv's output and the average pool's sums in FP32 and FP64, and the
@@ -90,7 +90,7 @@
 #include "gpu/engine_cuda.cuh"
 #include "gpu/gpu.h"
 #include "gpu/kernels.cuh"
-#include "model/calib.h"
+#include "engine/calib.h"
 
 #define NCONV RESNET18_NUM_CONVS
 #define MAX_BUCKETS 48
@@ -127,7 +127,7 @@ typedef struct cuda_engine {
     int fused_ds;     // FP16: each downsample runs inside the conv that adds it (conv_shape.c2)
     int s8_ds;        // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 always inside
     unsigned char ds_in[MAX_BUCKETS][NCONV];  // INT8: at this bucket conv i runs its downsample inside
-    int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (model/int8.h)
+    int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (engine/int8.h)
     int pool_mode;    // INT8: the average pool inside the last conv where its plan allows (pool_inside)
     int deterministic;  // float kinds: plans without split-K, one tile family per conv (choose_plans)
     int fc_rows;      // max_batch rounded up to FC_COLS: rows of feat and d_logits

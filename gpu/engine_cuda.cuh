@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include "model/engine.h"
+#include "engine/engine.h"
 
 // The slot's device input, [max_batch][224][224][3] uint8; NULL when e is
 // not a CUDA engine or slot is out of range.

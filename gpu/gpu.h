@@ -1,13 +1,13 @@
 /* The C face of gpu/: what host code may call. Only the registries
- * (model/engine_registry.c, model/devjpeg_registry.c) and the tools include
+ * (engine/engine_registry.c, image/devjpeg_registry.c) and the tools include
  * this, and only under HAVE_CUDA; no CUDA header leaks out. */
 #ifndef RESNETD_GPU_H
 #define RESNETD_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "model/devjpeg.h"
-#include "model/engine.h"
+#include "image/devjpeg.h"
+#include "engine/engine.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,7 +67,7 @@ int engine_cuda_last_conv(engine *e, int n, float *out, char *err, size_t errlen
 int engine_cuda_features(engine *e, int n, uint16_t *out, char *err, size_t errlen);
 
 /* The nvJPEG hardware decoder bound to CUDA engine e (gpu/nvjpeg_decode.cu,
- * built only with nvJPEG); model/devjpeg_registry.c calls it. exact: libjpeg-exact
+ * built only with nvJPEG); image/devjpeg_registry.c calls it. exact: libjpeg-exact
  * pixels (slower). NULL with err when the device has no hardware JPEG
  * decoder. */
 devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err, size_t errlen);

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "model/engine.h"
+#include "engine/engine.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,7 +58,7 @@ typedef struct gpu_test_shortcut {
 int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *s, gpu_test_shortcut *sc, float *in,
                            float *w, const float *bias, int relu, float *out, char *err, size_t errlen);
 
-/* INT8 (model/int8.h): in, w (KRSC) and res int8 with c % 16 == 0 (or the
+/* INT8 (engine/int8.h): in, w (KRSC) and res int8 with c % 16 == 0 (or the
  * stem's c = 4 layout); the sums' epilogue with mult, bias, res_scale,
  * relu, then quantised with out_inv into int8 out, or out_f32: FP32 out.
  * Returns as gpu_test_conv. */
@@ -67,7 +67,7 @@ int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t 
                      const int8_t *res, int relu, void *out, char *err, size_t errlen);
 /* INT8's last conv with the average pool inside (conv_q8.pool_out): as
  * gpu_test_conv_s8 into FP32, but each image's channel means land in feat
- * [n][k] as FP16 bits (model/int8.h) and no output is stored. Returns 1
+ * [n][k] as FP16 bits (engine/int8.h) and no output is stored. Returns 1
  * for tiles without it (not general wgmma tiles, or fewer rows than an
  * image's oh * ow), -1 with err when a counter is not left at 0. */
 int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w, const float *bias,
@@ -76,7 +76,7 @@ int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *s, const int8_t *in, co
 /* INT8 with a shortcut (conv_shape.c2): as gpu_test_conv_s8, the residual
  * (scale res_scale) being the shortcut's 1x1 conv of sc->in (n x h x w x c
  * int8, weights sc->wgt [k][c] int8) finished by its own epilogue with
- * sc->mult, sc->bias and sc->inv (model/int8.h, no ReLU). General tiles,
+ * sc->mult, sc->bias and sc->inv (engine/int8.h, no ReLU). General tiles,
  * no split-K: splits > 1 is refused (-1). Returns as gpu_test_conv. */
 typedef struct gpu_test_shortcut_s8 {
     int c, h, w, stride;

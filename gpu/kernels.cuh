@@ -4,7 +4,7 @@
 // Layouts: activations NHWC, FP16 (__half), FP32 or INT8; conv weights
 // KRSC ([cout][kh][kw][cin]) in the same precision; biases FP32. Every
 // launcher takes the stream to run in and returns the launch's error.
-// INT8 follows model/int8.h bit for bit (the last conv's output is FP32).
+// INT8 follows engine/int8.h bit for bit (the last conv's output is FP32).
 #ifndef RESNETD_GPU_KERNELS_CUH
 #define RESNETD_GPU_KERNELS_CUH
 
@@ -79,7 +79,7 @@ enum { CONV_FP32 = 0, CONV_FP16 = 1, CONV_INT8 = 2 };
 // the taps, out = relu?(conv(in) + conv1x1(in2) + bias). INT8 (no split-K):
 // the shortcut's k tiles first, its sums requantised by its own epilogue
 // (conv_q8.sc_*) into a residual tile in shared memory, which the conv's
-// epilogue adds as model/int8.h's residual. c2 = 0: none. conv_launch sets
+// epilogue adds as engine/int8.h's residual. c2 = 0: none. conv_launch sets
 // in2.
 struct conv_shape {
     int n, h, w, c;
@@ -159,7 +159,7 @@ size_t conv_workspace_bytes(const conv_shape *s, const conv_plan *p);
 // (conv_q8.pool_out): a general wgmma tile holding an image's oh * ow rows,
 // no split-K, no shortcut, whole 64-channel groups.
 int conv_pool_fits(int kind, const conv_plan *p, const conv_shape *s);
-// q(x) of model/int8.h given inv = 1 / s: rint(x * inv) (no FMA), NaN ->
+// q(x) of engine/int8.h given inv = 1 / s: rint(x * inv) (no FMA), NaN ->
 // 0, clamped to +-127; the CPU engine's int8_quantize, bit for bit. One
 // cvt.rni.s32 does the rounding (to nearest even, as rintf), maps NaN to 0
 // and saturates, so only the integer clamp is left (3 instructions, not 7:
@@ -188,7 +188,7 @@ __device__ __forceinline__ uint32_t int8_pack2(int a, int b, uint32_t c)
     return d;
 }
 
-// INT8's epilogue (model/int8.h): v = acc * mult[c] + bias[c]
+// INT8's epilogue (engine/int8.h): v = acc * mult[c] + bias[c]
 // (+ res * res_scale), ReLU, then q(v) with out_inv into an int8 output, or
 // v itself into an FP32 one (out_f32: the last conv).
 struct conv_q8 {
@@ -203,7 +203,7 @@ struct conv_q8 {
     float sc_inv;
     // The last conv with the average pool inside (pool_out non-NULL; the
     // general wgmma tiles, no split-K, out_f32): its FP32 values are not
-    // stored but summed per image (float64, model/int8.h), and each image's
+    // stored but summed per image (float64, engine/int8.h), and each image's
     // mean goes to pool_out [n][k] as FP16. pool_hw: an image's output
     // pixels (<= the tile's rows, so an image spans at most two tiles). An
     // image split between two tiles meets in pool_part [n][2][k] (its first
@@ -277,7 +277,7 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
 cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh,
                            int ow, cudaStream_t st);
 // Global average pool [n][hw][c] -> [n][c]; c % 2 == 0. FP16 and FP32: the
-// same precision out; INT8: FP32 in, FP16 out (model/int8.h).
+// same precision out; INT8: FP32 in, FP16 out (engine/int8.h).
 cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
 // logits[n][classes] += bias[classes], in place.
 cudaError_t fc_bias_launch(float *logits, const float *bias, int n, int classes, cudaStream_t st);

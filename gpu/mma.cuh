@@ -1,6 +1,6 @@
 // Device helpers shared by the tensor-core kernels (gpu/conv.cu,
 // gpu/stem.cu): asynchronous copies, ldmatrix, the mma.sync instructions
-// for FP16 and INT8, and model/int8.h's epilogue of one output.
+// for FP16 and INT8, and engine/int8.h's epilogue of one output.
 #ifndef RESNETD_GPU_MMA_CUH
 #define RESNETD_GPU_MMA_CUH
 
@@ -70,7 +70,7 @@ struct acc_type<true> {
     typedef int type;
 };
 
-// model/int8.h's epilogue of one output before its ReLU: v = acc * mult +
+// engine/int8.h's epilogue of one output before its ReLU: v = acc * mult +
 // bias (+ r * s_r), each step rounded on its own (no FMA), as the CPU
 // engine does it. The ReLU is the caller's: int8_requant_lo folds it into
 // the quantisation.

@@ -1,4 +1,4 @@
-// The nvJPEG hardware decoder as a device JPEG decoder (model/devjpeg.h):
+// The nvJPEG hardware decoder as a device JPEG decoder (image/devjpeg.h):
 // batches of compressed JPEGs -> decoded planes in a device arena (nvJPEG's
 // hardware backend, batched) -> PIL-exact resize + crop (gpu/resize.cu),
 // straight into the CUDA engine slot's device input.
@@ -55,7 +55,7 @@
 #include "gpu/engine_cuda.cuh"
 #include "gpu/gpu.h"
 #include "gpu/kernels.cuh"
-#include "model/preprocess.h"
+#include "image/preprocess.h"
 
 #define ARENA_ALIGN 256
 // nvJPEG grows its internal buffers (the compressed bytes of a call) to the

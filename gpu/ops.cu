@@ -143,7 +143,7 @@ cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *
 // The stem's INT8 layout: 4 bytes a pixel (RGB and a zero). The
 // normalised and quantised value of each byte of each channel comes from a
 // table the engine computed on the host exactly as the CPU INT8 engine
-// does (model/int8.h).
+// does (engine/int8.h).
 __global__ void __launch_bounds__(256)
     normalize_s8_kernel(const uint8_t *__restrict__ in, const int8_t *__restrict__ lut, int8_t *__restrict__ out,
                         long npix)
@@ -288,7 +288,7 @@ cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, in
 }
 
 // On int8 values: the same as pooling in float and quantising after, q
-// being monotone (model/int8.h).
+// being monotone (engine/int8.h).
 cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w, int c, int oh, int ow,
                               cudaStream_t st)
 {
@@ -322,7 +322,7 @@ __device__ __forceinline__ void store2(float *p, float a, float b)
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
 }
 
-// Sums in S: float, or double for INT8 (model/int8.h: float64 sums, the
+// Sums in S: float, or double for INT8 (engine/int8.h: float64 sums, the
 // mean rounded to float, then to FP16 by store2). A block takes one image's
 // AVG_PAIRS channel pairs; its AVG_PARTS warps sum every AVG_PARTS-th pixel
 // and the first adds their partial sums in order, so the result does not
@@ -376,7 +376,7 @@ cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, i
 /* ---- head: the FC's bias --------------------------------------------- */
 
 // cuBLAS writes W x feat; the bias is added here, in place. Softmax and
-// top-k run on the host (model/topk.c), once, for every engine alike.
+// top-k run on the host (engine/topk.c), once, for every engine alike.
 __global__ void fc_bias_kernel(float *__restrict__ logits, const float *__restrict__ bias, int classes, long total)
 {
     pdl_sync();

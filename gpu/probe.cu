@@ -1,5 +1,5 @@
 // Device discovery, used by --device auto: how many CUDA devices are usable;
-// and a device's PCI bus id, by which NVML (daemon/gputel.c) finds it.
+// and a device's PCI bus id, by which NVML (daemon/api/gputel.c) finds it.
 // A missing driver or no device is not an error here, just zero devices.
 #include <cuda_runtime.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 // PIL-exact Resize(256) + CenterCrop(224) on the GPU: decoded planar RGB in
 // device memory -> the engine's uint8 HWC 224x224x3 input, bit for bit what
-// model/preprocess.c computes on the CPU.
+// image/preprocess.c computes on the CPU.
 //
 // Pillow resamples horizontally into a uint8 image, then vertically, each
 // pass in 22-bit fixed point with coefficients computed in double. Here one

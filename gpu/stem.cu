@@ -1,5 +1,5 @@
 // ResNet18's stem, the 7x7/2 conv (+ bias, ReLU) and the 3x3/2 max pool
-// after it, as one kernel for FP16 and INT8 (model/int8.h, bit for bit).
+// after it, as one kernel for FP16 and INT8 (engine/int8.h, bit for bit).
 //
 // As an implicit GEMM the stem is the network's worst layer: its 3 input
 // channels give K = 147 (padded to 7 x 8 taps x 4 channels), so each row of

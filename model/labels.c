@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "model/labels.h"
-#include "model/textfile.h"
-#include "model/utf8.h"
+#include "util/textfile.h"
+#include "util/utf8.h"
 
 /* 1000 ImageNet names take some 20 KB: a file far past a KiB a name is
  * not a labels file. */

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "model/resnet18.h"
-#include "model/sha256.h"
+#include "util/sha256.h"
 
 #define BN_EPS 1e-5        /* torchvision's BatchNorm2d default */
 #define ST_MAX_DIMS 8

@@ -5,7 +5,7 @@ reference JPEG gets 200 (progressive ones through the CPU fallback) with the
 same top-1 as the same engine with decode = cpu, and the metrics count the
 images of each backend. At INT8 (a calibration table made from the reference
 JPEGs) the GPU daemon answers every JPEG as the CPU INT8 daemon does: the
-CUDA INT8 engine computes model/int8.h bit for bit. Run by
+CUDA INT8 engine computes engine/int8.h bit for bit. Run by
 tests/test_gpu_daemon.sh."""
 import json
 import os
@@ -65,7 +65,7 @@ def check_reference_jpegs(opts):
     # The router's measured GPU cost is published (cpu_decode_assist = auto).
     cost = dc.metric(text, "resnetd_decode_cost_seconds_per_megapixel", {"path": "gpu"})
     assert cost is not None and 0 < cost < 1, cost
-    # NVML telemetry of the GPU the engine runs on (daemon/gputel.c).
+    # NVML telemetry of the GPU the engine runs on (daemon/api/gputel.c).
     watts = dc.metric(text, "resnetd_gpu_power_watts")
     total = dc.metric(text, "resnetd_gpu_device_memory_total_bytes")
     util = dc.metric(text, "resnetd_gpu_utilization_ratio")

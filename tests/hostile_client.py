@@ -137,7 +137,7 @@ def check_h1_aborted_uploads_free_their_slots(opts):
         assert left <= 2, "%d sockets still in CLOSE-WAIT" % left
         classify_ok(d, opts, limit_s=10)
         # The layer closes an abandoned upload once its body has stopped
-        # for half a second (daemon/http.c): the last few may still be open.
+        # for half a second (daemon/http/http.c): the last few may still be open.
         while True:
             open_conns = metric(d.metrics(), "resnetd_connections")
             if open_conns is not None and (open_conns <= 2 or time.time() > deadline + 2):

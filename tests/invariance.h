@@ -5,7 +5,7 @@
 #define RESNETD_TEST_INVARIANCE_H
 
 #include <stdint.h>
-#include "model/engine.h"
+#include "engine/engine.h"
 
 /* images: nimages >= 3 uint8 224x224x3 images; the first two are probes,
  * the rest fill the other positions. Each probe's logits alone (batch 1)

@@ -1,7 +1,7 @@
 /* Prints metrics_render() after filling every metric with sample values (or
  * none with --empty), so that tests/test_metrics_promtool.sh can feed the
  * exact text the daemon serves to `promtool check metrics`. */
-#include "daemon/metrics.h"
+#include "daemon/api/metrics.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -281,7 +281,7 @@ def generate(out):
           file=sys.stderr)
 
 
-# --- INT8: an independent emulation of model/int8.h -------------------------
+# --- INT8: an independent emulation of engine/int8.h -------------------------
 # Every step is the header's, in torch: BN folded in float64 as the loader
 # does, int8 values held in float64 (integer convolutions are exact there),
 # the epilogue in float32 one operation at a time, torch.round (half to

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hot reload of a live resnetd (daemon/reload.h): SIGHUP and the Open
+"""Hot reload of a live resnetd (daemon/pipeline/reload.h): SIGHUP and the Open
 Inference Protocol's POST /v2/repository/models/resnet18/load, under
 64-client load. Standard library only. Usage:
   reload_client.py --resnetd BIN --ref DIR --labels FILE [--only NAME ...]

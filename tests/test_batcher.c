@@ -1,5 +1,5 @@
-/* Tests daemon/batcher.c's decision function with a fake clock, the
- * Retry-After estimate, daemon/queue.c's slot accounting and batch popping
+/* Tests daemon/pipeline/batcher.c's decision function with a fake clock, the
+ * Retry-After estimate, daemon/pipeline/queue.c's slot accounting and batch popping
  * (deadlines, flush, stop), and the whole batcher -> infer pipeline on a
  * fake engine: two batches in flight, every image reported exactly once,
  * engine failures reported as 500 and reflected in health. */
@@ -12,11 +12,11 @@
 #include <string.h>
 #include <time.h>
 #include <turbojpeg.h>
-#include "daemon/batcher.h"
-#include "daemon/infer.h"
-#include "daemon/metrics.h"
-#include "daemon/queue.h"
-#include "model/clock.h"
+#include "daemon/pipeline/batcher.h"
+#include "daemon/pipeline/infer.h"
+#include "daemon/api/metrics.h"
+#include "daemon/pipeline/queue.h"
+#include "util/clock.h"
 #include "model/resnet18.h"
 #include "tests/testutil.h"
 

@@ -1,10 +1,10 @@
-/* Tests daemon/budget.c: the cap is never passed, a refused acquire takes
+/* Tests daemon/http/budget.c: the cap is never passed, a refused acquire takes
  * nothing, releases give bytes back, and concurrent acquirers together
  * never overshoot the cap. */
 #include <check.h>
 #include <pthread.h>
 #include <stdint.h>
-#include "daemon/budget.h"
+#include "daemon/http/budget.h"
 #include "tests/testutil.h"
 
 START_TEST(acquire_up_to_the_cap_and_no_further)

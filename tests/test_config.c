@@ -1,4 +1,4 @@
-/* Tests daemon/config.c: the option table drives defaults, the file and
+/* Tests daemon/config_table.c: the option table drives defaults, the file and
  * command-line parsers and --help, and etc/resnetd.conf documents every
  * option with its real default. */
 #include <check.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "daemon/config.h"
+#include "daemon/config_table.h"
 #include "tests/testutil.h"
 
 static char tmpdir[] = "/tmp/resnetd-test-config-XXXXXX";

@@ -1,9 +1,9 @@
-/* Tests daemon/conn.c: the slow-client decision with a fake clock
+/* Tests daemon/http/conn.c: the slow-client decision with a fake clock
  * (headers bounded in total however they trickle, bodies judged on their
  * average rate after a grace, the server's turn never judged). The HTTP
  * layer applying it on real sockets: tests/test_http.c. */
 #include <check.h>
-#include "daemon/conn.h"
+#include "daemon/http/conn.h"
 #include "tests/testutil.h"
 
 static const conn_limits limits = { .header_timeout_us = 10000000, .min_rate = 1000 };

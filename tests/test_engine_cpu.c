@@ -1,4 +1,4 @@
-/* Tests model/engine_cpu.c against torchvision's FP32 logits (tests/ref),
+/* Tests engine/engine_cpu.c against torchvision's FP32 logits (tests/ref),
  * on every GEMM back end this CPU can run (avx512, blas): random images,
  * the torchvision input tensors of the test JPEGs, F16/BF16 weight files, a
  * 10-class fine-tuned head, max-batch enforcement with batch-size
@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model/engine.h"
-#include "model/engine_registry.h"
-#include "model/npy.h"
-#include "model/preprocess.h"
+#include "engine/engine.h"
+#include "engine/engine_registry.h"
+#include "util/npy.h"
+#include "image/preprocess.h"
 #include "model/resnet18.h"
 #include "tests/invariance.h"
 #include "tests/testutil.h"

@@ -32,12 +32,12 @@
 #include <string.h>
 #include "gpu/gpu.h"
 #include "gpu/gpu_test.h"
-#include "model/calib.h"
-#include "model/engine.h"
-#include "model/engine_cpu.h"
-#include "model/engine_registry.h"
-#include "model/int8.h"
-#include "model/preprocess.h"
+#include "engine/calib.h"
+#include "engine/engine.h"
+#include "engine/engine_cpu.h"
+#include "engine/engine_registry.h"
+#include "engine/int8.h"
+#include "image/preprocess.h"
 #include "model/resnet18.h"
 #include "tests/invariance.h"
 #include "tests/testutil.h"
@@ -299,7 +299,7 @@ static int wgmma_usable(void)
     return 0;
 }
 
-/* model/int8.h fixes every integer and every float of the convs, so the
+/* engine/int8.h fixes every integer and every float of the convs, so the
  * last conv's FP32 output must equal the CPU INT8 engine's bit for bit;
  * only the average pool and the FC sum in another order (logits within
  * 1e-5, same top-1). Same images, FP32 inputs included (one with NaN,
@@ -330,7 +330,7 @@ static void run_int8(int small_batches)
     uint16_t *feat = malloc((size_t)max * last->cout * sizeof *feat);
     int *which = malloc(sizeof(int) * max);
     /* An FP32 input with values no photo has: NaN quantises to 0, +-inf and
-     * 1e30 clamp to +-127 (model/int8.h), on both engines. */
+     * 1e30 clamp to +-127 (engine/int8.h), on both engines. */
     float *odd = malloc(RESNET18_INPUT_BYTES * sizeof(float));
     ck_assert(gpu_last && feat && which && odd);
     memcpy(odd, pool_f32, RESNET18_INPUT_BYTES * sizeof(float));
@@ -371,7 +371,7 @@ static void run_int8(int small_batches)
         ck_assert_msg(differ == 0, "int8 n=%d: %zu of %zu last-conv values differ from the CPU INT8 engine's", n,
                       differ, (size_t)n * per);
         ck_assert_msg(nonzero > (size_t)n * per / 10, "int8 n=%d: only %zu non-zero outputs", n, nonzero);
-        /* The features (the pool of model/int8.h on the CPU's last conv),
+        /* The features (the pool of engine/int8.h on the CPU's last conv),
          * bit for bit, whether the pool ran inside the last conv or not. */
         const int hw = last->out_h * last->out_h, C8 = last->cout;
         for (int i = 0; i < n; i++)
@@ -383,7 +383,7 @@ static void run_int8(int small_batches)
                             got = testutil_half_bits(feat[(size_t)i * C8 + c]);
                 fdiffer += memcmp(&want, &got, sizeof want) != 0;
             }
-        ck_assert_msg(fdiffer == 0, "int8 n=%d: %zu of %d features differ from model/int8.h's pool", n, fdiffer,
+        ck_assert_msg(fdiffer == 0, "int8 n=%d: %zu of %d features differ from engine/int8.h's pool", n, fdiffer,
                       n * C8);
         double worst = 0;
         for (int i = 0; i < n; i++) {

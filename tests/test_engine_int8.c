@@ -1,6 +1,6 @@
-/* Tests model/engine_cpu_int8.c and model/calib.c: the INT8 CPU engine
+/* Tests engine/engine_cpu_int8.c and engine/calib.c: the INT8 CPU engine
  * against tests/reference.py's independent torch emulation of
- * model/int8.h, with the same table (tests/ref/int8/table.json).
+ * engine/int8.h, with the same table (tests/ref/int8/table.json).
  *
  * Tolerance: both sides compute every int8 tensor exactly (integer convs,
  * the same float32 epilogue steps, the same rounding), so the int8
@@ -22,11 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "model/calib.h"
-#include "model/engine.h"
-#include "model/engine_cpu.h"
-#include "model/engine_registry.h"
-#include "model/npy.h"
+#include "engine/calib.h"
+#include "engine/engine.h"
+#include "engine/engine_cpu.h"
+#include "engine/engine_registry.h"
+#include "util/npy.h"
 #include "model/resnet18.h"
 #include "tests/invariance.h"
 #include "tests/testutil.h"

@@ -1,5 +1,5 @@
 /* GPU JPEG decoding (gpu/nvjpeg_decode.cu, gpu/resize.cu) against the CPU
- * path (model/preprocess.c).
+ * path (image/preprocess.c).
  *
  * - resize_bit_exact: the GPU's resize + crop of the very pixels the CPU
  *   decoded equals preprocess_resize_crop byte for byte, for every reference
@@ -37,11 +37,11 @@
 #include <turbojpeg.h>
 #include "gpu/gpu.h"
 #include "gpu/gpu_test.h"
-#include "model/devjpeg.h"
-#include "model/devjpeg_registry.h"
-#include "model/engine.h"
-#include "model/engine_registry.h"
-#include "model/preprocess.h"
+#include "image/devjpeg.h"
+#include "image/devjpeg_registry.h"
+#include "engine/engine.h"
+#include "engine/engine_registry.h"
+#include "image/preprocess.h"
 #include "model/resnet18.h"
 #include "tests/jpegenc.h"
 #include "tests/testutil.h"

@@ -3,7 +3,7 @@
  * K. Every conv tile configuration runs every shape, in FP32 and FP16,
  * with and without split-K; the general tiles also with a shortcut (a
  * downsample's 1x1 conv inside the conv that adds it); INT8 tiles must
- * match model/int8.h bit for bit, the shortcut's output requantised before
+ * match engine/int8.h bit for bit, the shortcut's output requantised before
  * the add. Exits 77 (skip) when no CUDA device is usable. */
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include "gpu/gpu.h"
 #include "gpu/gpu_test.h"
-#include "model/int8.h"
+#include "engine/int8.h"
 #include "tests/testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -396,7 +396,7 @@ START_TEST(conv_shortcut_refused_outside_its_kinds_and_shapes)
 }
 END_TEST
 
-/* ---- INT8 convolution: model/int8.h, bit for bit ---------------------------- */
+/* ---- INT8 convolution: engine/int8.h, bit for bit ---------------------------- */
 
 /* Shapes as above with int8 channel counts (multiples of 16, the stem's 4:
  * its odd output columns start 8-byte aligned chunks). */
@@ -435,7 +435,7 @@ static void rand_s8_fill(int8_t *p, size_t n)
         p[i] = rand_s8();
 }
 
-/* The epilogue of model/int8.h for one output, as the CPU INT8 engine
+/* The epilogue of engine/int8.h for one output, as the CPU INT8 engine
  * computes it (the build compiles C with -ffp-contract=off). */
 static float s8_ref_value(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu)
 {
@@ -575,7 +575,7 @@ static const gpu_test_conv_shape pool_shapes[] = {
 };
 #define NPOOL ((int)(sizeof pool_shapes / sizeof pool_shapes[0]))
 
-/* 1 when the tile ran the shape and every feature was model/int8.h's. */
+/* 1 when the tile ran the shape and every feature was engine/int8.h's. */
 static int check_conv_s8_pool(int tile, int shape, int with_res)
 {
     gpu_test_conv_shape s = pool_shapes[shape];
@@ -1099,7 +1099,7 @@ END_TEST
 
 START_TEST(avgpool_matches_reference)
 {
-    /* kinds 0 FP32, 1 FP16, 2 INT8's head (model/int8.h: exact, as each
+    /* kinds 0 FP32, 1 FP16, 2 INT8's head (engine/int8.h: exact, as each
      * sum is exact in float64 here); c = 520 leaves a partial block. */
     for (int kind = 0; kind <= 2; kind++) {
         int n = 3, hw = 49, c = 520;
@@ -1121,7 +1121,7 @@ START_TEST(avgpool_matches_reference)
         double rel = rel_l2_d(out, ref, (size_t)n * c);
         ck_assert_msg(rel <= (kind == 0 ? 1e-6 : 2e-3), "avgpool kind %d rel L2 %.3g", kind, rel);
         if (kind == 2)
-            ck_assert_msg(exact == n * c, "INT8 avgpool: %d of %d features as model/int8.h", exact, n * c);
+            ck_assert_msg(exact == n * c, "INT8 avgpool: %d of %d features as engine/int8.h", exact, n * c);
         free(in);
         free(out);
         free(ref);

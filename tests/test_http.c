@@ -1,4 +1,4 @@
-/* Tests daemon/http.c (the HTTP layer on libmicrohttpd) on loopback
+/* Tests daemon/http/http.c (the HTTP layer on libmicrohttpd) on loopback
  * sockets with a small handler: the head as the handler sees it (path and
  * query decoded, headers), keep-alive and pipelining, 100-continue, HEAD,
  * answers from another thread (also a wake before the wait), the
@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "daemon/http.h"
-#include "daemon/request.h"
+#include "daemon/http/http.h"
+#include "daemon/api/request.h"
 #include "tests/testutil.h"
 
 /* ---- the layer on loopback ----------------------------------------------- */

@@ -1,12 +1,12 @@
-/* Tests the CPU INT8 engine's vector epilogues (model/engine_cpu_int8.c:
+/* Tests the CPU INT8 engine's vector epilogues (engine/engine_cpu_int8.c:
  * epilogue_avx512 on AVX-512, epilogue_avx2) against its scalar epilogue(),
- * which is model/int8.h written out: byte for byte on int8 outputs and
+ * which is engine/int8.h written out: byte for byte on int8 outputs and
  * bit for bit on the last conv's FP32 output, on random sums, factors,
  * biases and residuals with NaN, +-inf, +-0, subnormal and huge values
  * mixed in. The engine feeds them finite values only, so these paths are
  * reachable here alone. The engine's file is included whole: the
  * epilogues are static. */
-#include "model/engine_cpu_int8.c"
+#include "engine/engine_cpu_int8.c"
 
 #include <check.h>
 #include <math.h>

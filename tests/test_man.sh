@@ -1,7 +1,7 @@
 #!/bin/sh
 # The man pages format without groff warnings, and document exactly the
 # options `resnetd --help` lists (which is generated from the option table
-# in daemon/config.c): each option appears in resnetd.conf(5) with the same
+# in daemon/config_table.c): each option appears in resnetd.conf(5) with the same
 # default, and as a flag in resnetd(8); no page documents an option that
 # does not exist.
 set -u

@@ -1,9 +1,9 @@
-/* Tests daemon/metrics.c through its rendered text: counters and histogram
+/* Tests daemon/api/metrics.c through its rendered text: counters and histogram
  * buckets move by exactly what was observed, histograms are cumulative with
  * +Inf == _count (also while other threads update), concurrent updates sum
  * exactly, and the families the daemon promises are always there.
  * Every check works on deltas, so tests also pass with CK_FORK=no. */
-#include "daemon/metrics.h"
+#include "daemon/api/metrics.h"
 #include "tests/testutil.h"
 
 #include <check.h>

@@ -1,6 +1,7 @@
 #!/bin/sh
 # No dependency loop between modules (a .c and its header) in daemon/,
-# model/, gpu/, client/ and tools/: tools/module-cycles reads the includes
+# engine/, image/, model/, util/, gpu/, client/ and tools/ (subfolders
+# included): tools/module-cycles reads the includes
 # and calls. A loop fails the test and is named.
 set -u
 srcdir=${RESNETD_SRCDIR:-.}

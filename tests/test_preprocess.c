@@ -1,12 +1,12 @@
-/* Tests model/preprocess.c against torchvision (tests/reference.py output):
+/* Tests image/preprocess.c against torchvision (tests/reference.py output):
  * our crop equals PIL's Resize(256) + CenterCrop(224) on every reference
  * JPEG, our normalisation equals ToTensor + Normalize, fast mode's deviation
  * is printed, and every malformed input gets its status without a crash or
  * a hang (truncations, PNG, text, a 65500x65500 header, two colour
  * components, scan bombs, random mutations) while the same ctx keeps decoding good images;
  * the work budget, the stop hook and the retained buffer size hold. */
-#include "model/npy.h"
-#include "model/preprocess.h"
+#include "util/npy.h"
+#include "image/preprocess.h"
 #include "tests/testutil.h"
 
 #include <check.h>

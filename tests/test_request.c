@@ -1,11 +1,11 @@
-/* Tests daemon/request.c's parsers for client input: Content-Type,
+/* Tests daemon/api/request.c's parsers for client input: Content-Type,
  * ?top_k=, and the multipart/form-data splitter (including hostile and
  * truncated bodies, which must fail cleanly rather than read past the end). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/request.h"
+#include "daemon/api/request.h"
 #include "tests/testutil.h"
 
 START_TEST(content_types_map_to_body_kinds)

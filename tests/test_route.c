@@ -1,6 +1,6 @@
-/* Tests daemon/route.c: the GPU/CPU decode decision and its measured means. */
+/* Tests daemon/pipeline/route.c: the GPU/CPU decode decision and its measured means. */
 #include <check.h>
-#include "daemon/route.h"
+#include "daemon/pipeline/route.h"
 #include "tests/testutil.h"
 
 #define MP 1000000

@@ -1,9 +1,9 @@
-/* Tests model/utf8.c: RFC 3629 validation (overlongs, surrogates, past
+/* Tests util/utf8.c: RFC 3629 validation (overlongs, surrogates, past
  * U+10FFFF and truncated sequences are invalid) and the sanitiser used on
  * echoed client text, which must never cut a character in two. */
 #include <check.h>
 #include <string.h>
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "tests/testutil.h"
 
 START_TEST(valid_and_invalid_sequences)

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "model/engine.h"
+#include "engine/engine.h"
 #include "model/labels.h"
-#include "model/npy.h"
-#include "model/topk.h"
+#include "util/npy.h"
+#include "engine/topk.h"
 #include "tests/testutil.h"
 
 static char tmpdir[] = "/tmp/resnetd-test-util-XXXXXX";

@@ -1,4 +1,4 @@
-/* Tests daemon/v2.c: v2 paths, the inference request parser (JSON data,
+/* Tests daemon/api/v2.c: v2 paths, the inference request parser (JSON data,
  * the binary tensor data extension, every refusal with its status), the
  * memory it charges to the budget, and the response bodies (JSON and
  * binary outputs, classification strings). Runs under ASan in CI: every
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/v2.h"
+#include "daemon/api/v2.h"
 #include "model/resnet18.h"
 #include "tests/testutil.h"
 

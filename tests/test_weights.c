@@ -1,5 +1,5 @@
 /* Tests for model/weights.c (safetensors loading, validation, BN folding,
- * synthetic weights) and model/sha256.c.
+ * synthetic weights) and util/sha256.c.
  *
  * The test writes its own safetensors files into a mkdtemp directory: the
  * full set of resnet18 tensors with patterned values (to check the fold and
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "model/resnet18.h"
-#include "model/sha256.h"
+#include "util/sha256.h"
 #include "tests/testutil.h"
 
 static char tmpdir[] = "/tmp/test_weights.XXXXXX";

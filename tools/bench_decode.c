@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "config.h"
-#include "model/clock.h"
-#include "model/devjpeg_registry.h"
-#include "model/engine_registry.h"
-#include "model/preprocess.h"
+#include "util/clock.h"
+#include "image/devjpeg_registry.h"
+#include "engine/engine_registry.h"
+#include "image/preprocess.h"
 #include "model/resnet18.h"
 #include "tools/bench_decode.h"
 #include "tools/toolopt.h"

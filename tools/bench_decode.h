@@ -8,8 +8,8 @@
 #define RESNETD_BENCH_DECODE_H
 
 #include <stddef.h>
-#include "model/devjpeg.h"
-#include "model/engine.h"
+#include "image/devjpeg.h"
+#include "engine/engine.h"
 
 typedef struct bench_decode_opts {
     const char *dir;            /* the JPEGs */

@@ -3,14 +3,14 @@
  * Calibration runs the FP32 CPU engine on every JPEG of a directory (name
  * order, with the daemon's preprocessing), observes each tensor that INT8
  * quantises (engine_cpu_observe), histograms |x| per tensor
- * (model/calib.h), and writes the scales chosen by KL-divergence (entropy)
+ * (engine/calib.h), and writes the scales chosen by KL-divergence (entropy)
  * or a percentile. The same weights, images, method and batch give the
  * same table, byte for byte: the images are read in strcmp order and the
  * statistics are exact counts.
  * The check runs the CPU engine at FP32 and at INT8 on held-out JPEGs and
  * prints their top-1 agreement and the logits' relative L2 error: the CUDA
  * engine's INT8 activations equal the CPU engine's bit for bit
- * (model/int8.h), so the figure holds for both. */
+ * (engine/int8.h), so the figure holds for both. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "config.h"
-#include "model/calib.h"
-#include "model/engine.h"
-#include "model/engine_cpu.h"
-#include "model/engine_registry.h"
-#include "model/preprocess.h"
+#include "engine/calib.h"
+#include "engine/engine.h"
+#include "engine/engine_cpu.h"
+#include "engine/engine_registry.h"
+#include "image/preprocess.h"
 #include "model/resnet18.h"
 #include "tools/toolopt.h"
 

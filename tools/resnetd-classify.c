@@ -14,14 +14,14 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include "config.h"
-#include "model/calib.h"
-#include "model/engine.h"
-#include "model/engine_registry.h"
+#include "engine/calib.h"
+#include "engine/engine.h"
+#include "engine/engine_registry.h"
 #include "model/labels.h"
-#include "model/npy.h"
-#include "model/preprocess.h"
+#include "util/npy.h"
+#include "image/preprocess.h"
 #include "model/resnet18.h"
-#include "model/topk.h"
+#include "engine/topk.h"
 #include "tools/toolopt.h"
 
 #define CLASSIFY_MAX_BATCH 16

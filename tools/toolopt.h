@@ -5,8 +5,8 @@
 #ifndef RESNETD_TOOLOPT_H
 #define RESNETD_TOOLOPT_H
 
-#include "model/calib.h"
-#include "model/engine.h"
+#include "engine/calib.h"
+#include "engine/engine.h"
 #include "model/resnet18.h"
 
 /* --device cpu|cuda|cuda:N|auto into c; 0, or -1 after saying why. */

@@ -3,7 +3,7 @@
  * on whatever it accepted. */
 #include <stdint.h>
 #include <stdlib.h>
-#include "daemon/config.h"
+#include "daemon/config_table.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

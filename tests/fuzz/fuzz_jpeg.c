@@ -4,7 +4,7 @@
  * to keep each run fast and small; the limits are what is under test. */
 #include <stdint.h>
 #include <stdlib.h>
-#include "model/preprocess.h"
+#include "image/preprocess.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/request.h"
+#include "daemon/api/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/request.h"
-#include "model/utf8.h"
+#include "daemon/api/request.h"
+#include "util/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "daemon/v2.h"
+#include "daemon/api/v2.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

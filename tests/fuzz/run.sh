@@ -25,12 +25,12 @@ flags="-g -O1 -std=c11 -ffp-contract=off -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SO
 
 for t in $targets; do
     case $t in
-    multipart|query) files="daemon/request.c daemon/budget.c model/utf8.c"; libs="-lpthread" ;;
-    jpeg) files="model/preprocess.c"; libs="$(pc --libs libjpeg) -lm" ;;
-    v2) files="daemon/v2.c daemon/budget.c model/topk.c model/utf8.c"; libs="$(pc --libs jansson) -lm -lpthread" ;;
-    safetensors) files="model/weights.c model/sha256.c model/resnet18.c"; libs="$(pc --libs jansson) -lm" ;;
-    config) files="daemon/config.c model/textfile.c model/devjpeg.c model/engine.c model/engine_cpu.c model/engine_cpu_int8.c
-                   model/cpu_pool.c model/calib.c model/sha256.c model/resnet18.c model/preprocess.c"
+    multipart|query) files="daemon/api/request.c daemon/http/budget.c util/utf8.c"; libs="-lpthread" ;;
+    jpeg) files="image/preprocess.c"; libs="$(pc --libs libjpeg) -lm" ;;
+    v2) files="daemon/api/v2.c daemon/http/budget.c engine/topk.c util/utf8.c"; libs="$(pc --libs jansson) -lm -lpthread" ;;
+    safetensors) files="model/weights.c util/sha256.c model/resnet18.c"; libs="$(pc --libs jansson) -lm" ;;
+    config) files="daemon/config_table.c util/textfile.c image/devjpeg.c engine/engine.c engine/engine_cpu.c engine/engine_cpu_int8.c
+                   engine/cpu_pool.c engine/calib.c util/sha256.c model/resnet18.c image/preprocess.c"
             libs="$(pc --libs libjpeg libturbojpeg jansson) $( (pc --libs openblas || pc --libs openblas-pthread) 2>/dev/null) -lm -lpthread"
             flags_extra="$( (pc --cflags openblas || pc --cflags openblas-pthread) 2>/dev/null)" ;;
     *) echo "fuzz: unknown target $t" >&2; exit 2 ;;

@@ -1,0 +1,101 @@
+/* INT8 calibration tables: the per-tensor activation scales of one set of
+ * weights, as resnetd-calibrate writes them and the INT8 engines read them,
+ * and the histogram statistics that choose them.
+ *
+ * A table is JSON (jansson):
+ *   {"format": "resnetd-int8-calibration", "version": 1,
+ *    "weights_sha256": "<64 hex digits of the weights file>" | "synthetic",
+ *    "method": "entropy" | "percentile", "percentile": 99.99 (percentile only),
+ *    "images": N, "histogram_bins": 2048,
+ *    "scales": {"input": s, "conv1": s, "layer1.0.conv1": s, ...}}
+ * with one scale per quantised tensor (calib_tensor_name), each a positive
+ * finite number written with full precision, so it reads back as the same
+ * float. Tables that do not name the weights they are used with, or lack a
+ * tensor, or name an unknown one, are refused. */
+#ifndef RESNETD_CALIB_H
+#define RESNETD_CALIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model/resnet18.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CALIB_FORMAT "resnetd-int8-calibration"
+#define CALIB_VERSION 1
+/* Quantised tensors: 0 is the normalised input image, i >= 1 the output of
+ * conv i-1. The last conv's output stays FP32 (it feeds the average pool
+ * and the FC), so there is one per conv. */
+#define CALIB_NTENSORS RESNET18_NUM_CONVS
+#define CALIB_BINS 2048
+#define CALIB_WEIGHTS_SYNTHETIC "synthetic"
+
+typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE } calib_method;
+
+typedef struct calib_table {
+    char weights_sha256[65];    /* hex digest, or CALIB_WEIGHTS_SYNTHETIC */
+    calib_method method;
+    double percentile;          /* CALIB_PERCENTILE: the percentile of |x| used */
+    int images;                 /* calibration images seen */
+    float scale[CALIB_NTENSORS];
+} calib_table;
+
+/* "input", or the name of the conv whose output tensor i is ("conv1",
+ * "layer1.0.conv1", ...). */
+const char *calib_tensor_name(int i);
+const char *calib_method_name(calib_method m);
+int calib_parse_method(const char *s, calib_method *m);
+
+/* What a table's weights_sha256 must be for w. */
+const char *calib_weights_id(const resnet18_weights *w);
+
+/* Reads and validates a table (format, version, every scale). Returns 0, or
+ * -1 with a one-line message naming the file in err. */
+int calib_load(const char *path, calib_table *t, char *err, size_t errlen);
+
+/* 0 when t was made for w; else -1 and a message naming table_path and
+ * weights_path. */
+int calib_check_weights(const calib_table *t, const char *table_path, const resnet18_weights *w,
+                        const char *weights_path, char *err, size_t errlen);
+
+/* Writes t (replacing path atomically). */
+int calib_save(const char *path, const calib_table *t, char *err, size_t errlen);
+
+/* What an INT8 engine derives from a table (engine/int8.h), computed here
+ * once so that every engine uses the same floats. Conv i of w: q [cout][K]
+ * (KRSC, K = k*k*cin) and mult[c] = s_in * s_w[c]; *res_scale is the
+ * residual's scale (0 without one), *out_inv 1 / the output's scale (0 for
+ * the last conv, whose output stays FP32). */
+void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult,
+                      float *res_scale, float *out_inv);
+/* The quantised normalisation of each byte value of each channel, and
+ * *in_inv = 1 / the input's scale (for images that come as FP32). */
+void calib_input_lut(const calib_table *t, int8_t lut[3][256], float *in_inv);
+
+/* A histogram of |x| over [0, range): CALIB_BINS equal bins. The range is
+ * set by the first non-zero value and doubles (merging bin pairs) whenever
+ * a larger one arrives, so one pass suffices and the result depends only
+ * on the values and their order. */
+typedef struct calib_hist {
+    double range;               /* 0 until a non-zero value is seen */
+    uint64_t count[CALIB_BINS];
+} calib_hist;
+
+/* Adds n values. */
+void calib_hist_add(calib_hist *h, const float *x, size_t n);
+
+/* The scale (threshold / 127) that a method picks from h: entropy is
+ * TensorRT's search for the threshold whose 128-level quantisation of the
+ * clipped histogram has the least KL divergence from it; percentile takes
+ * the upper edge of the bin where the given percentile of |x| falls. An
+ * all-zero tensor gets scale 1. */
+float calib_scale_entropy(const calib_hist *h);
+float calib_scale_percentile(const calib_hist *h, double percentile);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
