@@ -1,7 +1,7 @@
 /* The option table and everything driven by it: defaults, the key = value
  * file parser, the command-line parser and --help. Adding an option means
  * adding one row here, one field in struct config, and its paragraph in
- * etc/resnetd.conf (tests/test_config checks that last part). */
+ * etc/resnetd.conf (tests/daemon/test_config checks that last part). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -236,7 +236,7 @@ void config_defaults(config *c)
     memset(c, 0, sizeof *c);
     for (int i = 0; i < NOPTIONS; i++)
         if (option_set(c, &options[i], options[i].def, err, sizeof err) != 0) {
-            /* A bad default is a programming error that tests/test_config catches. */
+            /* A bad default is a programming error that tests/daemon/test_config catches. */
             fprintf(stderr, "resnetd: bad built-in default: %s\n", err);
             abort();
         }

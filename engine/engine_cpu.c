@@ -28,7 +28,7 @@
  * any batch, on both back ends. The avx512 kernel sums every output in one
  * fixed order whatever tile its row falls in; the blas back end gives each
  * image a GEMM of its own, always of the same shape; the average pool and
- * the FC run per image (cpu_engine_fc). tests/test_engine_cpu.c checks it.
+ * the FC run per image (cpu_engine_fc). tests/engine/test_engine_cpu.c checks it.
  *
  * Every buffer is allocated at create for max_batch; submit computes
  * synchronously (under a mutex, since the scratch is shared by the slots) and

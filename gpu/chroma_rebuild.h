@@ -18,7 +18,7 @@
  * decoder's own in exact mode) as libjpeg's jdsample.c does.
  *
  * Plain C, also compiled by nvcc for the kernels (gpu/resize.cu), so that a
- * CPU test (tests/test_chroma_rebuild.c) checks the same code against
+ * CPU test (tests/image/test_chroma_rebuild.c) checks the same code against
  * libjpeg's own replicated, raw and fancy decodes. */
 #ifndef RESNETD_CHROMA_REBUILD_H
 #define RESNETD_CHROMA_REBUILD_H

@@ -2027,7 +2027,7 @@ struct f32_entry {
     f32_kernel_fn fn;
 };
 
-// Tile families (conv_tile_info.family; tests/test_gpu_kernels.c checks
+// Tile families (conv_tile_info.family; tests/gpu/test_gpu_kernels.c checks
 // each and prints whether two agree). FP16's mma.sync, wgmma and patch
 // kernels all give the same bits (H200, every test shape): one family. FP32's
 // SIMT and 3xTF32 tiles round differently: two. INT8's sums are exact.

@@ -1,4 +1,4 @@
-// Host-data wrappers around single kernels, for tests/test_gpu_kernels.c
+// Host-data wrappers around single kernels, for tests/gpu/test_gpu_kernels.c
 // (declared in gpu/gpu_test.h). Slow and simple on purpose: allocate, copy,
 // poison the output, launch, synchronise, copy back, free.
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Kernel-level entry points for tests/test_gpu_kernels.c (not used by the
+/* Kernel-level entry points for tests/gpu/test_gpu_kernels.c (not used by the
  * engine). Each runs one gpu/ kernel on host data: inputs are FP32 arrays,
  * first rounded in place to FP16 when fp16 is set, so that the test's CPU
  * reference sees exactly what the kernel saw; outputs come back as FP32.

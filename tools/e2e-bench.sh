@@ -194,6 +194,8 @@ fi
 
 # --- daemon ------------------------------------------------------------------
 log=$out/resnetd.log
+# Made here: the background job's 2> may open it after the first read below.
+: >"$log"
 # The load generator is one address: no per-address limit (where the
 # daemon has one; e2e-ab.sh runs older trees too).
 "$builddir/resnetd" --help 2>/dev/null | grep -q -- --client-connection-limit &&

@@ -38,7 +38,7 @@ ldflags=
 build() {
     cd "$1" && autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
         ../configure --with-cuda LDFLAGS="$ldflags" >/dev/null &&
-        make -j"$JOBS" resnetd-bench resnetd-calibrate tools/make-corpus tests/test_gpu_kernels tests/test_engine_cuda \
+        make -j"$JOBS" resnetd-bench resnetd-calibrate tools/make-corpus tests/gpu/test_gpu_kernels tests/gpu/test_engine_cuda \
             >build.txt 2>&1 || { tail -20 build.txt; echo "gpu-ab: building $1 FAILED" >&2; return 1; }
 }
 t0=$(date +%s)
@@ -56,10 +56,10 @@ cd "$work/new/b" || exit 1
 if [ "${TESTS:-1}" = 1 ]; then
     make tests/ref/.stamp >/dev/null 2>&1
     t0=$(date +%s)
-    CK_FORK=no timeout 300 ./tests/test_gpu_kernels >"$OUT/kernels.txt" 2>&1
+    CK_FORK=no timeout 300 ./tests/gpu/test_gpu_kernels >"$OUT/kernels.txt" 2>&1
     echo "kernel tests (new): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/kernels.txt")"
     t0=$(date +%s)
-    RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no timeout 200 ./tests/test_engine_cuda >"$OUT/engine-test.txt" 2>&1
+    RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no timeout 200 ./tests/gpu/test_engine_cuda >"$OUT/engine-test.txt" 2>&1
     echo "engine test (new): rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E '^[0-9]+%' "$OUT/engine-test.txt" | tail -1)"
 fi
 if [ -n "${SANITIZE_TILES:-}" ]; then
@@ -67,13 +67,13 @@ if [ -n "${SANITIZE_TILES:-}" ]; then
     for tool in memcheck racecheck; do
         t0=$(date +%s)
         RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TEST_TILES=$SANITIZE_TILES CK_FORK=no timeout 200 \
-            compute-sanitizer --tool $tool --error-exitcode 99 ./tests/test_gpu_kernels >"$OUT/$tool-kernels.txt" 2>&1
+            compute-sanitizer --tool $tool --error-exitcode 99 ./tests/gpu/test_gpu_kernels >"$OUT/$tool-kernels.txt" 2>&1
         echo "$tool kernel tests ($SANITIZE_TILES): rc=$? in $(( $(date +%s) - t0 )) s:" \
             "$(tail -1 "$OUT/$tool-kernels.txt")"
     done
     t0=$(date +%s)
     RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no \
-        timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 ./tests/test_engine_cuda \
+        timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 ./tests/gpu/test_engine_cuda \
         >"$OUT/memcheck-engine.txt" 2>&1
     echo "memcheck engine test (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck-engine.txt")"
 fi

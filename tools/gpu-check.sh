@@ -70,8 +70,8 @@ say "build: ok in $(( $(date +%s) - t0 )) s; $(grep -h 'nvJPEG' config.log | gre
 
 if run tests; then
     export RESNETD_FIDELITY_DIR=$PWD/corpus
-    tests=${GPU_TESTS:-"tests/test_gpu_kernels tests/test_engine_cuda tests/test_gpu_decode tests/test_chroma_rebuild
-           tests/test_batcher tests/test_daemon.sh tests/test_reload.sh tests/test_gpu_daemon.sh"}
+    tests=${GPU_TESTS:-"tests/gpu/test_gpu_kernels tests/gpu/test_engine_cuda tests/gpu/test_gpu_decode tests/image/test_chroma_rebuild
+           tests/pipeline/test_batcher tests/daemon/test_daemon.sh tests/pipeline/test_reload.sh tests/gpu/test_gpu_daemon.sh"}
     t0=$(date +%s)
     make -j8 check TESTS="$(echo $tests)" >check.txt 2>&1
     say "tests: rc=$? in $(( $(date +%s) - t0 )) s: $(grep -cE '^PASS' check.txt) pass, $(grep -cE '^(FAIL|ERROR)' check.txt) fail, $(grep -cE '^SKIP' check.txt) skip"
@@ -80,13 +80,13 @@ if run tests; then
     if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
         t0=$(date +%s)
         RESNETD_GPU_TEST_QUICK=1 RESNETD_REF_DIR=$PWD/tests/ref timeout 300 \
-            compute-sanitizer --tool memcheck --leak-check full ./tests/test_gpu_decode >"$OUT/memcheck.txt" 2>&1
+            compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_gpu_decode >"$OUT/memcheck.txt" 2>&1
         say "memcheck test_gpu_decode: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck.txt")"
     fi
     if [ "${SKIP_MEMCHECK:-0}" != 1 ] && [ "${SKIP_RACECHECK:-0}" != 1 ]; then
         t0=$(date +%s)
         RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TEST_TILES=${RACE_TILES:-} timeout 200 \
-            compute-sanitizer --tool racecheck ./tests/test_gpu_kernels >racecheck.txt 2>&1
+            compute-sanitizer --tool racecheck ./tests/gpu/test_gpu_kernels >racecheck.txt 2>&1
         say "racecheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 racecheck.txt)"
         { echo "=== racecheck test_gpu_kernels"; cat racecheck.txt; } >>"$OUT/memcheck.txt"
     fi
@@ -96,15 +96,15 @@ if run sanitize; then
     # The conv, stem and INT8 kernels (every tile) and the INT8 engine under
     # memcheck (small shapes and batches; the engine with the cost model's
     # plans, so that memcheck sees the graphs, not thousands of timings).
-    make -j"$JOBS" tests/test_gpu_kernels tests/test_engine_cuda tests/ref/.stamp >sanitize-build.txt 2>&1 ||
+    make -j"$JOBS" tests/gpu/test_gpu_kernels tests/gpu/test_engine_cuda tests/ref/.stamp >sanitize-build.txt 2>&1 ||
         say "sanitize: building the tests FAILED (see sanitize-build.txt)"
     t0=$(date +%s)
-    RESNETD_GPU_TEST_QUICK=1 timeout 250 compute-sanitizer --tool memcheck --leak-check full ./tests/test_gpu_kernels \
+    RESNETD_GPU_TEST_QUICK=1 timeout 250 compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_gpu_kernels \
         >sanitize.txt 2>&1
     say "memcheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize.txt)"
     t0=$(date +%s)
     RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref timeout 250 \
-        compute-sanitizer --tool memcheck --leak-check full ./tests/test_engine_cuda >sanitize-engine.txt 2>&1
+        compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_engine_cuda >sanitize-engine.txt 2>&1
     say "memcheck test_engine_cuda (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize-engine.txt)"
     cat sanitize.txt sanitize-engine.txt >"$OUT/sanitize.txt"
 fi
@@ -175,9 +175,9 @@ if run camera; then
         t0=$(date +%s)
         if [ "${CAMERA_FIDELITY:-1}" = 1 ]; then   # both GPU modes against the CPU path
             # the tests stage builds these; a camera-only call must too
-            make -j"$JOBS" tests/test_gpu_decode tests/ref/.stamp >/dev/null 2>&1
+            make -j"$JOBS" tests/gpu/test_gpu_decode tests/ref/.stamp >/dev/null 2>&1
             RESNETD_FIDELITY_DIR=$root/$d CK_RUN_CASE=fidelity RESNETD_REF_DIR=$PWD/tests/ref \
-                ./tests/test_gpu_decode >fid.txt 2>&1
+                ./tests/gpu/test_gpu_decode >fid.txt 2>&1
             echo "=== fidelity $name (rc=$?)" >>"$cam"
             cat fid.txt >>"$cam"
             grep -E '^fidelity gpu(-exact)? [0-9a-z-]+mp|^fidelity gpu(-exact)? (web|directory)|^100%|Failures: [1-9]' \

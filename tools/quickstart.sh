@@ -19,8 +19,8 @@ run_pkgs="curl python-matplotlib-data"
 # test (etc/nginx; the test runs its own unprivileged nginx, but where systemd
 # runs services, installing the package also starts Debian's default site),
 # python3-yaml to parse etc/kubernetes, curl to run the documented examples
-# (tests/test_doc_examples.sh), python3-venv for the Triton client
-# test (tests/test_tritonclient.sh installs tritonclient from PyPI into a
+# (tests/api/test_doc_examples.sh), python3-venv for the Triton client
+# test (tests/api/test_tritonclient.sh installs tritonclient from PyPI into a
 # venv once, and skips when it cannot).
 test_pkgs="curl python3-venv python3-torch python3-torchvision python3-pil python3-numpy libjpeg-turbo-progs
   python-matplotlib-data prometheus systemd gnuplot-nox clang libclang-rt-dev nginx python3-yaml"
@@ -87,7 +87,7 @@ if [ "$mode" = test ]; then
   [ "${CI:-}" = true ] && export RESNETD_REQUIRE_REFERENCE=1 RESNETD_REQUIRE_PROMTOOL=1 \
     RESNETD_REQUIRE_NGINX=1 RESNETD_REQUIRE_YAML=1
   if ! make -j"$jobs" check; then
-    for f in tests/*.log; do
+    for f in tests/*/*.log; do
       grep -qE '^:test-result: (FAIL|ERROR)' "${f%.log}.trs" 2>/dev/null && { echo "=== $f"; tail -n 60 "$f"; }
     done
     exit 1

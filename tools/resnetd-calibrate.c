@@ -386,7 +386,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* INT8 (table t) against the FP32 engine f32 on every JPEG of o->check:
  * prints top-1 agreement and the logits' relative L2 error, overall and
- * per image (tests/int8_agreement.py computes the same from
+ * per image (tests/engine/int8_agreement.py computes the same from
  * resnetd-classify's output). Returns 0, EXIT_BELOW_MIN, or -1. */
 static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, const calib_table *t,
                  const calibrate_opts *o)

@@ -1,0 +1,533 @@
+/* Tests engine/engine_cpu_int8.c and engine/calib.c: the INT8 CPU engine
+ * against tests/reference.py's independent torch emulation of
+ * engine/int8.h, with the same table (tests/ref/int8/table.json).
+ *
+ * Tolerance: both sides compute every int8 tensor exactly (integer convs,
+ * the same float32 epilogue steps, the same rounding), so the int8
+ * activations are identical; what differs is only the summation order of
+ * the FP32 average pool and FC (the reference does them in float64). That
+ * is float32 rounding of a 512-term dot product, about 1e-7 relative, so
+ * rel L2 <= 1e-5 per image and equal top-5. A single int8 value off by one
+ * anywhere in the network moves the logits by far more (~1e-4 and up), so
+ * this checks the integer path, not just closeness.
+ *
+ * Every GEMM tile the CPU has (AMX, AVX512-VNNI, AVX2, generic) is
+ * checked, and all must give the same bits. Also: batch size and thread
+ * count change nothing (bit for bit; on every tile, the same image at any
+ * position of any batch size 1..8), tables
+ * round-trip exactly, bad tables are refused with a reason, and
+ * engine_create refuses INT8 without a table or with another weights'. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "engine/calib.h"
+#include "engine/engine.h"
+#include "engine/engine_cpu.h"
+#include "engine/engine_registry.h"
+#include "util/npy.h"
+#include "model/resnet18.h"
+#include "tests/lib/invariance.h"
+#include "tests/lib/testutil.h"
+
+#define REL_L2_MAX 1e-5
+#define NKERNELS 4
+
+/* The GEMM tiles (RESNETD_CPU_INT8_GEMM): all must give the same integers. */
+static const char *const kernels[NKERNELS] = {"amx", "vnni", "avx2", "generic"};
+
+static void load_weights(resnet18_weights *w)
+{
+    char err[512];
+    ck_assert_msg(weights_load(testutil_ref_path("weights.safetensors"), w, err, sizeof err) == 0,
+                  "weights_load: %s", err);
+}
+
+static void load_table(calib_table *t)
+{
+    char err[512];
+    ck_assert_msg(calib_load(testutil_ref_path("int8/table.json"), t, err, sizeof err) == 0, "%s", err);
+}
+
+static void load_npy(const char *name, const char *dtype, npy_array *a)
+{
+    char err[512];
+    ck_assert_msg(npy_read(testutil_ref_path(name), a, err, sizeof err) == 0, "%s: %s", name, err);
+    ck_assert_msg(strcmp(a->dtype, dtype) == 0, "%s: dtype %s, want %s", name, a->dtype, dtype);
+}
+
+/* NULL (and says so) when this CPU cannot run kernel k. */
+static engine *make_kernel_engine(int k, const resnet18_weights *w, const calib_table *t, int max_batch)
+{
+    ck_assert_int_eq(setenv("RESNETD_CPU_INT8_GEMM", kernels[k], 1), 0);
+    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
+                         .max_batch = max_batch, .calib = t};
+    char err[512] = "";
+    engine *e = engine_create(w, &cfg, err, sizeof err);
+    if (!e && k < NKERNELS - 1 && strstr(err, "but this CPU lacks")) {
+        fprintf(stderr, "%s: %s tile not tested\n", err, kernels[k]);
+        return NULL;
+    }
+    ck_assert_msg(e != NULL, "engine_create(int8, %s): %s", kernels[k], err);
+    return e;
+}
+
+static engine *make_engine(const resnet18_weights *w, const calib_table *t, int max_batch, int threads)
+{
+    ck_assert_int_eq(unsetenv("RESNETD_CPU_INT8_GEMM"), 0);
+    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
+                         .max_batch = max_batch, .threads = threads, .calib = t};
+    char err[512] = "";
+    engine *e = engine_create(w, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "engine_create(int8): %s", err);
+    ck_assert_int_eq(e->device, ENGINE_DEVICE_CPU);
+    ck_assert_int_eq(e->precision, ENGINE_PRECISION_INT8);
+    ck_assert_str_eq(engine_precision_name(e->precision), "int8");
+    return e;
+}
+
+/* Runs the first n images of slot 0 (already filled), logits poisoned first. */
+static void run(engine *e, int n)
+{
+    char err[512] = "";
+    for (size_t i = 0; i < (size_t)e->max_batch * (size_t)e->classes; i++)
+        e->logits[0][i] = NAN;
+    ck_assert_msg(engine_submit(e, 0, n, err, sizeof err) == 0, "submit: %s", err);
+    ck_assert_msg(engine_wait(e, 0, err, sizeof err) == 0, "wait: %s", err);
+}
+
+static void expect_logits(const float *got, const float *want, int n, int classes, const char *what)
+{
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const float *g = got + (size_t)i * classes, *r = want + (size_t)i * classes;
+        double rel = testutil_rel_l2(g, r, (size_t)classes);
+        ck_assert_msg(rel <= REL_L2_MAX, "%s image %d: rel L2 %.3g > %.3g", what, i, rel, REL_L2_MAX);
+        int tg[5], tr[5];
+        testutil_topk(g, classes, 5, tg);
+        testutil_topk(r, classes, 5, tr);
+        for (int k = 0; k < 5; k++)
+            ck_assert_msg(tg[k] == tr[k], "%s image %d: top-5 differ at rank %d", what, i, k);
+        if (rel > worst)
+            worst = rel;
+    }
+    fprintf(stderr, "%s: %d images, worst rel L2 vs the torch INT8 emulation %.3g\n", what, n, worst);
+}
+
+START_TEST(uint8_images_match_the_torch_int8_emulation)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    calib_table t;
+    load_weights(&w);
+    load_table(&t);
+    npy_array img, ref;
+    load_npy("random_u8.npy", "|u1", &img);
+    load_npy("int8/random_logits.npy", "<f4", &ref);
+    const int n = (int)img.shape[0];
+    ck_assert_uint_eq(ref.count, (size_t)n * (size_t)w.classes);
+    engine *e = make_kernel_engine(_i, &w, &t, n);
+    if (e) {
+        memcpy(e->input[0], img.data, (size_t)n * RESNET18_INPUT_BYTES);
+        run(e, n);
+        char what[64];
+        snprintf(what, sizeof what, "%s: random uint8 images", kernels[_i]);
+        expect_logits(e->logits[0], ref.data, n, e->classes, what);
+        engine_destroy(e);
+    }
+    weights_free(&w);
+    npy_free(&img);
+    npy_free(&ref);
+}
+END_TEST
+
+/* The test JPEGs' torchvision input tensors, given as FP32 (input_f32). */
+START_TEST(fp32_input_tensors_match_the_torch_int8_emulation)
+{
+    const char *ref_dir = testutil_require_reference();
+    resnet18_weights w;
+    calib_table t;
+    load_weights(&w);
+    load_table(&t);
+    npy_array ref;
+    load_npy("int8/logits.npy", "<f4", &ref);
+    const int n = (int)ref.shape[0];
+    engine *e = make_kernel_engine(_i, &w, &t, 8);
+    if (!e) {
+        weights_free(&w);
+        npy_free(&ref);
+        return;
+    }
+    char path[4096], name[256];
+    snprintf(path, sizeof path, "%s/jpegs.txt", ref_dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    npy_array in[8];
+    int done = 0;
+    while (done < n) {
+        int b = 0;
+        for (; b < 8 && done + b < n; b++) {
+            ck_assert(fscanf(f, "%255s", name) == 1);
+            char rel[300];
+            snprintf(rel, sizeof rel, "input/%s.npy", name);
+            load_npy(rel, "<f4", &in[b]);
+            ck_assert_uint_eq(in[b].count, 3u * RESNET18_IMG * RESNET18_IMG);
+            e->input_f32[0][b] = in[b].data;
+        }
+        run(e, b);
+        char what[64];
+        snprintf(what, sizeof what, "%s: JPEG input tensors %d..%d", kernels[_i], done, done + b - 1);
+        expect_logits(e->logits[0], (const float *)ref.data + (size_t)done * e->classes, b, e->classes, what);
+        for (int i = 0; i < b; i++) {
+            e->input_f32[0][i] = NULL;
+            npy_free(&in[i]);
+        }
+        done += b;
+    }
+    ck_assert_int_eq(fclose(f), 0);
+    engine_destroy(e);
+    weights_free(&w);
+    npy_free(&ref);
+}
+END_TEST
+
+/* The AMX, VNNI, AVX2 (vector epilogues included) and generic tiles give
+ * the same bits: the last conv's FP32 output, which every int8 tensor
+ * before it feeds, and the logits. Random and smooth images plus a
+ * non-finite FP32 one, with the reference table, with its scales divided
+ * by 8 (most values clamp at +-127), and with subnormal scales, whose
+ * inverses are +inf: every nonzero value quantises to +-127 and every
+ * zero to NaN, which must give 0 (the epilogues' NaN paths). */
+/* The reference weights, table and random uint8 images. */
+static void load_reference(resnet18_weights *w, calib_table *t, npy_array *img)
+{
+    testutil_require_reference();
+    load_weights(w);
+    load_table(t);
+    load_npy("random_u8.npy", "|u1", img);
+}
+
+START_TEST(every_int8_tile_gives_the_same_bits)
+{
+    resnet18_weights w;
+    calib_table t;
+    npy_array img;
+    load_reference(&w, &t, &img);
+    const int n = (int)img.shape[0] + 1, C = w.classes;
+    const size_t last_n = (size_t)n * 7 * 7 * 512;
+    static float bad[3 * RESNET18_IMG * RESNET18_IMG];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        bad[i] = i % 5 == 0 ? NAN : i % 5 == 1 ? INFINITY : i % 5 == 2 ? -INFINITY : (float)(i % 7) - 3.0f;
+    float *want_last = malloc(last_n * sizeof(float)), *want_logits = malloc((size_t)n * C * sizeof(float));
+    ck_assert(want_last && want_logits);
+    static const char *const tables[] = {"reference", "coarse", "subnormal"};
+    int ran = 0;
+    for (int variant = 0; variant < 3; variant++) {
+        for (int i = 0; i < CALIB_NTENSORS && variant > 0; i++)
+            t.scale[i] = variant == 1 ? t.scale[i] / 8 : 1e-40f;
+        int first = 1;
+        ran = 0;
+        for (int k = 0; k < NKERNELS; k++) {
+            engine *e = make_kernel_engine(k, &w, &t, n);
+            if (!e)
+                continue;
+            memcpy(e->input[0], img.data, (size_t)(n - 1) * RESNET18_INPUT_BYTES);
+            e->input_f32[0][n - 1] = bad;
+            run(e, n);
+            const float *last = engine_cpu_int8_last_conv(e);
+            ck_assert_ptr_nonnull(last);
+            ran++;
+            if (first) {
+                memcpy(want_last, last, last_n * sizeof(float));
+                memcpy(want_logits, e->logits[0], (size_t)n * C * sizeof(float));
+                first = 0;
+            } else {
+                ck_assert_msg(memcmp(last, want_last, last_n * sizeof(float)) == 0,
+                              "%s table: the last conv's output of the %s tile differs", tables[variant], kernels[k]);
+                ck_assert_msg(memcmp(e->logits[0], want_logits, (size_t)n * C * sizeof(float)) == 0,
+                              "%s table: the logits of the %s tile differ", tables[variant], kernels[k]);
+            }
+            engine_destroy(e);
+        }
+    }
+    if (ran < 2)
+        fprintf(stderr, "only %d INT8 tile on this CPU: no two tiles to compare\n", ran);
+    free(want_last);
+    free(want_logits);
+    weights_free(&w);
+    npy_free(&img);
+}
+END_TEST
+
+/* Per-image results do not depend on the batch or the threads: bit for bit. */
+/* On every tile the CPU has: the same image gives the same bits at every
+ * position of every batch size 1..8, beside other images. */
+START_TEST(same_image_same_bits_at_any_position_and_batch_size)
+{
+    testutil_require_reference();
+    resnet18_weights w;
+    calib_table t;
+    load_weights(&w);
+    load_table(&t);
+    npy_array img;
+    load_npy("random_u8.npy", "|u1", &img);
+    ck_assert_int_ge((int)img.shape[0], 8);
+    const int max = 8;
+    engine *e = make_kernel_engine(_i, &w, &t, max);
+    weights_free(&w);
+    if (e) {
+        int sizes[8];
+        int n = invariance_all_sizes(max, sizes);
+        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n,
+                         kernels[_i], 1);
+        engine_destroy(e);
+    }
+    ck_assert_int_eq(unsetenv("RESNETD_CPU_INT8_GEMM"), 0);
+    npy_free(&img);
+}
+END_TEST
+
+START_TEST(batch_size_and_threads_change_nothing)
+{
+    resnet18_weights w;
+    calib_table t;
+    npy_array img;
+    load_reference(&w, &t, &img);
+    const int n = 4, C = w.classes;
+    float *alone = malloc((size_t)n * C * sizeof(float));
+    ck_assert_ptr_nonnull(alone);
+    engine *e = make_engine(&w, &t, n, 1);
+    for (int i = 0; i < n; i++) {
+        memcpy(e->input[0], (const uint8_t *)img.data + (size_t)i * RESNET18_INPUT_BYTES, RESNET18_INPUT_BYTES);
+        run(e, 1);
+        memcpy(alone + (size_t)i * C, e->logits[0], (size_t)C * sizeof(float));
+    }
+    engine_destroy(e);
+    for (int threads = 2; threads <= 3; threads++) {
+        e = make_engine(&w, &t, n, threads);
+        memcpy(e->input[0], img.data, (size_t)n * RESNET18_INPUT_BYTES);
+        run(e, n);
+        ck_assert_msg(memcmp(e->logits[0], alone, (size_t)n * C * sizeof(float)) == 0,
+                      "batch of %d on %d threads differs from one image at a time on 1", n, threads);
+        engine_destroy(e);
+    }
+    free(alone);
+    weights_free(&w);
+    npy_free(&img);
+}
+END_TEST
+
+START_TEST(int8_is_refused_without_a_table_or_with_another_weights_table)
+{
+    resnet18_weights w;
+    char err[512];
+    ck_assert_int_eq(weights_synthetic(7, &w, err, sizeof err), 0);
+    calib_table t;
+    memset(&t, 0, sizeof t);
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t.scale[i] = 0.05f;
+    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%064d", 0);
+    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8, .max_batch = 1};
+    ck_assert_ptr_null(engine_create(&w, &cfg, err, sizeof err));
+    ck_assert_msg(strstr(err, "calibration table") != NULL, "%s", err);
+    cfg.calib = &t;
+    ck_assert_ptr_null(engine_create(&w, &cfg, err, sizeof err));
+    ck_assert_msg(strstr(err, "made for weights with SHA-256 0000") != NULL, "%s", err);
+    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
+    engine *e = engine_create(&w, &cfg, err, sizeof err);
+    ck_assert_msg(e != NULL, "%s", err);
+    ck_assert_int_eq(engine_warm_up(e, err, sizeof err), 0);
+    /* Observing needs the FP32 engine: an INT8 one has no FP32 tensors. */
+    ck_assert_int_eq(engine_cpu_observe(e, NULL, NULL, err, sizeof err), -1);
+    engine_destroy(e);
+    weights_free(&w);
+}
+END_TEST
+
+/* A non-finite FP32 input quantises as int8.h says (NaN 0, +-inf +-127):
+ * defined behaviour, finite logits. */
+START_TEST(non_finite_fp32_input_gives_finite_logits)
+{
+    resnet18_weights w;
+    char err[512];
+    ck_assert_int_eq(weights_synthetic(7, &w, err, sizeof err), 0);
+    calib_table t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t.scale[i] = 0.05f;
+    engine *e = make_engine(&w, &t, 1, 1);
+    static float bad[3 * RESNET18_IMG * RESNET18_IMG];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        bad[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+    e->input_f32[0][0] = bad;
+    run(e, 1);
+    for (int k = 0; k < e->classes; k++)
+        ck_assert_msg(isfinite(e->logits[0][k]), "logit %d of a non-finite input is %g", k, e->logits[0][k]);
+    engine_destroy(e);
+    weights_free(&w);
+}
+END_TEST
+
+static char tmpdir[64];
+
+static const char *tmp_path(const char *name)
+{
+    static char p[128];
+    if (!tmpdir[0]) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/test_engine_int8.XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    }
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    return p;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(tables_round_trip_every_float_exactly)
+{
+    calib_table t, back;
+    memset(&t, 0, sizeof t);
+    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", "0123456789abcdef0123456789abcdef"
+                                                              "0123456789abcdef0123456789abcdef");
+    t.method = CALIB_PERCENTILE;
+    t.percentile = 99.99;
+    t.images = 123;
+    /* Awkward floats: a subnormal-free spread with full mantissas. */
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t.scale[i] = nextafterf(0.01f * (float)(i + 1) / 3.0f, 1.0f);
+    char err[512];
+    const char *p = tmp_path("t.json");
+    ck_assert_msg(calib_save(p, &t, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(calib_load(p, &back, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(back.weights_sha256, t.weights_sha256);
+    ck_assert_int_eq(back.method, CALIB_PERCENTILE);
+    ck_assert_int_eq(back.images, 123);
+    ck_assert(back.percentile == 99.99);
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        ck_assert_msg(back.scale[i] == t.scale[i], "scale %d: %.9g != %.9g", i, back.scale[i], t.scale[i]);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(rmdir(tmpdir), 0);
+    tmpdir[0] = '\0';
+}
+END_TEST
+
+/* Each bad table is refused with a message that says what is wrong. */
+START_TEST(bad_tables_are_refused_with_a_reason)
+{
+    static const struct { const char *json, *want; } cases[] = {
+        {"not json", "not JSON"},
+        {"{\"format\": \"other\"}", "not a resnetd INT8 calibration table"},
+        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 2}", "unsupported \"version\""},
+        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"xyz\"}", "weights_sha256"},
+        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+         "\"method\": \"entropy\", \"images\": 1, \"scales\": {\"input\": 0.1}}", "has no scale for tensor conv1"},
+        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+         "\"method\": \"minmax\", \"images\": 1, \"scales\": {}}", "\"method\""},
+    };
+    char err[512], p[128];
+    calib_table t;
+    snprintf(p, sizeof p, "%s", tmp_path("bad.json"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text(p, cases[i].json);
+        ck_assert_int_eq(calib_load(p, &t, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, cases[i].want) && strstr(err, p), "case %zu: '%s' lacks '%s'", i, err,
+                      cases[i].want);
+    }
+    /* A whole table with one scale zero, then with an extra tensor. */
+    calib_table good;
+    memset(&good, 0, sizeof good);
+    snprintf(good.weights_sha256, sizeof good.weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
+    good.images = 1;
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        good.scale[i] = 0.5f;
+    good.scale[5] = 0.0f;
+    ck_assert_int_eq(calib_save(p, &good, err, sizeof err), 0);
+    ck_assert_int_eq(calib_load(p, &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "not a positive float32") && strstr(err, calib_tensor_name(5)), "%s", err);
+    /* Scales whose reciprocal or products are not finite: a subnormal one
+     * (1 / s is inf) and a huge one (s_in * s_w overflows). */
+    static const float odd[] = { 1e-40f, 1e35f };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        good.scale[5] = odd[i];
+        ck_assert_int_eq(calib_save(p, &good, err, sizeof err), 0);
+        ck_assert_int_eq(calib_load(p, &t, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "not a positive float32") && strstr(err, calib_tensor_name(5)), "%g: %s",
+                      (double)odd[i], err);
+    }
+    ck_assert_int_eq(calib_load(tmp_path("missing.json"), &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "cannot read"), "%s", err);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(rmdir(tmpdir), 0);
+    tmpdir[0] = '\0';
+}
+END_TEST
+
+/* The histogram doubles its range as larger values come, and the two
+ * statistics read it as documented. */
+START_TEST(histogram_statistics)
+{
+    static calib_hist h;
+    memset(&h, 0, sizeof h);
+    float x[1000];
+    for (int i = 0; i < 1000; i++)
+        x[i] = (float)(i % 100) / 100.0f;   /* 0 .. 0.99, ten of each */
+    calib_hist_add(&h, x, 1000);
+    ck_assert(h.range == 0.99f);
+    float big = 3.0f;
+    calib_hist_add(&h, &big, 1);
+    ck_assert(h.range == 0.99f * 4);
+    uint64_t total = 0;
+    for (int b = 0; b < CALIB_BINS; b++)
+        total += h.count[b];
+    ck_assert_uint_eq(total, 1001);
+    /* The 100th percentile covers the outlier; 90% stays within the bulk. */
+    ck_assert_float_ge(calib_scale_percentile(&h, 100.0) * 127.0f, 3.0f);
+    ck_assert_float_le(calib_scale_percentile(&h, 90.0) * 127.0f, 1.0f);
+    /* A long tail (exponential quantiles, |x| up to ~12) and one far
+     * outlier: entropy clips well below the outlier, above the median. */
+    static float tail[100000];
+    memset(&h, 0, sizeof h);
+    for (int i = 0; i < 100000; i++)
+        tail[i] = -logf(((float)i + 0.5f) / 100000.0f);
+    tail[7] = 50.0f;
+    calib_hist_add(&h, tail, 100000);
+    float s = calib_scale_entropy(&h) * 127.0f;
+    ck_assert_float_lt(s, 20.0f);
+    ck_assert_float_gt(s, 0.7f);
+    memset(&h, 0, sizeof h);
+    ck_assert_float_eq(calib_scale_entropy(&h), 1.0f);
+    ck_assert_float_eq(calib_scale_percentile(&h, 99.0), 1.0f);
+}
+END_TEST
+
+static Suite *engine_int8_suite(void)
+{
+    Suite *s = suite_create("engine_int8");
+    TCase *tc = tcase_create("int8");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, uint8_images_match_the_torch_int8_emulation, 0, NKERNELS);
+    tcase_add_loop_test(tc, fp32_input_tensors_match_the_torch_int8_emulation, 0, NKERNELS);
+    tcase_add_test(tc, every_int8_tile_gives_the_same_bits);
+    tcase_add_test(tc, batch_size_and_threads_change_nothing);
+    tcase_add_loop_test(tc, same_image_same_bits_at_any_position_and_batch_size, 0, NKERNELS);
+    tcase_add_test(tc, int8_is_refused_without_a_table_or_with_another_weights_table);
+    tcase_add_test(tc, non_finite_fp32_input_gives_finite_logits);
+    tcase_add_test(tc, tables_round_trip_every_float_exactly);
+    tcase_add_test(tc, bad_tables_are_refused_with_a_reason);
+    tcase_add_test(tc, histogram_statistics);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return testutil_run(engine_int8_suite());
+}

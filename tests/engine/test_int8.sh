@@ -1,0 +1,256 @@
+#!/bin/sh
+# INT8 end to end on real photographs (tools/make-photos): resnetd-calibrate
+# is deterministic and writes a whole table by either method; INT8 and FP32
+# resnetd-classify are compared on the held-out photos (top-1 agreement and
+# logits rel L2, printed; with the reference's seeded random weights these
+# check the pipeline, not accuracy: see README "INT8"); every refusal of a
+# missing, unreadable, partial or mismatched table, and of INT8 on CUDA,
+# gives its clear error in resnetd-classify and resnetd --check-config.
+# resnetd-calibrate --check must print the same figures as the independent
+# Python comparison of resnetd-classify's logits.
+# RESNETD_REAL_WEIGHTS=model.safetensors adds the real-weights figure and
+# requires >= 99% agreement there. Skips (77) without the reference data or
+# when the photo packages cannot be fetched.
+set -eu
+ref=${RESNETD_REF_DIR:?}
+bin=${RESNETD_BUILDDIR:?}
+src=${RESNETD_SRCDIR:?}
+if [ ! -f "$ref/int8/table.json" ] || [ -z "${TORCH_PYTHON:-}" ]; then
+  echo "reference data or torch missing"
+  [ "${RESNETD_REQUIRE_REFERENCE:-0}" = 1 ] && exit 1
+  exit 77
+fi
+photos=$bin/tests/photos
+set +e
+"$TORCH_PYTHON" "$src/tools/make-photos" --out "$photos"
+rc=$?
+set -e
+# Exit 2: the packages could not be fetched (no network or apt lists), a
+# skip unless the reference is required (CI); anything else is a failure.
+if [ "$rc" = 2 ] && [ "${RESNETD_REQUIRE_REFERENCE:-0}" != 1 ]; then
+  echo "SKIP: tools/make-photos could not fetch the photo packages: no network or apt lists?"
+  exit 77
+fi
+[ "$rc" = 0 ] || { echo "FAIL: tools/make-photos exited $rc"; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+w=$ref/weights.safetensors
+fail() { echo "FAIL: $*"; exit 1; }
+
+# --- calibration: deterministic, both methods ---------------------------------
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --out "$out/a.json"
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method entropy --out "$out/b.json"
+cmp "$out/a.json" "$out/b.json" || fail "two calibrations of the same inputs differ"
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method percentile --percentile 99.99 \
+  --out "$out/p.json"
+"$TORCH_PYTHON" - "$out/a.json" "$out/p.json" "$w" <<'PY'
+import hashlib, json, sys
+a, p = (json.load(open(f)) for f in sys.argv[1:3])
+digest = hashlib.sha256(open(sys.argv[3], "rb").read()).hexdigest()
+for t, method in ((a, "entropy"), (p, "percentile")):
+    assert t["format"] == "resnetd-int8-calibration" and t["version"] == 1, t
+    assert t["weights_sha256"] == digest and t["method"] == method and t["images"] > 100, t
+    assert len(t["scales"]) == 20 and all(s > 0 for s in t["scales"].values()), t["scales"]
+assert p["percentile"] == 99.99
+print("calibrate: deterministic; entropy and percentile tables of %d images" % a["images"])
+PY
+if "$bin/resnetd-calibrate" --weights "$w" --images "$out/none" --out "$out/x.json" 2>"$out/err"; then
+  fail "calibrate without images succeeded"
+fi
+grep -q "$out/none" "$out/err" || fail "calibrate error does not name the directory: $(cat "$out/err")"
+
+# --- INT8 vs FP32 on the held-out photos ------------------------------------
+fp32() {    # weights: FP32 logits of the held-out photos into $out/f32.jsonl
+  "$bin/resnetd-classify" --weights "$1" --device cpu --json --logits "$photos"/heldout/*.jpg >"$out/f32.jsonl"
+}
+# figures FILE: the agreement count and the rel L2 figures of a check's line.
+figures() {
+  sed -n 's/.*\(agreement [0-9]*\/[0-9]*\).*\(rel L2 [0-9.]*\) (per image: \(.*\))$/\1 \2 \3/p' "$1"
+}
+# agree weights table label min-agreement max-rel-l2, against $out/f32.jsonl:
+# the Python figure from resnetd-classify's logits, and resnetd-calibrate
+# --check's own, which must print the same count and errors.
+agree() {
+  "$bin/resnetd-classify" --weights "$1" --device cpu --precision int8 --calibration "$2" --json --logits \
+    "$photos"/heldout/*.jpg >"$out/i8.jsonl"
+  rc=0
+  "$TORCH_PYTHON" "$src/tests/engine/int8_agreement.py" "$out/f32.jsonl" "$out/i8.jsonl" "$3" "$4" "$5" >"$out/py" || rc=$?
+  cat "$out/py"
+  [ "$rc" = 0 ] || fail "$3: agreement or rel L2 out of bounds"
+  "$bin/resnetd-calibrate" --weights "$1" --table "$2" --check "$photos/heldout" >"$out/tool"
+  cat "$out/tool"
+  py=$(figures "$out/py")
+  tool=$(figures "$out/tool")
+  [ -n "$py" ] && [ "$py" = "$tool" ] || fail "resnetd-calibrate --check says '$tool', the Python check '$py'"
+}
+fp32 "$w"
+agree "$w" "$out/a.json" "seeded random weights, entropy" 0.75 0.15
+agree "$w" "$out/p.json" "seeded random weights, percentile 99.99" 0.75 0.15
+# --min-agreement: exit 3 below it, 0 at or above it; --table needs --check.
+set +e
+"$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" --check "$photos/heldout" --min-agreement 100 \
+  >/dev/null 2>"$out/err"
+rc=$?
+set -e
+[ "$rc" = 3 ] && grep -q "below --min-agreement 100%" "$out/err" || fail "--min-agreement 100: exit $rc, $(cat "$out/err")"
+"$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" --check "$photos/heldout" --min-agreement 50 >/dev/null ||
+  fail "--min-agreement 50 refused"
+if "$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" 2>"$out/err"; then fail "--table without --check"; fi
+grep -q "needs --check" "$out/err" || fail "--table without --check: $(cat "$out/err")"
+if [ -n "${RESNETD_REAL_WEIGHTS:-}" ]; then
+  "$bin/resnetd-calibrate" --weights "$RESNETD_REAL_WEIGHTS" --images "$photos/calib" --out "$out/real.json"
+  fp32 "$RESNETD_REAL_WEIGHTS"
+  agree "$RESNETD_REAL_WEIGHTS" "$out/real.json" "real weights $RESNETD_REAL_WEIGHTS, entropy" 0.99 1
+else
+  echo "real weights: not measured (set RESNETD_REAL_WEIGHTS=model.safetensors)"
+fi
+
+# --- refusals -----------------------------------------------------------------
+"$TORCH_PYTHON" - "$out/a.json" "$out/partial.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+del t["scales"]["layer3.0.downsample.0"]
+json.dump(t, open(sys.argv[2], "w"))
+PY
+printf '{"format": "resnetd-int8-calibration", "version": 1,' >"$out/truncated.json"
+ft=$ref/ft10/weights.safetensors
+img=$photos/heldout/$(ls "$photos/heldout" | head -n 1)
+# expect_refusal WHAT EXPECTED-TEXT COMMAND...: non-zero exit, the text on stderr.
+expect_refusal() {
+  what=$1 want=$2
+  shift 2
+  if "$@" >"$out/stdout" 2>"$out/stderr"; then fail "$what: accepted"; fi
+  grep -qF -- "$want" "$out/stderr" || fail "$what: error lacks '$want': $(cat "$out/stderr")"
+  echo "refused, $what: $(grep -F -- "$want" "$out/stderr" | head -n 1)"
+}
+expect_refusal "calibrate --check, table of other weights" "was made for weights with SHA-256" \
+  "$bin/resnetd-calibrate" --weights "$ft" --table "$out/a.json" --check "$photos/heldout"
+expect_refusal "calibrate --check, truncated table" "$out/truncated.json:1: not JSON" \
+  "$bin/resnetd-calibrate" --weights "$w" --table "$out/truncated.json" --check "$photos/heldout"
+for tool in classify daemon; do
+  if [ $tool = classify ]; then
+    run() { "$bin/resnetd-classify" --device cpu "$@" "$img"; }
+  else
+    run() { "$bin/resnetd" --device cpu --check-config "$@"; }
+  fi
+  expect_refusal "$tool int8 without a table" "needs" run --weights "$w" --precision int8
+  expect_refusal "$tool missing table" "$out/absent.json: cannot read" \
+    run --weights "$w" --precision int8 --calibration "$out/absent.json"
+  expect_refusal "$tool truncated table" "$out/truncated.json:1: not JSON" \
+    run --weights "$w" --precision int8 --calibration "$out/truncated.json"
+  expect_refusal "$tool table of other weights" "was made for weights with SHA-256" \
+    run --weights "$ft" --labels "$ref/ft10/labels.txt" --precision int8 --calibration "$out/a.json"
+  expect_refusal "$tool table missing a tensor" "has no scale for tensor layer3.0.downsample.0" \
+    run --weights "$w" --precision int8 --calibration "$out/partial.json"
+done
+
+# The config-file form works, and --check-config says int8.
+printf 'weights = %s\ndevice = cpu\nprecision = int8\ncalibration = %s\n' "$w" "$out/a.json" >"$out/resnetd.conf"
+"$bin/resnetd" --config "$out/resnetd.conf" --check-config >"$out/ok" 2>"$out/stderr" ||
+  fail "config with a good table refused: $(cat "$out/stderr")"
+grep -q "int8" "$out/ok" || fail "--check-config does not report int8: $(cat "$out/ok")"
+# --- reload of an INT8 daemon: SIGHUP reads the table again, checked against
+# the weights; a bad one leaves the running model serving.
+cp "$out/a.json" "$out/live.json"
+printf 'weights = %s\nlabels = %s\ndevice = cpu\nprecision = int8\ncalibration = %s\nlisten = 127.0.0.1:0\n' \
+  "$w" "$src/etc/imagenet-classes.txt" "$out/live.json" >"$out/live.conf"
+"$bin/resnetd" --config "$out/live.conf" 2>"$out/daemon.log" &
+pid=$!
+"$TORCH_PYTHON" - "$pid" "$out" "$img" <<'PY' || { kill "$pid" 2>/dev/null; cat "$out/daemon.log"; fail "int8 reload"; }
+import json, os, re, shutil, signal, sys, time, urllib.request
+pid, out, img = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+log = os.path.join(out, "daemon.log")
+
+def wait_log(pattern, after=0, limit=60):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        text = open(log).read()
+        m = re.search(pattern, text[after:])
+        if m:
+            return text, m
+        time.sleep(0.1)
+    raise AssertionError("no %r in the log:\n%s" % (pattern, open(log).read()[-2000:]))
+
+text, m = wait_log(r"\(port (\d+)\)")
+port = int(m.group(1))
+wait_log(r"ready")
+
+def classify():
+    req = urllib.request.Request("http://127.0.0.1:%d/classify?top_k=3" % port, data=open(img, "rb").read(),
+                                 headers={"Content-Type": "image/jpeg"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = json.load(r)
+    assert body["precision"] == "int8", body
+    return [p["index"] for p in body["results"][0]["predictions"]], body["model_version"]
+
+before, v1 = classify()
+mark = len(open(log).read())
+os.kill(pid, signal.SIGHUP)
+wait_log(r"reload: now serving", mark)
+after, v2 = classify()
+assert v2 == v1 + 1 and after == before, (v1, v2, before, after)
+# A table missing a tensor: refused, the model stays.
+shutil.copy(os.path.join(out, "partial.json"), os.path.join(out, "live.json"))
+mark = len(open(log).read())
+os.kill(pid, signal.SIGHUP)
+wait_log(r"reload failed, the running model keeps serving: .*layer3\.0\.downsample\.0", mark)
+still, v3 = classify()
+assert v3 == v2 and still == before, (v3, still)
+os.kill(pid, signal.SIGTERM)
+print("int8 reload: SIGHUP rebuilt the INT8 engine with the table (version %d -> %d, same answers); "
+      "a table missing a tensor refused, version %d kept serving" % (v1, v2, v3))
+PY
+wait "$pid" || fail "the INT8 daemon did not exit 0"
+
+# --- tools/int8-proxy.sh: train-proxy's weights load, calibrate and check ------
+# A few small training steps on the CPU (the real run takes a GPU): enough
+# for BN's running statistics to settle, so that the logits are finite.
+# What is checked is the path, torchvision-named weights through both
+# tables and the four checks, not the figures.
+TRAIN_ARGS="--device cpu --steps 30 --batch 8 --lr 0.02" TORCH_PYTHON=$TORCH_PYTHON \
+  bash "$src/tools/int8-proxy.sh" "$photos" "$out/proxy" "$bin/resnetd-calibrate" >"$out/proxy.txt" 2>&1 ||
+  fail "tools/int8-proxy.sh: $(tail -20 "$out/proxy.txt")"
+[ "$(grep -c '^check: INT8 vs FP32 on 357 images.*rel L2 [0-9]' "$out/proxy.txt")" = 2 ] &&
+  [ "$(grep -c '^check: INT8 vs FP32 on 1428 images.*rel L2 [0-9]' "$out/proxy.txt")" = 2 ] &&
+  grep -q '^train-proxy: 260 calibration crops of 11 photos, 44 classes' "$out/proxy.txt" ||
+  fail "tools/int8-proxy.sh did not train and check as it should: $(cat "$out/proxy.txt")"
+echo "int8-proxy: 30 small training steps on the CPU, both tables, held-out and turned checks ran"
+
+# --- weights that overflow: refused with the reason, no table, no figure -------
+# The seeded weights with layer4.1.bn2 scaled: by 1e5, the pooled features
+# pass FP16's 65504 (the INT8 engine's FC input) while FP32 stays finite;
+# by 1e30 with fc.weight by 1e10, FP32's logits overflow too.
+mkdir "$out/few"
+for f in $(ls "$photos/calib" | head -8); do cp "$photos/calib/$f" "$out/few/"; done
+"$TORCH_PYTHON" - "$w" "$out" <<'PY'
+import json, struct, sys
+import numpy as np
+src, out = sys.argv[1:3]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+for factors, name in (((1e5, 1e5, 1), "fp16"), ((1e30, 1e30, 1e10), "fp32")):
+    data = bytearray(raw[8 + n:])
+    for t, factor in zip(("layer4.1.bn2.weight", "layer4.1.bn2.bias", "fc.weight"), factors):
+        a, b = head[t]["data_offsets"]
+        assert head[t]["dtype"] == "F32"
+        scaled = np.frombuffer(bytes(data[a:b]), np.float32) * np.float32(factor)
+        data[a:b] = scaled.astype(np.float32).tobytes()
+    open("%s/overflow-%s.safetensors" % (out, name), "wb").write(raw[:8 + n] + bytes(data))
+PY
+"$bin/resnetd-calibrate" --weights "$out/overflow-fp16.safetensors" --images "$out/few" --out "$out/o16.json" >/dev/null ||
+  fail "calibrating weights whose FP32 logits are finite failed"
+if "$bin/resnetd-calibrate" --weights "$out/overflow-fp16.safetensors" --table "$out/o16.json" --check "$out/few" \
+    >"$out/o16.out" 2>"$out/o16.err"; then
+  fail "--check of weights whose INT8 logits overflow succeeded: $(cat "$out/o16.out")"
+fi
+grep -q "the INT8 logits are not finite where FP32's are" "$out/o16.err" || fail "INT8 overflow: $(cat "$out/o16.err")"
+if "$bin/resnetd-calibrate" --weights "$out/overflow-fp32.safetensors" --images "$out/few" --out "$out/o32.json" \
+    2>"$out/o32.err"; then
+  fail "calibrating weights whose FP32 logits overflow succeeded"
+fi
+grep -q "the FP32 logits are not finite" "$out/o32.err" && [ ! -e "$out/o32.json" ] ||
+  fail "FP32 overflow: $(cat "$out/o32.err")"
+echo "overflow: INT8's FP16 features and FP32's logits beyond range are refused, with their reason"
+
+echo "int8: ok"

@@ -1,0 +1,108 @@
+/* Shared helpers for the Check test programs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "tests/lib/testutil.h"
+
+static const char *ref_dir;
+
+const char *testutil_require_reference(void)
+{
+    if (ref_dir)
+        return ref_dir;
+    const char *d = getenv("RESNETD_REF_DIR");
+    const char *req = getenv("RESNETD_REQUIRE_REFERENCE");
+    int required = req && strcmp(req, "1") == 0;
+    char stamp[4096];
+    struct stat st;
+    snprintf(stamp, sizeof stamp, "%s/weights.safetensors", d ? d : "");
+    if (!d || stat(stamp, &st) != 0) {
+        fprintf(stderr, "reference data missing (%s): run tests/reference.py with torch installed\n",
+                d ? d : "RESNETD_REF_DIR unset");
+        exit(required ? 1 : 77);
+    }
+    ref_dir = d;
+    return d;
+}
+
+const char *testutil_ref_path(const char *name)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", testutil_require_reference(), name);
+    return buf;
+}
+
+uint8_t *testutil_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint8_t *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
+            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            } else {
+                *len = (size_t)n;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+uint32_t testutil_rand_u32(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 16);
+}
+
+float testutil_half_bits(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0    ? ldexpf((float)m, -24)
+                    : e == 31 ? (m ? NAN : INFINITY)
+                              : ldexpf((float)(m | 1024), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+double testutil_rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+void testutil_topk(const float *v, int n, int k, int *idx)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int used = 0;
+            for (int m = 0; m < j; m++)
+                used |= idx[m] == i;
+            if (!used && (best < 0 || v[i] > v[best]))
+                best = i;
+        }
+        idx[j] = best;
+    }
+}
+
+int testutil_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

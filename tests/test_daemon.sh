@@ -1,7 +1,0 @@
-#!/bin/sh
-# Integration test of resnetd over loopback HTTP with the CPU engine and the
-# reference weights: tests/daemon_client.py does the work (API, batching,
-# every error status, body limits, timeouts, client_gone, overload, drain).
-set -eu
-exec sh "$RESNETD_SRCDIR/tests/run_client.sh" daemon_client.py \
-  --promtool-check "$RESNETD_SRCDIR/tests/promtool-check.sh" "$@"

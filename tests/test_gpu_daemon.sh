@@ -1,9 +1,0 @@
-#!/bin/sh
-# resnetd on the GPU with GPU JPEG decoding (tests/gpu_daemon_client.py).
-# Skips (77) on a machine without an NVIDIA GPU or without nvJPEG.
-set -eu
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-  echo "no GPU: skipping"
-  exit 77
-fi
-exec sh "$RESNETD_SRCDIR/tests/run_client.sh" gpu_daemon_client.py "$@"

@@ -1,7 +1,0 @@
-#!/bin/sh
-# Hostile-client tests of resnetd's connection layer over loopback:
-# tests/hostile_client.py does the work (aborted uploads, slowloris,
-# half-closed clients, a second daemon on the port, signals, drain during
-# long decodes, the HTTP layer's own errors, body framing, body memory).
-set -eu
-exec sh "$RESNETD_SRCDIR/tests/run_client.sh" hostile_client.py "$@"
