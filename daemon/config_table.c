@@ -66,6 +66,12 @@ int config_bool(const char *v)
     return strcmp(v, "true") == 0;
 }
 
+static int check_tuning(const char *v, char *err, size_t errlen)
+{
+    engine_tuning tu;
+    return engine_tuning_parse(v, &tu, err, errlen);
+}
+
 static int check_preferred(const char *v, char *err, size_t errlen)
 {
     int sizes[CONFIG_MAX_PREFERRED];
@@ -97,6 +103,10 @@ static const config_option options[] = {
       "true: an image's scores are the same bits whatever batch it is in and wherever it sits in it, on every "
       "engine (CUDA FP16/FP32 then plan without split-K: slower at small batches); false: the CPU engines and "
       "CUDA INT8 are so anyway, CUDA FP16/FP32 may differ in the last bits", check_bool },
+    { "gpu_tuning", STR(gpu_tuning), "",
+      "CUDA engine overrides, to compare its ways of running the network (serve with none): comma-separated "
+      "autotune=off|log, stem=separate, pool=separate, downsample=inside|separate, pdl=on|off; empty: the "
+      "engine's own choices", check_tuning },
     { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
       "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },
     { "max_queue_delay_us", INT_AUTO(max_queue_delay_us, 0, 10000000), "auto",

@@ -26,6 +26,7 @@ typedef struct config {
     char precision[16];           /* fp32, fp16, int8, default */
     char calibration[CONFIG_PATH_MAX]; /* INT8 calibration table; "" = none */
     char deterministic[8];        /* "true", "false": engine_config.deterministic */
+    char gpu_tuning[128];         /* engine_tuning_parse's text: engine_config.tuning */
     long max_batch_size;          /* images per engine batch; auto per device */
     long max_queue_delay_us;      /* oldest image's longest wait for a fuller batch */
     char preferred_batch_sizes[256]; /* "4,8": comma list, "" = none */

@@ -138,6 +138,8 @@ static engine *create_engine(const config *given, engine_device d, int index, co
     ec.max_batch = (int)resolved->max_batch_size;
     ec.threads = (int)given->engine_threads;
     ec.deterministic = config_bool(given->deterministic);
+    if (engine_tuning_parse(given->gpu_tuning, &ec.tuning, err, errlen) != 0)
+        return NULL;   /* validated by config already */
     engine *e = engine_create(w, &ec, err, errlen);
     if (!e)
         return NULL;

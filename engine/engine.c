@@ -1,4 +1,5 @@
 /* The device-independent parts of the engine interface (engine/engine.h). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,4 +141,66 @@ size_t engine_device_memory(const engine *e)
 size_t engine_pinned_memory(const engine *e)
 {
     return e->ops->pinned_memory ? e->ops->pinned_memory(e->ctx) : 0;
+}
+
+/* The keys of engine_tuning, each with the values it takes. */
+static const struct tuning_key {
+    const char *key;
+    size_t offset;
+    engine_tune allowed[3];
+} tuning_keys[] = {
+    {"autotune", offsetof(engine_tuning, autotune), {ENGINE_TUNE_OFF, ENGINE_TUNE_LOG, ENGINE_TUNE_ON}},
+    {"stem", offsetof(engine_tuning, stem), {ENGINE_TUNE_SEPARATE}},
+    {"pool", offsetof(engine_tuning, pool), {ENGINE_TUNE_SEPARATE}},
+    {"downsample", offsetof(engine_tuning, downsample), {ENGINE_TUNE_INSIDE, ENGINE_TUNE_SEPARATE}},
+    {"pdl", offsetof(engine_tuning, pdl), {ENGINE_TUNE_ON, ENGINE_TUNE_OFF}},
+};
+static const char *const tune_names[] = {"auto", "off", "on", "log", "inside", "separate"};
+
+int engine_tuning_parse(const char *text, engine_tuning *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    for (const char *p = text; p && *p;) {
+        const char *end = strchr(p, ','), *eq = strchr(p, '=');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (!eq || eq >= p + len) {
+            snprintf(err, errlen, "gpu tuning: '%.*s' is not key=value", (int)len, p);
+            return -1;
+        }
+        const struct tuning_key *k = NULL;
+        for (size_t i = 0; i < sizeof tuning_keys / sizeof tuning_keys[0]; i++)
+            if (strlen(tuning_keys[i].key) == (size_t)(eq - p) && strncmp(p, tuning_keys[i].key, eq - p) == 0)
+                k = &tuning_keys[i];
+        const char *v = eq + 1;
+        size_t vlen = p + len - v;
+        int value = -1;
+        for (int j = 0; k && j < 3 && k->allowed[j] != ENGINE_TUNE_AUTO; j++)
+            if (strlen(tune_names[k->allowed[j]]) == vlen && strncmp(v, tune_names[k->allowed[j]], vlen) == 0)
+                value = k->allowed[j];
+        if (vlen == 4 && strncmp(v, "auto", 4) == 0)
+            value = ENGINE_TUNE_AUTO;
+        if (!k || value < 0) {
+            snprintf(err, errlen, "gpu tuning: unknown %s in '%.*s' (autotune=off|log, stem=separate, "
+                     "pool=separate, downsample=inside|separate, pdl=on|off)", k ? "value" : "key", (int)len, p);
+            return -1;
+        }
+        *(engine_tune *)((char *)t + k->offset) = (engine_tune)value;
+        p = end ? end + 1 : p + len;
+    }
+    return 0;
+}
+
+void engine_tuning_format(const engine_tuning *t, char *out, size_t outlen)
+{
+    size_t used = 0;
+    if (outlen > 0)
+        out[0] = '\0';
+    for (size_t i = 0; i < sizeof tuning_keys / sizeof tuning_keys[0]; i++) {
+        engine_tune v = *(const engine_tune *)((const char *)t + tuning_keys[i].offset);
+        if (v == ENGINE_TUNE_AUTO || used >= outlen)
+            continue;
+        int n = snprintf(out + used, outlen - used, "%s%s=%s", used ? "," : "", tuning_keys[i].key,
+                         (unsigned)v < sizeof tune_names / sizeof tune_names[0] ? tune_names[v] : "?");
+        used += n > 0 ? (size_t)n : 0;
+    }
 }

@@ -36,6 +36,25 @@ typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION
 
 struct calib_table;
 
+/* How the CUDA engine builds its graphs, for comparisons and tests: every
+ * field ENGINE_TUNE_AUTO (0) is the engine's own choice, which is what to
+ * serve with. Set from the daemon's `gpu_tuning` option, the tools'
+ * --gpu-tuning, or a test's RESNETD_GPU_TUNING, all in the text form
+ * engine_tuning_parse reads ("autotune=off,stem=separate"). The CPU
+ * engines ignore it. */
+typedef enum { ENGINE_TUNE_AUTO, ENGINE_TUNE_OFF, ENGINE_TUNE_ON, ENGINE_TUNE_LOG, ENGINE_TUNE_INSIDE,
+               ENGINE_TUNE_SEPARATE } engine_tune;
+typedef struct engine_tuning {
+    engine_tune autotune;    /* AUTO: time every candidate plan at creation; OFF: the cost model's
+                                pick; LOG: time them and log each time on stderr */
+    engine_tune stem;        /* AUTO: stem conv + max pool in one kernel where it fits; SEPARATE: two */
+    engine_tune pool;        /* INT8, AUTO: the average pool inside the last conv where its plan
+                                allows; SEPARATE: its own kernel */
+    engine_tune downsample;  /* AUTO: FP16 inside the conv that adds it, INT8 where timed faster;
+                                INSIDE: always inside; SEPARATE: a conv of its own */
+    engine_tune pdl;         /* AUTO: programmatic launches where timed faster; ON; OFF */
+} engine_tuning;
+
 typedef struct engine_config {
     engine_device device;
     int device_index;          /* CUDA device ordinal */
@@ -52,6 +71,7 @@ typedef struct engine_config {
      * engine_create refuses INT8 without one, or with one made for other
      * weights. */
     const struct calib_table *calib;
+    engine_tuning tuning;      /* zero: the engine's own choices */
 } engine_config;
 
 typedef struct engine_ops {
@@ -111,5 +131,11 @@ int engine_parse_device(const char *s, engine_device *d, int *index);
  * repeats; *n = 3). Single forms give *n = 1. */
 int engine_parse_devices(const char *s, engine_device *d, int *index, int max, int *n);
 int engine_parse_precision(const char *s, engine_precision *p);
+/* "key=value,..." (keys autotune, stem, pool, downsample, pdl; see
+ * engine_tuning) into *t, from all-AUTO; NULL or "" is all AUTO. 0, or -1
+ * with err naming the bad key or value. engine_tuning_format writes the
+ * non-AUTO fields back in that form ("" when all are AUTO). */
+int engine_tuning_parse(const char *text, engine_tuning *t, char *err, size_t errlen);
+void engine_tuning_format(const engine_tuning *t, char *out, size_t outlen);
 
 #endif

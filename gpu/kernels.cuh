@@ -37,7 +37,7 @@ __device__ __forceinline__ void pdl_sync(void)
 int conv_pdl_supported(void);
 // This thread's launches: without (0) programmatic launch, or with it where
 // supported (1, or -1, the default); returns the previous setting. The
-// engine sets it while it captures a graph (RESNETD_GPU_PDL).
+// engine sets it while it captures a graph (engine_tuning.pdl).
 int conv_set_pdl(int on);
 int conv_pdl_on(void);
 

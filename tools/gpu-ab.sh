@@ -72,7 +72,7 @@ if [ -n "${SANITIZE_TILES:-}" ]; then
             "$(tail -1 "$OUT/$tool-kernels.txt")"
     done
     t0=$(date +%s)
-    RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no \
+    RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TUNING=autotune=off CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no \
         timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 ./tests/gpu/test_engine_cuda \
         >"$OUT/memcheck-engine.txt" 2>&1
     echo "memcheck engine test (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/memcheck-engine.txt")"
@@ -83,9 +83,16 @@ bench() {  # tree precision extra-args...
     shift 2
     (cd "$work/$v/b" && ./resnetd-bench --device cuda --precision "$p" --calibration "$work/calib.json" "$@")
 }
+# The autotuner's log: --gpu-tuning where the tree has it, else (trees
+# before it) the environment variable it replaced.
+autotune_log() {  # tree
+    if (cd "$work/$1/b" && ./resnetd-bench --help | grep -q -- --gpu-tuning); then echo "--gpu-tuning autotune=log"; fi
+}
 for v in old new; do
     for p in $PRECISIONS; do
-        RESNETD_GPU_AUTOTUNE=log bench $v $p --batches 256 --iters 20 --layers >"$OUT/layers-$p-$v.txt" 2>&1
+        # shellcheck disable=SC2046
+        RESNETD_GPU_AUTOTUNE=log bench $v $p --batches 256 --iters 20 --layers $(autotune_log $v) \
+            >"$OUT/layers-$p-$v.txt" 2>&1
     done
 done
 # Graphed gpu figures: ms at b=1, img/s at each larger batch (AB_BATCHES),

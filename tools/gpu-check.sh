@@ -103,7 +103,7 @@ if run sanitize; then
         >sanitize.txt 2>&1
     say "memcheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize.txt)"
     t0=$(date +%s)
-    RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_AUTOTUNE=0 CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref timeout 250 \
+    RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TUNING=autotune=off CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref timeout 250 \
         compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_engine_cuda >sanitize-engine.txt 2>&1
     say "memcheck test_engine_cuda (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize-engine.txt)"
     cat sanitize.txt sanitize-engine.txt >"$OUT/sanitize.txt"

@@ -130,6 +130,8 @@ static void usage(FILE *f)
             "  --calibration FILE   INT8 calibration table for the weights (resnetd-calibrate)\n"
             "  --deterministic      the same bits for an image at any batch position and size\n"
             "                       (the config's deterministic; CUDA FP16/FP32 plan for it)\n"
+            "  --gpu-tuning LIST    CUDA engine overrides, as the config's gpu_tuning\n"
+            "                       (autotune=off|log, stem=separate, pool=separate, ...)\n"
             "  --weights F          safetensors weights, or 'synthetic' (default)\n"
             "  --batches LIST       comma-separated batch sizes (default 1,8,32)\n"
             "  --iters N            timed batches per size, after %d warm-up (default 10)\n"
@@ -179,15 +181,90 @@ static int parse_batches(const char *s, bench_opts *o)
     return o->nbatches > 0 ? 0 : -1;
 }
 
+/* An integer option's value in lo..hi into *out; 0, or -1 after saying why. */
+static int int_arg(const char *name, const char *arg, long lo, long hi, long *out)
+{
+    if (parse_int(arg, lo, hi, out) == 0)
+        return 0;
+    fprintf(stderr, "resnetd-bench: --%s must be %ld..%ld, got '%s'\n", name, lo, hi, arg);
+    return -1;
+}
+
+static int parse_decode(const char *arg, bench_opts *o)
+{
+    if (strcmp(arg, "cpu") != 0 && strcmp(arg, "gpu") != 0 && strcmp(arg, "gpu-exact") != 0) {
+        fprintf(stderr, "resnetd-bench: --decode must be cpu, gpu or gpu-exact, got '%s'\n", arg);
+        return -1;
+    }
+    o->decode_gpu = strcmp(arg, "cpu") != 0;
+    o->decode_exact = strcmp(arg, "gpu-exact") == 0;
+    return 0;
+}
+
+static int parse_gpus(const char *arg, bench_opts *o)
+{
+    char spec[256];
+    engine_device d;
+    snprintf(spec, sizeof spec, "cuda:%s", arg);
+    if (engine_parse_devices(spec, &d, o->gpus, ENGINE_MAX_DEVICES, &o->ngpus) != 0) {
+        fprintf(stderr, "resnetd-bench: --gpus must be a list like 0,1 or all, got '%s'\n", arg);
+        return -1;
+    }
+    o->gpus_all = o->ngpus == 0;
+    return 0;
+}
+
+enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS, OPT_DECODE_DIR,
+       OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS, OPT_PIPELINE, OPT_DECODE,
+       OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB, OPT_DETERMINISTIC, OPT_DECODE_MEMORY, OPT_GPU_TUNING };
+
+/* One option c with its argument into o; 0, or -1 after saying why. */
+static int parse_one(int c, const char *arg, bench_opts *o)
+{
+    long v = 0;
+    int rc = 0;
+    switch (c) {
+    case OPT_DEVICE: return toolopt_device("resnetd-bench", arg, &o->ecfg);
+    case OPT_PRECISION: return toolopt_precision("resnetd-bench", arg, &o->ecfg);
+    case OPT_GPU_TUNING: return toolopt_tuning("resnetd-bench", arg, &o->ecfg);
+    case OPT_WEIGHTS: o->weights = arg; return 0;
+    case OPT_CALIB: o->calibration = arg; return 0;
+    case OPT_DETERMINISTIC: o->ecfg.deterministic = 1; return 0;
+    case OPT_BATCHES:
+        if (parse_batches(arg, o) == 0)
+            return 0;
+        fprintf(stderr, "resnetd-bench: --batches must be up to %d sizes in 1..%d, got '%s'\n", BENCH_MAX_BATCHES,
+                BENCH_MAX_BATCH, arg);
+        return -1;
+    case OPT_ITERS: rc = int_arg("iters", arg, 1, 1000000, &v); o->iters = (int)v; return rc;
+    case OPT_THREADS: rc = int_arg("threads", arg, 0, 256, &v); o->ecfg.threads = (int)v; return rc;
+    case OPT_DECODE_DIR: o->decode_dir = arg; return 0;
+    case OPT_DECODE_THREADS: rc = int_arg("decode-threads", arg, 1, 256, &v); o->decode_threads = (int)v; return rc;
+    case OPT_DECODE_ONLY: o->decode_only = 1; return 0;
+    case OPT_DECODE: return parse_decode(arg, o);
+    case OPT_DECODE_BATCH:
+        rc = int_arg("decode-batch", arg, 1, BENCH_MAX_BATCH, &v);
+        o->decode_batch = (int)v;
+        return rc;
+    case OPT_DECODE_MEMORY: rc = int_arg("decode-memory", arg, 16, 65536, &v); o->decode_memory_mib = v; return rc;
+    case OPT_JSON: o->json = 1; return 0;
+    case OPT_LAYERS: o->layers = 1; return 0;
+    case OPT_PIPELINE:
+        rc = int_arg("pipeline", arg, 1, BENCH_MAX_BATCH, &v);
+        o->pipeline_batch = (int)v;
+        return rc;
+    case OPT_GPUS: return parse_gpus(arg, o);
+    case OPT_HELP: usage(stdout); exit(0);
+    default: usage(stderr); return -1;
+    }
+}
+
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS,
-           OPT_DECODE_DIR, OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS,
-           OPT_PIPELINE, OPT_DECODE, OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB, OPT_DETERMINISTIC,
-           OPT_DECODE_MEMORY };
     static const struct option longopts[] = {
         {"device", required_argument, NULL, OPT_DEVICE},
         {"precision", required_argument, NULL, OPT_PRECISION},
+        {"gpu-tuning", required_argument, NULL, OPT_GPU_TUNING},
         {"weights", required_argument, NULL, OPT_WEIGHTS},
         {"batches", required_argument, NULL, OPT_BATCHES},
         {"iters", required_argument, NULL, OPT_ITERS},
@@ -214,97 +291,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->decode_batch = 128;
     parse_batches("1,8,32", o);
     int c;
-    long v;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_DEVICE:
-            if (toolopt_device("resnetd-bench", optarg, &o->ecfg) != 0)
-                return -1;
-            break;
-        case OPT_PRECISION:
-            if (toolopt_precision("resnetd-bench", optarg, &o->ecfg) != 0)
-                return -1;
-            break;
-        case OPT_WEIGHTS: o->weights = optarg; break;
-        case OPT_CALIB: o->calibration = optarg; break;
-        case OPT_DETERMINISTIC: o->ecfg.deterministic = 1; break;
-        case OPT_BATCHES:
-            if (parse_batches(optarg, o) != 0) {
-                fprintf(stderr, "resnetd-bench: --batches must be up to %d sizes in 1..%d, got '%s'\n",
-                        BENCH_MAX_BATCHES, BENCH_MAX_BATCH, optarg);
-                return -1;
-            }
-            break;
-        case OPT_ITERS:
-            if (parse_int(optarg, 1, 1000000, &v) != 0) {
-                fprintf(stderr, "resnetd-bench: --iters must be a positive integer, got '%s'\n", optarg);
-                return -1;
-            }
-            o->iters = (int)v;
-            break;
-        case OPT_THREADS:
-            if (parse_int(optarg, 0, 256, &v) != 0) {
-                fprintf(stderr, "resnetd-bench: --threads must be 0..256, got '%s'\n", optarg);
-                return -1;
-            }
-            o->ecfg.threads = (int)v;
-            break;
-        case OPT_DECODE_DIR: o->decode_dir = optarg; break;
-        case OPT_DECODE_THREADS:
-            if (parse_int(optarg, 1, 256, &v) != 0) {
-                fprintf(stderr, "resnetd-bench: --decode-threads must be 1..256, got '%s'\n", optarg);
-                return -1;
-            }
-            o->decode_threads = (int)v;
-            break;
-        case OPT_DECODE_ONLY: o->decode_only = 1; break;
-        case OPT_DECODE:
-            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "gpu") != 0 && strcmp(optarg, "gpu-exact") != 0) {
-                fprintf(stderr, "resnetd-bench: --decode must be cpu, gpu or gpu-exact, got '%s'\n", optarg);
-                return -1;
-            }
-            o->decode_gpu = strcmp(optarg, "cpu") != 0;
-            o->decode_exact = strcmp(optarg, "gpu-exact") == 0;
-            break;
-        case OPT_DECODE_BATCH:
-            if (parse_int(optarg, 1, BENCH_MAX_BATCH, &v) != 0) {
-                fprintf(stderr, "resnetd-bench: --decode-batch must be 1..%d, got '%s'\n", BENCH_MAX_BATCH, optarg);
-                return -1;
-            }
-            o->decode_batch = (int)v;
-            break;
-        case OPT_DECODE_MEMORY:
-            if (parse_int(optarg, 16, 65536, &v) != 0) {
-                fprintf(stderr, "resnetd-bench: --decode-memory must be 16..65536 MiB, got '%s'\n", optarg);
-                return -1;
-            }
-            o->decode_memory_mib = v;
-            break;
-        case OPT_JSON: o->json = 1; break;
-        case OPT_LAYERS: o->layers = 1; break;
-        case OPT_PIPELINE:
-            if (parse_int(optarg, 1, BENCH_MAX_BATCH, &v) != 0) {
-                fprintf(stderr, "resnetd-bench: --pipeline must be a batch size in 1..%d, got '%s'\n",
-                        BENCH_MAX_BATCH, optarg);
-                return -1;
-            }
-            o->pipeline_batch = (int)v;
-            break;
-        case OPT_GPUS: {
-            char spec[256];
-            engine_device d;
-            snprintf(spec, sizeof spec, "cuda:%s", optarg);
-            if (engine_parse_devices(spec, &d, o->gpus, ENGINE_MAX_DEVICES, &o->ngpus) != 0) {
-                fprintf(stderr, "resnetd-bench: --gpus must be a list like 0,1 or all, got '%s'\n", optarg);
-                return -1;
-            }
-            o->gpus_all = o->ngpus == 0;
-            break;
-        }
-        case OPT_HELP: usage(stdout); exit(0);
-        default: usage(stderr); return -1;
-        }
-    }
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1)
+        if (parse_one(c, optarg, o) != 0)
+            return -1;
     if (optind < argc) {
         fprintf(stderr, "resnetd-bench: unexpected argument '%s'\n", argv[optind]);
         return -1;
@@ -594,10 +583,12 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
     if (!o->decode_only) {
         int cuda = info->device == ENGINE_DEVICE_CUDA;
         const char *tile = x->int8_tile;
-        printf("engine: %s, %s%s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
+        char tuning[128];
+        engine_tuning_format(&o->ecfg.tuning, tuning, sizeof tuning);
+        printf("engine: %s, %s%s%s%s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
                engine_device_name(info->device), engine_precision_name(info->precision), tile ? " (" : "",
-               tile ? tile : "", tile ? " tile)" : "", o->ecfg.deterministic ? ", deterministic" : "", o->weights,
-               info->classes, BENCH_WARMUP, o->iters);
+               tile ? tile : "", tile ? " tile)" : "", o->ecfg.deterministic ? ", deterministic" : "",
+               tuning[0] ? ", tuning " : "", tuning, o->weights, info->classes, BENCH_WARMUP, o->iters);
         if (cuda)
             printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU;\n"
                    " pdl: its kernels launched programmatically, where timed faster)\n");
@@ -675,6 +666,9 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "classes", json_integer(info->classes));
         json_object_set_new(root, "threads", json_integer(o->ecfg.threads));
         json_object_set_new(root, "deterministic", json_boolean(o->ecfg.deterministic));
+        char tuning[128];
+        engine_tuning_format(&o->ecfg.tuning, tuning, sizeof tuning);
+        json_object_set_new(root, "gpu_tuning", json_string(tuning));
         json_object_set_new(root, "iters", json_integer(o->iters));
         for (int i = 0; i < o->nbatches; i++) {
             json_t *row = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",

@@ -20,6 +20,15 @@ int toolopt_precision(const char *prog, const char *arg, engine_config *c)
     return -1;
 }
 
+int toolopt_tuning(const char *prog, const char *arg, engine_config *c)
+{
+    char err[256];
+    if (engine_tuning_parse(arg, &c->tuning, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "%s: --gpu-tuning: %s\n", prog, err);
+    return -1;
+}
+
 int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w)
 {
     char err[8192];   /* room for two full paths */

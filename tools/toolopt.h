@@ -15,6 +15,10 @@ int toolopt_device(const char *prog, const char *arg, engine_config *c);
 /* --precision fp32|fp16|int8 into c; 0, or -1 after saying why. */
 int toolopt_precision(const char *prog, const char *arg, engine_config *c);
 
+/* --gpu-tuning LIST (engine_tuning_parse's text) into c; 0, or -1 after
+ * saying why. */
+int toolopt_tuning(const char *prog, const char *arg, engine_config *c);
+
 /* The weights at path ("synthetic": the seeded synthetic ones) into w; 0,
  * or -1 after saying why. */
 int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w);

@@ -135,7 +135,12 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
         engine *cur = infer_engine(rl->inf[built]);
         engine_config ec = { .device = cur->device, .device_index = cur->device_index, .precision = cur->precision,
                              .max_batch = cur->max_batch, .nslots = cur->nslots,
-                             .threads = (int)rl->given.engine_threads, .calib = int8 ? &calib : NULL };
+                             .threads = (int)rl->given.engine_threads, .calib = int8 ? &calib : NULL,
+                             .deterministic = config_bool(rl->given.deterministic) };
+        if (engine_tuning_parse(rl->given.gpu_tuning, &ec.tuning, err, sizeof err) != 0) {
+            snprintf(msg, msglen, "gpu_tuning: %s", err);
+            goto fail;
+        }
         char label[32];
         infer_engine_label(cur, label, sizeof label);
         if (!(e[built] = engine_create(&w, &ec, err, sizeof err))) {

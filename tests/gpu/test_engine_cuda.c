@@ -9,14 +9,14 @@
  * the CPU INT8 engine: the last conv's output (where the graph stores it)
  * and the average pool's features equal bit for bit, the pool inside the
  * last conv where its plan allows and (small batches)
- * RESNETD_GPU_POOL=separate. FP16 and
- * INT8 run with the fused stem and (small batches) RESNETD_GPU_STEM=unfused;
+ * tuning pool=separate. FP16 and
+ * INT8 run with the fused stem and (small batches) stem=separate;
  * FP16 with its downsamples inside the convs that add them and (small
- * batches) RESNETD_GPU_DOWNSAMPLE=separate; INT8 with them inside where
- * timed faster and (small batches) RESNETD_GPU_DOWNSAMPLE=fused and
+ * batches) downsample=separate; INT8 with them inside where
+ * timed faster and (small batches) downsample=inside and
  * separate. FP16 and INT8 with each bucket's graph launching its kernels
  * programmatically where timed faster and (small batches) always
- * (RESNETD_GPU_PDL=1: a kernel that read before its pdl_sync would read
+ * (pdl=on: a kernel that read before its pdl_sync would read
  * the last batch's activations) and never.
  *
  * Batch invariance: one image at every position of a sample of batch sizes
@@ -24,8 +24,9 @@
  * .deterministic and on INT8 without it.
  *
  * Exits 77 without a CUDA device. RESNETD_GPU_TEST_QUICK=1 runs batches of
- * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_AUTOTUNE=0
- * skips the engine's tile timing at creation. */
+ * 1, 3 and 17 only (max 17), for compute-sanitizer; RESNETD_GPU_TUNING
+ * (engine_tuning_parse's text, e.g. autotune=off to skip the engine's tile
+ * timing at creation) is the tuning every case starts from. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,14 +164,26 @@ static void check_slot(engine *e, int s, int n, const int *which, int fp16, cons
     fprintf(stderr, "  %s %s n=%3d slot %d: worst rel L2 %.3g\n", m->file, fp16 ? "fp16" : "fp32", n, s, worst);
 }
 
-/* Under RESNETD_GPU_PDL=0 or 1, every bucket's graph is as it says (1 only
+/* The CUDA engines' tuning: RESNETD_GPU_TUNING's, then a case's variant. */
+static const char *base_tuning;
+static engine_tuning tuning;
+
+/* The base tuning with `variant` (NULL: none) after it. */
+static void tune(const char *variant)
+{
+    char text[256], err[256];
+    snprintf(text, sizeof text, "%s%s%s", base_tuning ? base_tuning : "", base_tuning && variant ? "," : "",
+             variant ? variant : "");
+    ck_assert_msg(engine_tuning_parse(text, &tuning, err, sizeof err) == 0, "%s", err);
+}
+
+/* Under tuning pdl=on or off, every bucket's graph is as it says (on only
  * where the GPU takes programmatic launches). */
 static void check_programmatic(engine *e, int max)
 {
-    const char *pdl = getenv("RESNETD_GPU_PDL");
-    if (!pdl)
+    if (tuning.pdl == ENGINE_TUNE_AUTO)
         return;
-    const int want = pdl[0] == '1' && gpu_programmatic_launch_supported();
+    const int want = tuning.pdl == ENGINE_TUNE_ON && gpu_programmatic_launch_supported();
     for (int n = 1; n <= max; n++)
         ck_assert_int_eq(engine_cuda_programmatic(e, n), want);
 }
@@ -183,7 +196,8 @@ static void run_model(model_ref *m, engine_precision p, int small_batches)
     int nb = small_batches ? 3 : 7, max = small_batches ? 17 : 300, fp16 = p == ENGINE_PRECISION_FP16;
     char err[256];
     setup_once(m);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2};
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2,
+                         .tuning = tuning};
     engine *e = engine_create(&m->w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     check_programmatic(e, max);
@@ -226,19 +240,19 @@ END_TEST
 START_TEST(fp16_matches_cpu_engine_within_5e3_same_top1)
 {
     run_model(&imagenet, ENGINE_PRECISION_FP16, 0);
-    setenv("RESNETD_GPU_STEM", "unfused", 1);
+    tune("stem=separate");
     run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
-    unsetenv("RESNETD_GPU_STEM");
-    setenv("RESNETD_GPU_DOWNSAMPLE", "separate", 1);
+    tune(NULL);
+    tune("downsample=separate");
     run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
-    unsetenv("RESNETD_GPU_DOWNSAMPLE");
+    tune(NULL);
     /* Every graph with programmatic launches, and none (by default the
      * timing decides, bucket by bucket). */
-    setenv("RESNETD_GPU_PDL", "1", 1);
+    tune("pdl=on");
     run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
-    setenv("RESNETD_GPU_PDL", "0", 1);
+    tune("pdl=off");
     run_model(&imagenet, ENGINE_PRECISION_FP16, 1);
-    unsetenv("RESNETD_GPU_PDL");
+    tune(NULL);
 }
 END_TEST
 
@@ -315,7 +329,7 @@ static void run_int8(int small_batches)
     calib_table t;
     make_table(&imagenet.w, &t);
     engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_INT8, .max_batch = max,
-                         .nslots = 2, .calib = &t};
+                         .nslots = 2, .calib = &t, .tuning = tuning};
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     check_programmatic(e, max);
@@ -356,7 +370,7 @@ static void run_int8(int small_batches)
         ck_assert_msg(kept >= 0, "%s", err);
         /* Where the general wgmma tiles run, a batch this large has more
          * than enough tiles for a plan without split-K: the pool inside. */
-        ck_assert_msg(kept == 1 || n < 255 || !wgmma_usable() || getenv("RESNETD_GPU_POOL"),
+        ck_assert_msg(kept == 1 || n < 255 || !wgmma_usable() || tuning.pool == ENGINE_TUNE_SEPARATE,
                       "int8 n=%d: the pool did not run inside the last conv", n);
         ck_assert_msg(engine_cuda_features(e, n, feat, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(engine_submit(cpu, 0, n, err, sizeof err) == 0, "%s", err);
@@ -413,25 +427,25 @@ START_TEST(int8_matches_the_cpu_int8_engine_bit_for_bit)
 {
     run_int8(0);
     /* The stem conv and the max pool as two kernels, as FP32 runs them. */
-    setenv("RESNETD_GPU_STEM", "unfused", 1);
+    tune("stem=separate");
     run_int8(1);
-    unsetenv("RESNETD_GPU_STEM");
+    tune(NULL);
     /* The downsamples inside their conv2s at every bucket, and never (by
      * default the timing decides, bucket by bucket). */
-    setenv("RESNETD_GPU_DOWNSAMPLE", "fused", 1);
+    tune("downsample=inside");
     run_int8(1);
-    setenv("RESNETD_GPU_DOWNSAMPLE", "separate", 1);
+    tune("downsample=separate");
     run_int8(1);
-    unsetenv("RESNETD_GPU_DOWNSAMPLE");
-    setenv("RESNETD_GPU_PDL", "1", 1);
+    tune(NULL);
+    tune("pdl=on");
     run_int8(1);
-    setenv("RESNETD_GPU_PDL", "0", 1);
+    tune("pdl=off");
     run_int8(1);
-    unsetenv("RESNETD_GPU_PDL");
+    tune(NULL);
     /* The pool's own kernel after the last conv, at every bucket. */
-    setenv("RESNETD_GPU_POOL", "separate", 1);
+    tune("pool=separate");
     run_int8(1);
-    unsetenv("RESNETD_GPU_POOL");
+    tune(NULL);
 }
 END_TEST
 
@@ -452,11 +466,11 @@ static void run_invariance(engine_precision p, int deterministic, int must_hold)
         make_table(&imagenet.w, &t);
     engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = quick ? 17 : 256,
                          .nslots = 2, .deterministic = deterministic,
-                         .calib = p == ENGINE_PRECISION_INT8 ? &t : NULL};
+                         .calib = p == ENGINE_PRECISION_INT8 ? &t : NULL, .tuning = tuning};
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     snprintf(what, sizeof what, "cuda %s%s%s", engine_precision_name(p), deterministic ? " deterministic" : "",
-             getenv("RESNETD_GPU_POOL") ? " pool separate" : "");
+             tuning.pool == ENGINE_TUNE_SEPARATE ? " pool separate" : "");
     invariance_check(e, pool, POOL, quick ? small : sizes, nsizes, what, must_hold);
     engine_destroy(e);
 }
@@ -467,9 +481,9 @@ START_TEST(same_image_same_bits_at_any_position_and_batch_size)
     run_invariance(ENGINE_PRECISION_FP32, 1, 1);
     run_invariance(ENGINE_PRECISION_INT8, 1, 1);
     run_invariance(ENGINE_PRECISION_INT8, 0, 1);
-    setenv("RESNETD_GPU_POOL", "separate", 1);
+    tune("pool=separate");
     run_invariance(ENGINE_PRECISION_INT8, 0, 1);
-    unsetenv("RESNETD_GPU_POOL");
+    tune(NULL);
     run_invariance(ENGINE_PRECISION_FP16, 0, 0);
     run_invariance(ENGINE_PRECISION_FP32, 0, 0);
 }
@@ -479,7 +493,7 @@ START_TEST(default_precision_is_fp16_and_layer_times_cover_every_op)
 {
     char err[256];
     setup_once(&imagenet);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .max_batch = 8};
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .max_batch = 8, .tuning = tuning};
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(e->precision, ENGINE_PRECISION_FP16);
@@ -499,7 +513,8 @@ START_TEST(rejects_bad_slot_and_batch)
 {
     char err[256];
     setup_once(&imagenet);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = 4};
+    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = 4,
+                         .tuning = tuning};
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(engine_submit(e, 2, 1, err, sizeof err), -1);
@@ -518,6 +533,14 @@ int main(void)
     testutil_require_reference();
     const char *q = getenv("RESNETD_GPU_TEST_QUICK");
     quick = q && strcmp(q, "1") == 0;
+    base_tuning = getenv("RESNETD_GPU_TUNING");
+    {
+        char err[256];
+        if (engine_tuning_parse(base_tuning, &tuning, err, sizeof err) != 0) {
+            fprintf(stderr, "RESNETD_GPU_TUNING: %s\n", err);
+            return 1;
+        }
+    }
     setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
     /* One case per precision, so that each can run alone (CK_RUN_CASE=fp16)
      * under compute-sanitizer, whose racecheck is slow. */
