@@ -163,6 +163,10 @@ int engine_tuning_parse(const char *text, engine_tuning *t, char *err, size_t er
     for (const char *p = text; p && *p;) {
         const char *end = strchr(p, ','), *eq = strchr(p, '=');
         size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (end && end[1] == '\0') {
+            snprintf(err, errlen, "gpu tuning: '%s' ends with a comma", text);
+            return -1;
+        }
         if (!eq || eq >= p + len) {
             snprintf(err, errlen, "gpu tuning: '%.*s' is not key=value", (int)len, p);
             return -1;

@@ -159,6 +159,34 @@ START_TEST(device_and_precision_names_parse)
 }
 END_TEST
 
+START_TEST(gpu_tuning_parses_formats_back_and_names_what_is_wrong)
+{
+    engine_tuning tu;
+    char err[256], text[128];
+    ck_assert_int_eq(engine_tuning_parse(NULL, &tu, err, sizeof err), 0);
+    engine_tuning_format(&tu, text, sizeof text);
+    ck_assert_str_eq(text, "");
+    ck_assert_int_eq(engine_tuning_parse("pdl=off,stem=separate,autotune=log,downsample=inside,pool=separate", &tu, err,
+                                         sizeof err), 0);
+    ck_assert_int_eq(tu.pdl, ENGINE_TUNE_OFF);
+    ck_assert_int_eq(tu.stem, ENGINE_TUNE_SEPARATE);
+    ck_assert_int_eq(tu.autotune, ENGINE_TUNE_LOG);
+    ck_assert_int_eq(tu.downsample, ENGINE_TUNE_INSIDE);
+    ck_assert_int_eq(tu.pool, ENGINE_TUNE_SEPARATE);
+    engine_tuning_format(&tu, text, sizeof text);
+    ck_assert_str_eq(text, "autotune=log,stem=separate,pool=separate,downsample=inside,pdl=off");
+    /* A later key wins; auto resets one. */
+    ck_assert_int_eq(engine_tuning_parse("pdl=on,pdl=auto", &tu, err, sizeof err), 0);
+    ck_assert_int_eq(tu.pdl, ENGINE_TUNE_AUTO);
+    static const char *bad[] = {"pdl", "pdl=", "=on", "pdl=inside", "stem=fused", "speed=max", "pdl=on,",
+                                "autotune=0", "pool=separate;stem=separate"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(engine_tuning_parse(bad[i], &tu, err, sizeof err) != 0, "%s", bad[i]);
+        ck_assert_msg(strstr(err, "gpu tuning"), "%s: %s", bad[i], err);
+    }
+}
+END_TEST
+
 START_TEST(resnet18_has_1_82_gmac_per_image)
 {
     ck_assert_double_eq_tol(resnet18_macs_per_image(1000) / 1e9, 1.82, 0.01);
@@ -180,6 +208,7 @@ int main(void)
     tcase_add_test(tc, topk_is_sorted_softmax_matching_a_direct_computation);
     tcase_add_test(tc, npy_round_trips_and_rejects_garbage);
     tcase_add_test(tc, device_and_precision_names_parse);
+    tcase_add_test(tc, gpu_tuning_parses_formats_back_and_names_what_is_wrong);
     tcase_add_test(tc, resnet18_has_1_82_gmac_per_image);
     suite_add_tcase(s, tc);
     int rc = testutil_run(s);
