@@ -634,6 +634,88 @@ static void progress_line(load_run *run, uint64_t now, load_progress *last, uint
     *last_ns = now;
 }
 
+/* Reachability, and whether the server's view can be scraped: 1 yes, 0
+ * no (said why), -1 unreachable (said why). */
+static int probe_server(const load_config *cfg, const options *o)
+{
+    int status;
+    char *body, err[512];
+    size_t len;
+    if (http_get((const struct sockaddr *)&cfg->addr, cfg->addrlen, cfg->host, o->metrics_path, 5000, &status, &body,
+                 &len, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd-load: cannot reach %s: %s\n", cfg->host, err);
+        return -1;
+    }
+    free(body);
+    if (!o->no_metrics && status != 200)
+        fprintf(stderr, "resnetd-load: warning: %s answered %d: no server view in the report\n", o->metrics_path,
+                status);
+    return !o->no_metrics && status == 200;
+}
+
+static void fill_config(load_config *cfg, const options *o, corpus *images)
+{
+    cfg->images = images;
+    cfg->multipart = o->multipart;
+    cfg->images_per_request = o->images_per_request;
+    cfg->boundary = BOUNDARY;
+    cfg->mode = o->rate > 0 ? LOAD_OPEN_LOOP : LOAD_CLOSED_LOOP;
+    cfg->arrival = o->arrival;
+    cfg->connections = o->connections;
+    cfg->threads = o->threads;
+    cfg->rate = o->rate;
+    cfg->seed = o->seed;
+    cfg->warmup_ns = (uint64_t)(o->warmup * 1e9);
+    cfg->duration_ns = o->requests ? 0 : (uint64_t)(o->duration * 1e9);
+    cfg->requests = o->requests;
+    cfg->timeout_ns = (uint64_t)(o->timeout * 1e9);
+    cfg->drain_timeout_ns = (uint64_t)(o->drain_timeout * 1e9);
+}
+
+/* The server's metrics into *into, or a warning and *want_metrics = 0. */
+static void scrape_or_warn(const load_config *cfg, const options *o, prom_set *into, int *want_metrics)
+{
+    char err[512];
+    if (*want_metrics && scrape(cfg, o->metrics_path, into, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd-load: warning: %s: %s: no server view in the report\n", o->metrics_path, err);
+        *want_metrics = 0;
+    }
+}
+
+/* Waits for the run to end, taking the "before" view and CPU time where
+ * the warm-up ends and printing progress once a second on a terminal.
+ * Returns whether measuring began (*measure_wall_ns: when). */
+static int watch(load_run *run, const load_config *cfg, const options *o, server_view *server, int *want_metrics,
+                  struct rusage *ru0, uint64_t *measure_wall_ns)
+{
+    int tty = isatty(STDERR_FILENO) && !o->quiet;
+    int measuring = o->warmup == 0;
+    uint64_t last_ns = load_start_ns(run), next_tick = last_ns + 1000000000u;
+    load_progress last = {0};
+    while (!load_finished(run)) {
+        struct timespec nap = {0, 20000000};   /* 20 ms: a prompt end, a cheap loop */
+        nanosleep(&nap, NULL);
+        uint64_t now = clock_now_ns();
+        if (interrupted)
+            load_stop(run);
+        if (!measuring && now >= load_measure_ns(run)) {
+            measuring = 1;
+            *measure_wall_ns = now;
+            if (getrusage(RUSAGE_SELF, ru0) != 0)
+                *ru0 = (struct rusage){0};
+            server->before_ns = clock_now_ns();
+            scrape_or_warn(cfg, o, &server->before, want_metrics);
+        }
+        if (tty && now >= next_tick) {
+            progress_line(run, now, &last, &last_ns);
+            next_tick += 1000000000u;
+        }
+    }
+    if (tty)
+        fprintf(stderr, "\r\033[K");
+    return measuring;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -656,36 +738,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "resnetd-load: %s\n", err);
         goto out;
     }
-    /* reachability, and the server's view before */
-    int probe_status;
-    char *probe_body;
-    size_t probe_len;
-    if (http_get((const struct sockaddr *)&cfg.addr, cfg.addrlen, cfg.host, o.metrics_path, 5000, &probe_status,
-                 &probe_body, &probe_len, err, sizeof err) != 0) {
-        fprintf(stderr, "resnetd-load: cannot reach %s: %s\n", cfg.host, err);
+    int want_metrics = probe_server(&cfg, &o);
+    if (want_metrics < 0)
         goto out;
-    }
-    free(probe_body);
-    if (!o.no_metrics && probe_status != 200)
-        fprintf(stderr, "resnetd-load: warning: %s answered %d: no server view in the report\n", o.metrics_path,
-                probe_status);
-    int want_metrics = !o.no_metrics && probe_status == 200;
-
-    cfg.images = &images;
-    cfg.multipart = o.multipart;
-    cfg.images_per_request = o.images_per_request;
-    cfg.boundary = BOUNDARY;
-    cfg.mode = o.rate > 0 ? LOAD_OPEN_LOOP : LOAD_CLOSED_LOOP;
-    cfg.arrival = o.arrival;
-    cfg.connections = o.connections;
-    cfg.threads = o.threads;
-    cfg.rate = o.rate;
-    cfg.seed = o.seed;
-    cfg.warmup_ns = (uint64_t)(o.warmup * 1e9);
-    cfg.duration_ns = o.requests ? 0 : (uint64_t)(o.duration * 1e9);
-    cfg.requests = o.requests;
-    cfg.timeout_ns = (uint64_t)(o.timeout * 1e9);
-    cfg.drain_timeout_ns = (uint64_t)(o.drain_timeout * 1e9);
+    fill_config(&cfg, &o, &images);
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -693,10 +749,8 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     server.before_ns = clock_now_ns();
-    if (want_metrics && o.warmup == 0 && scrape(&cfg, o.metrics_path, &server.before, err, sizeof err) != 0) {
-        fprintf(stderr, "resnetd-load: warning: %s: %s: no server view in the report\n", o.metrics_path, err);
-        want_metrics = 0;
-    }
+    if (o.warmup == 0)
+        scrape_or_warn(&cfg, &o, &server.before, &want_metrics);
     struct rusage ru0, ru1;
     if (getrusage(RUSAGE_SELF, &ru0) != 0) {
         fprintf(stderr, "resnetd-load: getrusage: %s\n", strerror(errno));
@@ -713,40 +767,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "resnetd-load: %s\n", err);
         goto out;
     }
-    uint64_t measure_ns = load_measure_ns(run);
-    int tty = isatty(STDERR_FILENO) && !o.quiet;
-    int measuring = o.warmup == 0;
-    uint64_t measure_wall_ns = load_measure_ns(run);
-    uint64_t last_ns = load_start_ns(run), next_tick = last_ns + 1000000000u;
-    load_progress last = {0};
-    while (!load_finished(run)) {
-        struct timespec nap = {0, 20000000};   /* 20 ms: a prompt end, a cheap loop */
-        nanosleep(&nap, NULL);
-        uint64_t now = clock_now_ns();
-        if (interrupted)
-            load_stop(run);
-        if (!measuring && now >= load_measure_ns(run)) {
-            measuring = 1;
-            measure_wall_ns = now;
-            if (getrusage(RUSAGE_SELF, &ru0) != 0)
-                ru0 = (struct rusage){0};
-            server.before_ns = clock_now_ns();
-            if (want_metrics && scrape(&cfg, o.metrics_path, &server.before, err, sizeof err) != 0) {
-                fprintf(stderr, "resnetd-load: warning: %s: %s: no server view in the report\n", o.metrics_path,
-                        err);
-                want_metrics = 0;
-            }
-        }
-        if (tty && now >= next_tick) {
-            progress_line(run, now, &last, &last_ns);
-            next_tick += 1000000000u;
-        }
-    }
+    uint64_t measure_ns = load_measure_ns(run), measure_wall_ns = measure_ns;
+    int measured = watch(run, &cfg, &o, &server, &want_metrics, &ru0, &measure_wall_ns);
     uint64_t end_ns = clock_now_ns();
     if (getrusage(RUSAGE_SELF, &ru1) != 0)
         ru1 = ru0;
-    if (tty)
-        fprintf(stderr, "\r\033[K");
     load_finish(run, warm, meas);
     if (want_metrics) {
         server.after_ns = clock_now_ns();
@@ -755,7 +780,7 @@ int main(int argc, char **argv)
         else
             fprintf(stderr, "resnetd-load: warning: %s after the run: %s\n", o.metrics_path, err);
     }
-    if (!measuring)     /* stopped during the warm-up */
+    if (!measured)     /* stopped during the warm-up */
         measure_wall_ns = end_ns;
     report r = {.o = &o, .cfg = &cfg, .images = &images, .m = meas, .warm = warm, .server = &server};
     uint64_t last_answer = meas->last_answer_ns > measure_ns ? meas->last_answer_ns : end_ns;
