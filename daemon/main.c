@@ -545,6 +545,53 @@ static void drain(int sig, const config *rc, server *srv, reloader *rl, queue *q
     }
 }
 
+/* INT8: the table must exist, be whole, and be made for these weights;
+ * *out points at it (NULL at other precisions). 0, or -1 after logging. */
+static int load_int8_table(const config *cfg, const resnet18_weights *w, calib_table *calib, calib_table **out)
+{
+    char err[1024];
+    *out = NULL;
+    if (strcmp(cfg->precision, "int8") != 0)
+        return 0;
+    if (calib_load(cfg->calibration, calib, err, sizeof err) != 0 ||
+        calib_check_weights(calib, cfg->calibration, w, cfg->weights, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return -1;
+    }
+    *out = calib;
+    return 0;
+}
+
+/* --check-config's last word, after every check start-up makes before it
+ * binds the port; then the engines and the model go. */
+static void report_config_ok(const config *cfg, served_model *model, engine_set *es)
+{
+    const engine *e = es->eng[0];
+    printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine%s, %s, max batch %d, "
+           "%s decode)\n", cfg->weights, e->classes, model->labels_path, es->labels, es->n > 1 ? "s" : "",
+           engine_precision_name(e->precision), e->max_batch, es->dj[0] ? "gpu" : "cpu");
+    for (int i = 0; i < es->n; i++) {
+        devjpeg_destroy(es->dj[i]);
+        engine_destroy(es->eng[i]);
+    }
+    served_model_unref(model);
+}
+
+/* What the model metadata reports about the service (rc: resolved). */
+static response_service service_of(const config *rc, const engine_set *es)
+{
+    const engine *e = es->eng[0];
+    return (response_service){
+        .device = engine_device_name(e->device), .device_index = e->device_index, .engines = es->labels,
+        .precision = engine_precision_name(e->precision), .deterministic = e->deterministic,
+        .max_batch_size = e->max_batch, .max_queue_delay_us = rc->max_queue_delay_us,
+        .preferred_batch_sizes = rc->preferred_batch_sizes, .queue_capacity = (int)rc->queue_capacity,
+        .request_timeout_ms = rc->request_timeout_ms, .max_body_bytes = rc->max_body_bytes,
+        .max_pixels = rc->max_pixels,
+        .decode = es->dj[0] ? (strcmp(rc->decode, "gpu-exact") == 0 ? "gpu-exact" : "gpu") : "cpu",
+    };
+}
+
 int main(int argc, char **argv)
 {
     char err[1024];
@@ -583,16 +630,9 @@ int main(int argc, char **argv)
     http_tls tls = { tls_pem[0], tls_pem[1] };
     if (model->synthetic && !cli.check_config)
         log_warn("--weights synthetic: random weights, for load testing only; every answer is marked");
-    /* INT8: the table must exist, be whole, and be made for these weights. */
     calib_table calib, *calib_ptr = NULL;
-    if (strcmp(cfg.precision, "int8") == 0) {
-        if (calib_load(cfg.calibration, &calib, err, sizeof err) != 0 ||
-            calib_check_weights(&calib, cfg.calibration, &w, cfg.weights, err, sizeof err) != 0) {
-            log_error("%s", err);
-            return EXIT_BAD_FILE;
-        }
-        calib_ptr = &calib;
-    }
+    if (load_int8_table(&cfg, &w, &calib, &calib_ptr) != 0)
+        return EXIT_BAD_FILE;
 
     if (signals_setup() != 0) {
         log_error("cannot set up signal handling: %s", strerror(errno));
@@ -603,42 +643,21 @@ int main(int argc, char **argv)
     if (open_engines(&cfg, &rc, &w, calib_ptr, &es) != 0)
         return 1;
     weights_free(&w);   /* the engines hold their own copies */
-    const int ndev = es.n;
-    engine **eng = es.eng;
-    devjpeg **djs = es.dj;
-    const char *engines = es.labels;
-    engine *e = eng[0];
-    devjpeg *dj = djs[0];
+    engine *e = es.eng[0];
     batch_policy policy;
     if (engine_policy(&rc, e, &policy, err, sizeof err) != 0) {
         log_error("%s", err);
         return 1;
     }
-    const char *device = engine_device_name(e->device);
-    const char *precision = engine_precision_name(e->precision);
     /* --check-config stops here: after every check start-up makes before
      * it binds the port, the engine's (the resolved max batch) and the
      * device decoder's included. */
     if (cli.check_config) {
-        printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine%s, %s, max batch %d, "
-               "%s decode)\n", cfg.weights, e->classes, model->labels_path, engines, ndev > 1 ? "s" : "",
-               precision, e->max_batch, dj ? "gpu" : "cpu");
-        for (int i = 0; i < ndev; i++) {
-            devjpeg_destroy(djs[i]);
-            engine_destroy(eng[i]);
-        }
-        served_model_unref(model);
+        report_config_ok(&cfg, model, &es);
         return 0;
     }
     metrics_start(model, &es);
-
-    response_service svc = {
-        .device = device, .device_index = e->device_index, .engines = engines, .precision = precision,
-        .deterministic = e->deterministic, .max_batch_size = e->max_batch, .max_queue_delay_us = rc.max_queue_delay_us,
-        .preferred_batch_sizes = rc.preferred_batch_sizes, .queue_capacity = (int)rc.queue_capacity,
-        .request_timeout_ms = rc.request_timeout_ms, .max_body_bytes = rc.max_body_bytes,
-        .max_pixels = rc.max_pixels, .decode = dj ? (strcmp(rc.decode, "gpu-exact") == 0 ? "gpu-exact" : "gpu") : "cpu",
-    };
+    response_service svc = service_of(&rc, &es);
 
     static running run;   /* the pipeline's objects live until main returns */
     if (run_start(&run, argc, argv, &cfg, &rc, &svc, &es, model, tls_pem[0] ? &tls : NULL) != 0)

@@ -814,6 +814,74 @@ static int pack_vnni(i8_layer *L, int avx2)
     return 0;
 }
 
+/* The GEMM tile: RESNETD_CPU_INT8_GEMM's (refused where the CPU lacks
+ * it), else the best this CPU runs. 0, or -1 with err. */
+static int pick_tile(i8_engine *e, char *err, size_t errlen)
+{
+    const char *force = getenv("RESNETD_CPU_INT8_GEMM");
+    if (force && *force) {
+        int k = 0;
+        while (k < NTILES && strcmp(force, tile_names[k]) != 0)
+            k++;
+        if (k == NTILES) {
+            snprintf(err, errlen,
+                     "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic, avx2, vnni or amx (got '%s')", force);
+            return -1;
+        }
+        e->tile = (i8_tile)k;
+        const char *lacks = e->tile == TILE_AMX && !cpu_has_amx()     ? "AMX-INT8 (or the kernel does not allow it)"
+                            : e->tile == TILE_VNNI && !cpu_has_vnni() ? "AVX512-VNNI"
+                            : e->tile == TILE_AVX2 && !cpu_has_avx2() ? "AVX2"
+                                                                      : NULL;
+        if (lacks) {
+            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=%s but this CPU lacks %s", force, lacks);
+            return -1;
+        }
+    } else {
+        e->tile = cpu_has_amx()    ? TILE_AMX
+                  : cpu_has_vnni() ? TILE_VNNI
+                  : cpu_has_avx2() ? TILE_AVX2
+                                   : TILE_GENERIC;
+    }
+    return 0;
+}
+
+/* Conv i's quantised weights (packed for the tile), scales and bias;
+ * grows e->ws_stride to its K. 0, or -1 out of memory. */
+static int load_layer(i8_engine *e, const resnet18_weights *w, const calib_table *t, int i)
+{
+    i8_layer *L = &e->layer[i];
+    const resnet18_conv_desc *d = &resnet18_convs[i];
+    const int N = d->cout;
+    L->d = d;
+    L->K = d->k * d->k * d->cin;
+    L->Kp = (L->K + KBLK - 1) / KBLK * KBLK;
+    L->src = tensor_id(d->src);
+    L->res = d->residual == R18_NONE ? -1 : tensor_id(d->residual);
+    L->w = alloc_bytes((size_t)N * L->Kp);
+    L->mult = alloc_bytes((size_t)N * sizeof(float));
+    L->b = alloc_bytes((size_t)N * sizeof(float));
+    int8_t *q = malloc((size_t)N * L->K);
+    if (!L->w || !L->mult || !L->b || !q) {
+        free(q);
+        return -1;
+    }
+    calib_conv_params(w, t, i, q, L->mult, &L->res_scale, &L->out_inv);
+    for (int c = 0; c < N; c++)
+        memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
+    free(q);
+    memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
+    /* AVX2: 16-bit weights where the input may be negative (the
+     * stem's image); a ReLU's or the pool's output takes avx2_u8_tile. */
+    const int signed_in = L->src == T_IMAGE || (L->src >= 0 && L->src < RESNET18_NUM_CONVS &&
+                                                !resnet18_convs[L->src].relu);
+    if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2 && signed_in) != 0)
+        return -1;
+    if ((size_t)L->Kp > e->ws_stride)
+        e->ws_stride = (size_t)L->Kp;
+    return 0;
+}
+
 engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
 {
     const calib_table *t = cfg->calib;
@@ -840,31 +908,8 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     }
     cpu_engine_init_pub(&e->pub, &i8_ops, e, ENGINE_PRECISION_INT8, w, cfg);   /* integer convs, per-image head */
     e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
-    const char *force = getenv("RESNETD_CPU_INT8_GEMM");
-    if (force && *force) {
-        int k = 0;
-        while (k < NTILES && strcmp(force, tile_names[k]) != 0)
-            k++;
-        if (k == NTILES) {
-            snprintf(err, errlen,
-                     "cpu int8 engine: RESNETD_CPU_INT8_GEMM must be generic, avx2, vnni or amx (got '%s')", force);
-            goto fail;
-        }
-        e->tile = (i8_tile)k;
-        const char *lacks = e->tile == TILE_AMX && !cpu_has_amx()     ? "AMX-INT8 (or the kernel does not allow it)"
-                            : e->tile == TILE_VNNI && !cpu_has_vnni() ? "AVX512-VNNI"
-                            : e->tile == TILE_AVX2 && !cpu_has_avx2() ? "AVX2"
-                                                                      : NULL;
-        if (lacks) {
-            snprintf(err, errlen, "cpu int8 engine: RESNETD_CPU_INT8_GEMM=%s but this CPU lacks %s", force, lacks);
-            goto fail;
-        }
-    } else {
-        e->tile = cpu_has_amx()    ? TILE_AMX
-                  : cpu_has_vnni() ? TILE_VNNI
-                  : cpu_has_avx2() ? TILE_AVX2
-                                   : TILE_GENERIC;
-    }
+    if (pick_tile(e, err, errlen) != 0)
+        goto fail;
 
     size_t per_image[NT];
     int nbuf = plan_buffers(e, per_image, err, errlen);
@@ -895,37 +940,9 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         e->fc_w[i] = int8_round_half(w->fc_w[i]);
     memcpy(e->fc_b, w->fc_b, (size_t)w->classes * sizeof(float));
 
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
-        i8_layer *L = &e->layer[i];
-        const resnet18_conv_desc *d = &resnet18_convs[i];
-        const int N = d->cout;
-        L->d = d;
-        L->K = d->k * d->k * d->cin;
-        L->Kp = (L->K + KBLK - 1) / KBLK * KBLK;
-        L->src = tensor_id(d->src);
-        L->res = d->residual == R18_NONE ? -1 : tensor_id(d->residual);
-        L->w = alloc_bytes((size_t)N * L->Kp);
-        L->mult = alloc_bytes((size_t)N * sizeof(float));
-        L->b = alloc_bytes((size_t)N * sizeof(float));
-        int8_t *q = malloc((size_t)N * L->K);
-        if (!L->w || !L->mult || !L->b || !q) {
-            free(q);
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++)
+        if (load_layer(e, w, t, i) != 0)
             goto oom;
-        }
-        calib_conv_params(w, t, i, q, L->mult, &L->res_scale, &L->out_inv);
-        for (int c = 0; c < N; c++)
-            memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
-        free(q);
-        memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
-        /* AVX2: 16-bit weights where the input may be negative (the
-         * stem's image); a ReLU's or the pool's output takes avx2_u8_tile. */
-        const int signed_in = L->src == T_IMAGE || (L->src >= 0 && L->src < RESNET18_NUM_CONVS &&
-                                                    !resnet18_convs[L->src].relu);
-        if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2 && signed_in) != 0)
-            goto oom;
-        if ((size_t)L->Kp > e->ws_stride)
-            e->ws_stride = (size_t)L->Kp;
-    }
     e->ws = alloc_bytes((size_t)e->nthreads * RB * e->ws_stride);
     if (!e->ws)
         goto oom;
