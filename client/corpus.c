@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include "client/corpus.h"
 
-#define PART_HEAD_FMT \
+#define PART_HEAD_FMT                                                             \
     "--%s\r\nContent-Disposition: form-data; name=\"image\"; filename=\"%s\"\r\n" \
     "Content-Type: image/jpeg\r\n\r\n"
 
@@ -67,7 +67,7 @@ static int add_file(corpus *c, const char *path, char *err, size_t errlen)
         free(data);
         return -1;
     }
-    c->images[c->n++] = (corpus_image){.path = copy, .data = data, .len = len};
+    c->images[c->n++] = (corpus_image){ .path = copy, .data = data, .len = len };
     c->bytes += len;
     return 0;
 }
@@ -181,18 +181,14 @@ int corpus_prepare_multipart(corpus *c, const char *boundary, char *err, size_t 
         base = base ? base + 1 : im->path;
         /* a filename with quotes or CR/LF would break the header: use a plain one */
         const char *name = strpbrk(base, "\"\r\n\\") ? "image.jpg" : base;
-        int n = snprintf(NULL, 0,
-                         PART_HEAD_FMT,
-                         boundary, name);
+        int n = snprintf(NULL, 0, PART_HEAD_FMT, boundary, name);
         free(im->part_head);
         im->part_head = malloc((size_t)n + 1);
         if (n < 0 || !im->part_head) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        snprintf(im->part_head, (size_t)n + 1,
-                 PART_HEAD_FMT,
-                 boundary, name);
+        snprintf(im->part_head, (size_t)n + 1, PART_HEAD_FMT, boundary, name);
         im->part_head_len = (size_t)n;
     }
     return 0;

@@ -12,14 +12,14 @@ typedef struct {
     char *path;
     uint8_t *data;
     size_t len;
-    char *part_head;     /* "--BOUNDARY\r\nContent-Disposition: ...\r\n\r\n" */
+    char *part_head; /* "--BOUNDARY\r\nContent-Disposition: ...\r\n\r\n" */
     size_t part_head_len;
 } corpus_image;
 
 typedef struct {
     corpus_image *images;
     size_t n, cap;
-    size_t bytes;        /* sum of the images' sizes */
+    size_t bytes; /* sum of the images' sizes */
 } corpus;
 
 /* A directory adds its *.jpg and *.jpeg files (sorted by name, not

@@ -12,7 +12,7 @@ unsigned histogram_bucket(uint64_t v)
 {
     if (v < (1u << HISTOGRAM_SUB_BITS))
         return (unsigned)v;
-    unsigned e = 63u - (unsigned)__builtin_clzll(v);       /* v in [2^e, 2^(e+1)) */
+    unsigned e = 63u - (unsigned)__builtin_clzll(v); /* v in [2^e, 2^(e+1)) */
     unsigned shift = e - (HISTOGRAM_SUB_BITS - 1);
     unsigned sub = (unsigned)(v >> shift) - HISTOGRAM_HALF; /* 0 .. HALF-1 */
     return (1u << HISTOGRAM_SUB_BITS) + (e - HISTOGRAM_SUB_BITS) * HISTOGRAM_HALF + sub;
@@ -71,7 +71,7 @@ uint64_t histogram_quantile(const histogram *h, double q)
     if (rank <= 1)
         return h->min;
     if (rank >= h->total)
-        return h->max;      /* the extremes are known exactly */
+        return h->max; /* the extremes are known exactly */
     uint64_t seen = 0;
     for (unsigned b = 0; b < HISTOGRAM_BUCKETS; b++) {
         seen += h->counts[b];

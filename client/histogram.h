@@ -21,7 +21,7 @@ typedef struct {
     uint64_t counts[HISTOGRAM_BUCKETS];
     uint64_t total;
     uint64_t min, max;
-    double sum;         /* for the mean */
+    double sum; /* for the mean */
 } histogram;
 
 void histogram_init(histogram *h);

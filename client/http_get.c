@@ -19,7 +19,7 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns, char *err, size_t
             snprintf(err, errlen, "timed out");
             return -1;
         }
-        struct pollfd p = {.fd = fd, .events = events};
+        struct pollfd p = { .fd = fd, .events = events };
         int n = poll(&p, 1, (int)((deadline_ns - now + 999999) / 1000000));
         if (n > 0)
             return 0;
@@ -30,8 +30,8 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns, char *err, size_t
     }
 }
 
-int http_get(const struct sockaddr *addr, socklen_t addrlen, const char *host, const char *path,
-             int timeout_ms, int *status, char **body, size_t *body_len, char *err, size_t errlen)
+int http_get(const struct sockaddr *addr, socklen_t addrlen, const char *host, const char *path, int timeout_ms,
+             int *status, char **body, size_t *body_len, char *err, size_t errlen)
 {
     uint64_t deadline = clock_now_ns() + (uint64_t)timeout_ms * 1000000u;
     http_response resp;
@@ -90,8 +90,7 @@ int http_get(const struct sockaddr *addr, socklen_t addrlen, const char *host, c
             goto fail;
         }
         size_t used = 0;
-        http_response_result r = n == 0 ? http_response_eof(&resp)
-                                        : http_response_feed(&resp, buf, (size_t)n, &used);
+        http_response_result r = n == 0 ? http_response_eof(&resp) : http_response_feed(&resp, buf, (size_t)n, &used);
         if (r == HTTP_RESPONSE_ERROR) {
             snprintf(err, errlen, "bad answer: %s", resp.error);
             goto fail;

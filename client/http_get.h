@@ -10,7 +10,7 @@
 /* 0 with *status and the body (malloc'd, NUL-terminated; the caller frees
  * it) on any HTTP answer; -1 with a one-line reason in err when the server
  * cannot be reached or does not answer within timeout_ms. */
-int http_get(const struct sockaddr *addr, socklen_t addrlen, const char *host, const char *path,
-             int timeout_ms, int *status, char **body, size_t *body_len, char *err, size_t errlen);
+int http_get(const struct sockaddr *addr, socklen_t addrlen, const char *host, const char *path, int timeout_ms,
+             int *status, char **body, size_t *body_len, char *err, size_t errlen);
 
 #endif

@@ -8,14 +8,14 @@
 #include "client/http_response.h"
 
 enum {
-    ST_START,       /* nothing seen yet */
+    ST_START, /* nothing seen yet */
     ST_STATUS,
     ST_HEADER,
-    ST_BODY,        /* r->remaining bytes of Content-Length body */
-    ST_EOF_BODY,    /* body runs until the server closes */
+    ST_BODY, /* r->remaining bytes of Content-Length body */
+    ST_EOF_BODY, /* body runs until the server closes */
     ST_CHUNK_SIZE,
     ST_CHUNK_DATA,
-    ST_CHUNK_END,   /* the CRLF after a chunk's data */
+    ST_CHUNK_END, /* the CRLF after a chunk's data */
     ST_TRAILER,
     ST_DONE
 };
@@ -127,11 +127,11 @@ static http_response_result line_done(http_response *r)
     case ST_STATUS: {
         /* HTTP/1.x SSS reason */
         if (strncmp(l, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)l[7]) || l[8] != ' ' ||
-            !isdigit((unsigned char)l[9]) || !isdigit((unsigned char)l[10]) ||
-            !isdigit((unsigned char)l[11]) || (l[12] != ' ' && l[12] != '\0'))
+            !isdigit((unsigned char)l[9]) || !isdigit((unsigned char)l[10]) || !isdigit((unsigned char)l[11]) ||
+            (l[12] != ' ' && l[12] != '\0'))
             return fail(r, "bad status line");
         r->status = (l[9] - '0') * 100 + (l[10] - '0') * 10 + (l[11] - '0');
-        r->close = l[7] == '0';       /* HTTP/1.0 closes unless it says keep-alive */
+        r->close = l[7] == '0'; /* HTTP/1.0 closes unless it says keep-alive */
         r->state = ST_HEADER;
         return HTTP_RESPONSE_MORE;
     }
@@ -181,8 +181,7 @@ static http_response_result line_done(http_response *r)
             return HTTP_RESPONSE_DONE;
         }
         return HTTP_RESPONSE_MORE;
-    default:
-        return fail(r, "parser state");
+    default: return fail(r, "parser state");
     }
 }
 
@@ -216,9 +215,7 @@ http_response_result http_response_feed(http_response *r, const char *buf, size_
             }
             break;
         }
-        case ST_DONE:
-            res = HTTP_RESPONSE_DONE;
-            break;
+        case ST_DONE: res = HTTP_RESPONSE_DONE; break;
         default: {
             char c = buf[i++];
             if (c == '\n') {
@@ -243,6 +240,5 @@ http_response_result http_response_eof(http_response *r)
     }
     if (r->state == ST_DONE)
         return HTTP_RESPONSE_DONE;
-    return fail(r, r->state == ST_START ? "connection closed before any answer"
-                                        : "connection closed mid-answer");
+    return fail(r, r->state == ST_START ? "connection closed before any answer" : "connection closed mid-answer");
 }

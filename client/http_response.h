@@ -13,23 +13,23 @@
 #define HTTP_RESPONSE_LINE_MAX 8192
 
 typedef enum {
-    HTTP_RESPONSE_MORE,   /* needs more bytes */
-    HTTP_RESPONSE_DONE,   /* complete; see status and close */
-    HTTP_RESPONSE_ERROR   /* malformed; error says why */
+    HTTP_RESPONSE_MORE, /* needs more bytes */
+    HTTP_RESPONSE_DONE, /* complete; see status and close */
+    HTTP_RESPONSE_ERROR /* malformed; error says why */
 } http_response_result;
 
 typedef struct {
     int state;
-    int status;           /* e.g. 200, once the status line is in */
-    int close;            /* the server will close after this response */
+    int status; /* e.g. 200, once the status line is in */
+    int close; /* the server will close after this response */
     int chunked;
     int64_t content_length; /* -1 until seen */
-    uint64_t remaining;   /* body or chunk bytes still to come */
+    uint64_t remaining; /* body or chunk bytes still to come */
     char line[HTTP_RESPONSE_LINE_MAX];
     size_t line_len;
     const char *error;
     int keep_body;
-    char *body;           /* malloc'd, NUL-terminated, when keep_body */
+    char *body; /* malloc'd, NUL-terminated, when keep_body */
     size_t body_len, body_cap;
 } http_response;
 

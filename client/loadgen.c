@@ -23,24 +23,24 @@
 #include "util/clock.h"
 
 #define READ_BUF (64 * 1024)
-#define SCAN_NS 10000000u            /* timeouts and back-offs are checked every 10 ms */
+#define SCAN_NS 10000000u /* timeouts and back-offs are checked every 10 ms */
 #define CONNECT_BACKOFF_NS 100000000u /* a connection that failed to connect rests 100 ms */
 
 enum { SOCK_NONE, SOCK_CONNECTING, SOCK_CONNECTED };
 
 typedef struct {
     int fd;
-    int sock;                /* SOCK_* */
-    uint32_t events;         /* what epoll watches for fd */
+    int sock; /* SOCK_* */
+    uint32_t events; /* what epoll watches for fd */
     int has_req;
-    int warm;                /* the request belongs to the warm-up */
-    int backoff;             /* resting after a failed connect: not on the idle stack */
-    int write_failed;        /* the peer reset or closed while the body was going out */
+    int warm; /* the request belongs to the warm-up */
+    int backoff; /* resting after a failed connect: not on the idle stack */
+    int write_failed; /* the peer reset or closed while the body was going out */
     int images;
     uint64_t intended_ns, sent_ns, deadline_ns, rest_until_ns;
-    struct iovec *iov;       /* 2 + 3 * images_per_request entries */
+    struct iovec *iov; /* 2 + 3 * images_per_request entries */
     int iov_n, iov_i;
-    char head[2048];         /* request header, then (multipart) the closing delimiter */
+    char head[2048]; /* request header, then (multipart) the closing delimiter */
     http_response resp;
 } lconn;
 
@@ -51,17 +51,17 @@ typedef struct {
     int epfd;
     lconn *conns;
     int nconns;
-    int *idle;               /* stack of idle connection indices (LIFO keeps few hot) */
+    int *idle; /* stack of idle connection indices (LIFO keeps few hot) */
     int nidle;
     int inflight;
     size_t next_image;
     uint64_t rng;
     /* open loop: the schedule; next_ns is the oldest request not yet sent */
-    double next_ns;          /* relative to run start */
-    double gap_ns;           /* mean gap between this thread's arrivals */
-    int sched_done;          /* no more entries */
-    uint64_t sched_end_ns;   /* when the schedule ends (expected, with -n) */
-    uint64_t quota;          /* -n: measured entries still to schedule */
+    double next_ns; /* relative to run start */
+    double gap_ns; /* mean gap between this thread's arrivals */
+    int sched_done; /* no more entries */
+    uint64_t sched_end_ns; /* when the schedule ends (expected, with -n) */
+    uint64_t quota; /* -n: measured entries still to schedule */
     load_stats *warm, *meas;
     _Atomic uint64_t p_sent, p_answered, p_ok, p_errors;
     _Atomic int finished;
@@ -70,11 +70,11 @@ typedef struct {
 
 struct load_run {
     load_config cfg;
-    uint64_t start_ns, measure_ns, end_ns;  /* end_ns: UINT64_MAX with -n */
-    _Atomic int64_t tickets;                /* closed loop -n: measured requests left */
+    uint64_t start_ns, measure_ns, end_ns; /* end_ns: UINT64_MAX with -n */
+    _Atomic int64_t tickets; /* closed loop -n: measured requests left */
     _Atomic int stop;
     worker *workers;
-    int started;                            /* threads created */
+    int started; /* threads created */
 };
 
 static const char *const error_names[LOAD_ERR_COUNT] = {
@@ -106,14 +106,14 @@ static double next_gap(worker *w)
 {
     if (w->run->cfg.arrival == LOAD_UNIFORM)
         return w->gap_ns;
-    return -log1p(-rng_uniform(&w->rng)) * w->gap_ns;   /* exponential, mean gap_ns */
+    return -log1p(-rng_uniform(&w->rng)) * w->gap_ns; /* exponential, mean gap_ns */
 }
 
 static void set_events(worker *w, lconn *c, uint32_t ev)
 {
     if (c->events == ev)
         return;
-    struct epoll_event e = {.events = ev, .data.u32 = (uint32_t)(c - w->conns)};
+    struct epoll_event e = { .events = ev, .data.u32 = (uint32_t)(c - w->conns) };
     if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
         c->events = ev;
 }
@@ -175,7 +175,7 @@ static void request_end(worker *w, lconn *c, int status, load_error err)
 static void conn_write(worker *w, lconn *c)
 {
     while (c->iov_i < c->iov_n && !c->write_failed) {
-        struct msghdr m = {.msg_iov = c->iov + c->iov_i, .msg_iovlen = (size_t)(c->iov_n - c->iov_i)};
+        struct msghdr m = { .msg_iov = c->iov + c->iov_i, .msg_iovlen = (size_t)(c->iov_n - c->iov_i) };
         ssize_t n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
@@ -220,7 +220,7 @@ static int conn_open(worker *w, lconn *c)
         close(fd);
         return e;
     }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = (uint32_t)(c - w->conns)};
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT, .data.u32 = (uint32_t)(c - w->conns) };
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         int e = errno;
         close(fd);
@@ -243,35 +243,35 @@ static void build_request(worker *w, lconn *c)
     if (!cfg->multipart) {
         const corpus_image *im = &cp->images[w->next_image];
         w->next_image = (w->next_image + 1) % cp->n;
-        c->iov[n++] = (struct iovec){.iov_base = im->data, .iov_len = im->len};
+        c->iov[n++] = (struct iovec){ .iov_base = im->data, .iov_len = im->len };
         body = im->len;
     } else {
         for (int i = 0; i < k; i++) {
             const corpus_image *im = &cp->images[w->next_image];
             w->next_image = (w->next_image + 1) % cp->n;
-            c->iov[n++] = (struct iovec){.iov_base = im->part_head, .iov_len = im->part_head_len};
-            c->iov[n++] = (struct iovec){.iov_base = im->data, .iov_len = im->len};
-            c->iov[n++] = (struct iovec){.iov_base = (void *)"\r\n", .iov_len = 2};
+            c->iov[n++] = (struct iovec){ .iov_base = im->part_head, .iov_len = im->part_head_len };
+            c->iov[n++] = (struct iovec){ .iov_base = im->data, .iov_len = im->len };
+            c->iov[n++] = (struct iovec){ .iov_base = (void *)"\r\n", .iov_len = 2 };
             body += im->part_head_len + im->len + 2;
         }
         /* the closing delimiter lives in head's tail, after the header */
     }
     int hl;
     if (cfg->multipart) {
-        size_t closing = strlen(cfg->boundary) + 6;      /* "--" B "--\r\n" */
+        size_t closing = strlen(cfg->boundary) + 6; /* "--" B "--\r\n" */
         body += closing;
         hl = snprintf(c->head, sizeof c->head,
                       "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: multipart/form-data; boundary=%s\r\n"
                       "Content-Length: %zu\r\n\r\n",
                       cfg->path, cfg->host, cfg->boundary, body);
         int tail = snprintf(c->head + hl + 1, sizeof c->head - (size_t)hl - 1, "--%s--\r\n", cfg->boundary);
-        c->iov[n++] = (struct iovec){.iov_base = c->head + hl + 1, .iov_len = (size_t)tail};
+        c->iov[n++] = (struct iovec){ .iov_base = c->head + hl + 1, .iov_len = (size_t)tail };
     } else {
         hl = snprintf(c->head, sizeof c->head,
                       "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: image/jpeg\r\nContent-Length: %zu\r\n\r\n",
                       cfg->path, cfg->host, body);
     }
-    c->iov[0] = (struct iovec){.iov_base = c->head, .iov_len = (size_t)hl};
+    c->iov[0] = (struct iovec){ .iov_base = c->head, .iov_len = (size_t)hl };
     c->iov_n = n;
     c->iov_i = 0;
     c->images = k;
@@ -346,7 +346,7 @@ static void conn_read(worker *w, lconn *c)
                 request_end(w, c, 0, LOAD_ERR_CLOSED);
             return;
         }
-        if (!c->has_req) {      /* bytes nobody asked for: the connection is unusable */
+        if (!c->has_req) { /* bytes nobody asked for: the connection is unusable */
             sock_close(w, c);
             return;
         }
@@ -358,7 +358,7 @@ static void conn_read(worker *w, lconn *c)
         }
         if (r == HTTP_RESPONSE_DONE) {
             if (used < (size_t)n)
-                c->resp.close = 1;      /* more than one answer: do not trust the stream */
+                c->resp.close = 1; /* more than one answer: do not trust the stream */
             request_end(w, c, c->resp.status, 0);
             return;
         }
@@ -460,7 +460,7 @@ static int wait_events(worker *w, struct epoll_event *evs, int max, uint64_t now
     static _Atomic int no_pwait2;
     uint64_t d = wake > now ? wake - now : 0;
     if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
-        struct timespec ts = {.tv_sec = (time_t)(d / 1000000000u), .tv_nsec = (long)(d % 1000000000u)};
+        struct timespec ts = { .tv_sec = (time_t)(d / 1000000000u), .tv_nsec = (long)(d % 1000000000u) };
         int n = epoll_pwait2(w->epfd, evs, max, &ts, NULL);
         if (n >= 0 || errno != ENOSYS)
             return n;
@@ -481,7 +481,7 @@ static void *worker_main(void *arg)
         uint64_t now = clock_now_ns();
         if (!stopping && atomic_load_explicit(&r->stop, memory_order_relaxed)) {
             stopping = 1;
-            write_off_schedule(w);  /* stop means now: the backlog is not sent */
+            write_off_schedule(w); /* stop means now: the backlog is not sent */
         }
         if (!stopping) {
             /* open loop: past the schedule's end the backlog is still sent,
@@ -489,9 +489,8 @@ static void *worker_main(void *arg)
             if (open_loop)
                 stopping = w->sched_done || now >= w->sched_end_ns;
             else
-                stopping = now >= r->end_ns ||
-                           (r->cfg.requests && now >= r->measure_ns &&
-                            atomic_load_explicit(&r->tickets, memory_order_relaxed) <= 0);
+                stopping = now >= r->end_ns || (r->cfg.requests && now >= r->measure_ns &&
+                                                atomic_load_explicit(&r->tickets, memory_order_relaxed) <= 0);
         }
         if (stopping && drain_deadline == UINT64_MAX)
             drain_deadline = now + r->cfg.drain_timeout_ns;
@@ -589,7 +588,7 @@ static int worker_init(load_run *r, worker *w, int index, char *err, size_t errl
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        w->idle[w->nidle++] = w->nconns - 1 - i;   /* connection 0 on top */
+        w->idle[w->nidle++] = w->nconns - 1 - i; /* connection 0 on top */
     }
     /* spread the threads over the corpus so they do not send the same images in step */
     w->next_image = (size_t)index * cfg->images->n / (size_t)cfg->threads;

@@ -30,12 +30,12 @@ typedef enum { LOAD_POISSON, LOAD_UNIFORM } load_arrival;
 
 typedef enum {
     LOAD_ERR_CONNECT_REFUSED,
-    LOAD_ERR_CONNECT,        /* any other connect failure */
-    LOAD_ERR_RESET,          /* ECONNRESET / EPIPE */
-    LOAD_ERR_CLOSED,         /* the server closed before a complete answer */
-    LOAD_ERR_TIMEOUT,        /* no answer within the request timeout */
-    LOAD_ERR_DRAIN_TIMEOUT,  /* still in flight when the end-of-run drain timed out */
-    LOAD_ERR_PROTOCOL,       /* a malformed answer */
+    LOAD_ERR_CONNECT, /* any other connect failure */
+    LOAD_ERR_RESET, /* ECONNRESET / EPIPE */
+    LOAD_ERR_CLOSED, /* the server closed before a complete answer */
+    LOAD_ERR_TIMEOUT, /* no answer within the request timeout */
+    LOAD_ERR_DRAIN_TIMEOUT, /* still in flight when the end-of-run drain timed out */
+    LOAD_ERR_PROTOCOL, /* a malformed answer */
     LOAD_ERR_OTHER,
     LOAD_ERR_COUNT
 } load_error;
@@ -47,36 +47,36 @@ const char *load_error_name(load_error e);
 typedef struct {
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    char host[300];             /* Host header */
-    char path[1024];            /* request target, e.g. /classify?top_k=5 */
+    char host[300]; /* Host header */
+    char path[1024]; /* request target, e.g. /classify?top_k=5 */
     const corpus *images;
-    int multipart;              /* multipart/form-data (else raw image/jpeg) */
-    int images_per_request;     /* multipart parts per request */
-    const char *boundary;       /* the corpus's part headers use it */
+    int multipart; /* multipart/form-data (else raw image/jpeg) */
+    int images_per_request; /* multipart parts per request */
+    const char *boundary; /* the corpus's part headers use it */
     load_mode mode;
     load_arrival arrival;
-    int connections;            /* total, split over the threads */
+    int connections; /* total, split over the threads */
     int threads;
-    double rate;                /* open loop: requests per second, all threads */
+    double rate; /* open loop: requests per second, all threads */
     uint64_t seed;
     uint64_t warmup_ns;
-    uint64_t duration_ns;       /* measured phase length; 0 with requests */
-    uint64_t requests;          /* measured requests; 0 with duration_ns */
-    uint64_t timeout_ns;        /* per request, from its send */
-    uint64_t drain_timeout_ns;  /* end of run: wait this long for answers */
+    uint64_t duration_ns; /* measured phase length; 0 with requests */
+    uint64_t requests; /* measured requests; 0 with duration_ns */
+    uint64_t timeout_ns; /* per request, from its send */
+    uint64_t drain_timeout_ns; /* end of run: wait this long for answers */
 } load_config;
 
 #define LOAD_STATUS_MAX 600
 
 typedef struct {
-    uint64_t sent, answered, ok;    /* ok: 2xx */
+    uint64_t sent, answered, ok; /* ok: 2xx */
     uint64_t images_ok;
-    uint64_t unsent;                /* open loop: scheduled, never sent */
+    uint64_t unsent; /* open loop: scheduled, never sent */
     uint64_t status[LOAD_STATUS_MAX]; /* answers by HTTP status; [0]: out of range */
     uint64_t errors[LOAD_ERR_COUNT];
-    uint64_t last_answer_ns;        /* CLOCK_MONOTONIC */
-    histogram latency;              /* ns, 2xx only: from the intended time (open) or send (closed) */
-    histogram service;              /* ns, 2xx only: from the send */
+    uint64_t last_answer_ns; /* CLOCK_MONOTONIC */
+    histogram latency; /* ns, 2xx only: from the intended time (open) or send (closed) */
+    histogram service; /* ns, 2xx only: from the send */
 } load_stats;
 
 /* Live counters for the progress line, summed over threads. */

@@ -8,8 +8,8 @@
 #include <stddef.h>
 
 typedef struct {
-    char *name;     /* e.g. resnetd_rejected_total */
-    char *labels;   /* the text between the braces, "" if none */
+    char *name; /* e.g. resnetd_rejected_total */
+    char *labels; /* the text between the braces, "" if none */
     double value;
 } prom_sample;
 

@@ -31,45 +31,59 @@
 
 /* Every option once: getopt's table and --help are built from it. */
 enum {
-    OPT_URL = 'u', OPT_CONNECTIONS = 'c', OPT_RATE = 'r', OPT_THREADS = 't', OPT_DURATION = 'd',
-    OPT_REQUESTS = 'n', OPT_WARMUP = 'w', OPT_IMAGES = 'k', OPT_LIST = 'l', OPT_QUIET = 'q',
+    OPT_URL = 'u',
+    OPT_CONNECTIONS = 'c',
+    OPT_RATE = 'r',
+    OPT_THREADS = 't',
+    OPT_DURATION = 'd',
+    OPT_REQUESTS = 'n',
+    OPT_WARMUP = 'w',
+    OPT_IMAGES = 'k',
+    OPT_LIST = 'l',
+    OPT_QUIET = 'q',
     OPT_HELP = 'h',
-    OPT_ARRIVAL = 256, OPT_TIMEOUT, OPT_DRAIN, OPT_MULTIPART, OPT_METRICS_PATH, OPT_NO_METRICS,
-    OPT_SEED, OPT_JSON
+    OPT_ARRIVAL = 256,
+    OPT_TIMEOUT,
+    OPT_DRAIN,
+    OPT_MULTIPART,
+    OPT_METRICS_PATH,
+    OPT_NO_METRICS,
+    OPT_SEED,
+    OPT_JSON
 };
 
 static const struct {
     const char *name;
     int id;
-    const char *arg;    /* NULL: a flag */
+    const char *arg; /* NULL: a flag */
     const char *doc;
 } option_table[] = {
-    {"url", OPT_URL, "URL", "classify endpoint (default http://127.0.0.1:8080/classify)"},
-    {"connections", OPT_CONNECTIONS, "N",
-     "closed loop: requests outstanding; open loop: connection pool (default 16 / 64)"},
-    {"rate", OPT_RATE, "R", "open loop at R requests/s (default: closed loop)"},
-    {"arrival", OPT_ARRIVAL, "poisson|uniform", "open-loop arrivals (default poisson)"},
-    {"threads", OPT_THREADS, "N", "client threads, each with its share of connections (default 1)"},
-    {"duration", OPT_DURATION, "SECONDS", "measured phase length (default 10 unless -n)"},
-    {"requests", OPT_REQUESTS, "N", "measured phase: N requests instead of a duration"},
-    {"warmup", OPT_WARMUP, "SECONDS", "load before the measured phase, reported apart (default 0)"},
-    {"timeout", OPT_TIMEOUT, "SECONDS", "per-request timeout from its send (default 30)"},
-    {"drain-timeout", OPT_DRAIN, "SECONDS", "at the end, wait this long for answers (default 10)"},
-    {"multipart", OPT_MULTIPART, NULL, "send multipart/form-data (field image) instead of raw image/jpeg"},
-    {"images-per-request", OPT_IMAGES, "K", "images per request; K > 1 implies --multipart (default 1)"},
-    {"list", OPT_LIST, "FILE", "add the JPEG paths listed in FILE, one per line"},
-    {"metrics-path", OPT_METRICS_PATH, "PATH", "the server's metrics (default /metrics)"},
-    {"no-metrics", OPT_NO_METRICS, NULL, "do not read the server's metrics"},
-    {"seed", OPT_SEED, "N", "seed of the Poisson arrivals (default 1)"},
-    {"json", OPT_JSON, NULL, "print the report as JSON on stdout"},
-    {"quiet", OPT_QUIET, NULL, "no progress line"},
-    {"help", OPT_HELP, NULL, "this help"},
+    { "url", OPT_URL, "URL", "classify endpoint (default http://127.0.0.1:8080/classify)" },
+    { "connections", OPT_CONNECTIONS, "N",
+      "closed loop: requests outstanding; open loop: connection pool (default 16 / 64)" },
+    { "rate", OPT_RATE, "R", "open loop at R requests/s (default: closed loop)" },
+    { "arrival", OPT_ARRIVAL, "poisson|uniform", "open-loop arrivals (default poisson)" },
+    { "threads", OPT_THREADS, "N", "client threads, each with its share of connections (default 1)" },
+    { "duration", OPT_DURATION, "SECONDS", "measured phase length (default 10 unless -n)" },
+    { "requests", OPT_REQUESTS, "N", "measured phase: N requests instead of a duration" },
+    { "warmup", OPT_WARMUP, "SECONDS", "load before the measured phase, reported apart (default 0)" },
+    { "timeout", OPT_TIMEOUT, "SECONDS", "per-request timeout from its send (default 30)" },
+    { "drain-timeout", OPT_DRAIN, "SECONDS", "at the end, wait this long for answers (default 10)" },
+    { "multipart", OPT_MULTIPART, NULL, "send multipart/form-data (field image) instead of raw image/jpeg" },
+    { "images-per-request", OPT_IMAGES, "K", "images per request; K > 1 implies --multipart (default 1)" },
+    { "list", OPT_LIST, "FILE", "add the JPEG paths listed in FILE, one per line" },
+    { "metrics-path", OPT_METRICS_PATH, "PATH", "the server's metrics (default /metrics)" },
+    { "no-metrics", OPT_NO_METRICS, NULL, "do not read the server's metrics" },
+    { "seed", OPT_SEED, "N", "seed of the Poisson arrivals (default 1)" },
+    { "json", OPT_JSON, NULL, "print the report as JSON on stdout" },
+    { "quiet", OPT_QUIET, NULL, "no progress line" },
+    { "help", OPT_HELP, NULL, "this help" },
 };
 #define N_OPTIONS (sizeof option_table / sizeof option_table[0])
 
 typedef struct {
     const char *url;
-    int connections;        /* 0: default for the mode */
+    int connections; /* 0: default for the mode */
     double rate;
     load_arrival arrival;
     int threads;
@@ -79,7 +93,7 @@ typedef struct {
     const char *metrics_path;
     int no_metrics, json, quiet;
     unsigned long long seed;
-    char **lists;           /* --list files, loaded after parsing */
+    char **lists; /* --list files, loaded after parsing */
     int nlists;
 } options;
 
@@ -88,7 +102,7 @@ static volatile sig_atomic_t interrupted;
 static void on_signal(int sig)
 {
     interrupted = 1;
-    signal(sig, SIG_DFL);   /* a second one ends the process at once */
+    signal(sig, SIG_DFL); /* a second one ends the process at once */
 }
 
 static void usage(FILE *f)
@@ -180,7 +194,7 @@ static int parse_url(const char *url, load_config *cfg)
             return -1;
         snprintf(port, sizeof port, "%ld", v);
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res;
     int e = getaddrinfo(host, port, &hints, &res);
     if (e != 0) {
         fprintf(stderr, "resnetd-load: %s: %s\n", host, gai_strerror(e));
@@ -202,20 +216,26 @@ static int parse_options(int argc, char **argv, options *o)
     char shortopts[2 * N_OPTIONS + 1];
     size_t ns = 0;
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        longopts[i] = (struct option){option_table[i].name, option_table[i].arg ? required_argument : no_argument,
-                                      NULL, option_table[i].id};
+        longopts[i] = (struct option){ option_table[i].name, option_table[i].arg ? required_argument : no_argument,
+                                       NULL, option_table[i].id };
         if (option_table[i].id < 256) {
             shortopts[ns++] = (char)option_table[i].id;
             if (option_table[i].arg)
                 shortopts[ns++] = ':';
         }
     }
-    longopts[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+    longopts[N_OPTIONS] = (struct option){ NULL, 0, NULL, 0 };
     shortopts[ns] = '\0';
 
-    *o = (options){.url = "http://127.0.0.1:8080/classify", .arrival = LOAD_POISSON, .threads = 1,
-                   .duration = 0, .timeout = 30, .drain_timeout = 10, .images_per_request = 1,
-                   .metrics_path = "/metrics", .seed = 1};
+    *o = (options){ .url = "http://127.0.0.1:8080/classify",
+                    .arrival = LOAD_POISSON,
+                    .threads = 1,
+                    .duration = 0,
+                    .timeout = 30,
+                    .drain_timeout = 10,
+                    .images_per_request = 1,
+                    .metrics_path = "/metrics",
+                    .seed = 1 };
     o->lists = calloc((size_t)argc, sizeof *o->lists);
     if (!o->lists) {
         fprintf(stderr, "resnetd-load: out of memory\n");
@@ -309,8 +329,7 @@ static int parse_options(int argc, char **argv, options *o)
     if (!o->connections)
         o->connections = o->rate > 0 ? 64 : 16;
     if (o->connections < o->threads) {
-        fprintf(stderr, "resnetd-load: %d connections cannot be shared by %d threads\n", o->connections,
-                o->threads);
+        fprintf(stderr, "resnetd-load: %d connections cannot be shared by %d threads\n", o->connections, o->threads);
         return -1;
     }
     return 0;
@@ -340,7 +359,7 @@ fail:
 typedef struct {
     int have;
     prom_set before, after;
-    uint64_t before_ns, after_ns;   /* when each scrape was answered */
+    uint64_t before_ns, after_ns; /* when each scrape was answered */
 } server_view;
 
 #define MAX_REASONS 16
@@ -348,8 +367,8 @@ typedef struct {
 /* What the report says about the server; NAN where its metrics lack it. */
 typedef struct {
     double mean_batch, batches, images;
-    double queue_ms, decode_ms, infer_ms, request_ms;   /* means */
-    double cpu_cores;           /* process_cpu_seconds_total over the scrapes' interval */
+    double queue_ms, decode_ms, infer_ms, request_ms; /* means */
+    double cpu_cores; /* process_cpu_seconds_total over the scrapes' interval */
     int nreasons;
     char reason[MAX_REASONS][32];
     double rejected[MAX_REASONS];
@@ -360,8 +379,8 @@ static int scrape(const load_config *cfg, const char *path, prom_set *out, char 
     int status;
     char *body;
     size_t len;
-    if (http_get((const struct sockaddr *)&cfg->addr, cfg->addrlen, cfg->host, path, 5000, &status, &body, &len,
-                 err, errlen) != 0)
+    if (http_get((const struct sockaddr *)&cfg->addr, cfg->addrlen, cfg->host, path, 5000, &status, &body, &len, err,
+                 errlen) != 0)
         return -1;
     int rc = 0;
     if (status != 200) {
@@ -409,7 +428,8 @@ static void server_summarize(const server_view *v, server_summary *s)
     for (size_t i = 0; i < v->after.n && s->nreasons < MAX_REASONS; i++) {
         const prom_sample *a = &v->after.v[i];
         char reason[32];
-        if (strcmp(a->name, "resnetd_rejected_total") != 0 || prom_label(a->labels, "reason", reason, sizeof reason) != 0)
+        if (strcmp(a->name, "resnetd_rejected_total") != 0 ||
+            prom_label(a->labels, "reason", reason, sizeof reason) != 0)
             continue;
         double before = 0;
         for (size_t j = 0; j < v->before.n; j++)
@@ -427,7 +447,7 @@ typedef struct {
     const load_config *cfg;
     const corpus *images;
     const load_stats *m, *warm;
-    double elapsed_s;       /* measured phase: start to last answer */
+    double elapsed_s; /* measured phase: start to last answer */
     double cpu_user_s, cpu_sys_s, cpu_wall_s;
     const server_view *server;
 } report;
@@ -437,8 +457,8 @@ static double ms(uint64_t ns)
     return (double)ns / 1e6;
 }
 
-static const double quantiles[] = {0.5, 0.9, 0.99, 0.999};
-static const char *const quantile_names[] = {"p50", "p90", "p99", "p99.9"};
+static const double quantiles[] = { 0.5, 0.9, 0.99, 0.999 };
+static const char *const quantile_names[] = { "p50", "p90", "p99", "p99.9" };
 
 static void print_hist(const char *label, const histogram *h)
 {
@@ -503,8 +523,8 @@ static void print_text(const report *r)
         server_summarize(r->server, &sv);
         printf("server     mean batch %.2f (%.0f batches), images %.0f, CPU %.2f cores\n", sv.mean_batch, sv.batches,
                sv.images, sv.cpu_cores);
-        printf("           mean ms: request %.2f  decode %.2f  queue %.2f  inference (per batch) %.2f\n",
-               sv.request_ms, sv.decode_ms, sv.queue_ms, sv.infer_ms);
+        printf("           mean ms: request %.2f  decode %.2f  queue %.2f  inference (per batch) %.2f\n", sv.request_ms,
+               sv.decode_ms, sv.queue_ms, sv.infer_ms);
         printf("           rejected");
         for (int i = 0; i < sv.nreasons; i++)
             printf(" %s %.0f", sv.reason[i], sv.rejected[i]);
@@ -627,8 +647,8 @@ static void progress_line(load_run *run, uint64_t now, load_progress *last, uint
     double dt = (double)(now - *last_ns) / 1e9;
     double t = (double)(now - load_start_ns(run)) / 1e9;
     fprintf(stderr, "\r\033[K%6.1f s %s  sent %llu  ok %llu  errors %llu  in flight %llu  %.0f req/s", t,
-            now < load_measure_ns(run) ? "warm-up " : "measured", (unsigned long long)p.sent,
-            (unsigned long long)p.ok, (unsigned long long)p.errors, (unsigned long long)(p.sent - p.answered),
+            now < load_measure_ns(run) ? "warm-up " : "measured", (unsigned long long)p.sent, (unsigned long long)p.ok,
+            (unsigned long long)p.errors, (unsigned long long)(p.sent - p.answered),
             dt > 0 ? (double)(p.answered - last->answered) / dt : 0.0);
     *last = p;
     *last_ns = now;
@@ -686,14 +706,14 @@ static void scrape_or_warn(const load_config *cfg, const options *o, prom_set *i
  * the warm-up ends and printing progress once a second on a terminal.
  * Returns whether measuring began (*measure_wall_ns: when). */
 static int watch(load_run *run, const load_config *cfg, const options *o, server_view *server, int *want_metrics,
-                  struct rusage *ru0, uint64_t *measure_wall_ns)
+                 struct rusage *ru0, uint64_t *measure_wall_ns)
 {
     int tty = isatty(STDERR_FILENO) && !o->quiet;
     int measuring = o->warmup == 0;
     uint64_t last_ns = load_start_ns(run), next_tick = last_ns + 1000000000u;
-    load_progress last = {0};
+    load_progress last = { 0 };
     while (!load_finished(run)) {
-        struct timespec nap = {0, 20000000};   /* 20 ms: a prompt end, a cheap loop */
+        struct timespec nap = { 0, 20000000 }; /* 20 ms: a prompt end, a cheap loop */
         nanosleep(&nap, NULL);
         uint64_t now = clock_now_ns();
         if (interrupted)
@@ -702,7 +722,7 @@ static int watch(load_run *run, const load_config *cfg, const options *o, server
             measuring = 1;
             *measure_wall_ns = now;
             if (getrusage(RUSAGE_SELF, ru0) != 0)
-                *ru0 = (struct rusage){0};
+                *ru0 = (struct rusage){ 0 };
             server->before_ns = clock_now_ns();
             scrape_or_warn(cfg, o, &server->before, want_metrics);
         }
@@ -719,9 +739,9 @@ static int watch(load_run *run, const load_config *cfg, const options *o, server
 int main(int argc, char **argv)
 {
     options o;
-    corpus images = {0};
-    load_config cfg = {0};
-    server_view server = {0};
+    corpus images = { 0 };
+    load_config cfg = { 0 };
+    server_view server = { 0 };
     load_stats *warm = NULL, *meas = NULL;
     char err[512];
     int rc = parse_options(argc, argv, &o);
@@ -743,7 +763,7 @@ int main(int argc, char **argv)
         goto out;
     fill_config(&cfg, &o, &images);
 
-    struct sigaction sa = {.sa_handler = on_signal};
+    struct sigaction sa = { .sa_handler = on_signal };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -780,9 +800,9 @@ int main(int argc, char **argv)
         else
             fprintf(stderr, "resnetd-load: warning: %s after the run: %s\n", o.metrics_path, err);
     }
-    if (!measured)     /* stopped during the warm-up */
+    if (!measured) /* stopped during the warm-up */
         measure_wall_ns = end_ns;
-    report r = {.o = &o, .cfg = &cfg, .images = &images, .m = meas, .warm = warm, .server = &server};
+    report r = { .o = &o, .cfg = &cfg, .images = &images, .m = meas, .warm = warm, .server = &server };
     uint64_t last_answer = meas->last_answer_ns > measure_ns ? meas->last_answer_ns : end_ns;
     r.elapsed_s = last_answer > measure_ns ? (double)(last_answer - measure_ns) / 1e9 : 1e-9;
     r.cpu_user_s = cpu_seconds(&ru1.ru_utime) - cpu_seconds(&ru0.ru_utime);

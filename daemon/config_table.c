@@ -25,8 +25,10 @@ static int check_device(const char *v, char *err, size_t errlen)
     engine_device d;
     int index[ENGINE_MAX_DEVICES], n;
     if (engine_parse_devices(v, &d, index, ENGINE_MAX_DEVICES, &n) != 0) {
-        snprintf(err, errlen, "'%s' is not a device (cpu, cuda, cuda:N, cuda:N,M,... (up to %d, no repeats), "
-                 "cuda:all or auto)", v, ENGINE_MAX_DEVICES);
+        snprintf(err, errlen,
+                 "'%s' is not a device (cpu, cuda, cuda:N, cuda:N,M,... (up to %d, no repeats), "
+                 "cuda:all or auto)",
+                 v, ENGINE_MAX_DEVICES);
         return -1;
     }
     return 0;
@@ -91,22 +93,26 @@ static const config_option options[] = {
       "ResNet18 weights (safetensors, torchvision names), or 'synthetic' for load tests; required", NULL },
     { "labels", STR(labels), "",
       "class names, one per line, one line per class of the weights; empty means the installed "
-      "imagenet-classes.txt (1000)", NULL },
+      "imagenet-classes.txt (1000)",
+      NULL },
     { "device", STR(device), "auto",
       "cpu, cuda, cuda:N, cuda:N,M,... or cuda:all (an engine per GPU), or auto (CUDA when present)", check_device },
-    { "precision", STR(precision), "default",
-      "fp32, fp16, int8 (needs calibration), or default (the device's best)", check_precision },
+    { "precision", STR(precision), "default", "fp32, fp16, int8 (needs calibration), or default (the device's best)",
+      check_precision },
     { "calibration", STR(calibration), "",
       "INT8 calibration table made by resnetd-calibrate for the weights; required with precision int8, "
-      "unused otherwise", NULL },
+      "unused otherwise",
+      NULL },
     { "deterministic", STR(deterministic), "false",
       "true: an image's scores are the same bits whatever batch it is in and wherever it sits in it, on every "
       "engine (CUDA FP16/FP32 then plan without split-K: slower at small batches); false: the CPU engines and "
-      "CUDA INT8 are so anyway, CUDA FP16/FP32 may differ in the last bits", check_bool },
+      "CUDA INT8 are so anyway, CUDA FP16/FP32 may differ in the last bits",
+      check_bool },
     { "gpu_tuning", STR(gpu_tuning), "",
       "CUDA engine overrides, to compare its ways of running the network (serve with none): comma-separated "
       "autotune=off|log, stem=separate, pool=separate, downsample=inside|separate, pdl=on|off; empty: the "
-      "engine's own choices", check_tuning },
+      "engine's own choices",
+      check_tuning },
     { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
       "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },
     { "max_queue_delay_us", INT_AUTO(max_queue_delay_us, 0, 10000000), "auto",
@@ -122,20 +128,25 @@ static const config_option options[] = {
     { "decode", STR(decode), "auto",
       "where JPEGs are decoded: gpu (nvJPEG hardware decoder), gpu-exact (the same, pixels bit-exact with cpu, "
       "slower), cpu (libjpeg-turbo, bit-exact with torchvision), or auto (gpu when the CUDA engine's device has "
-      "a hardware decoder)", check_decode },
+      "a hardware decoder)",
+      check_decode },
     { "gpu_decode_memory", BYTES_AUTO(gpu_decode_memory, 16L << 20, 64L << 30), "auto",
       "GPU memory for decoded pixels, split between the engine slots (suffixes K, M, G); larger images decode on the "
-      "CPU; auto: 8G, at most an eighth of the device's memory", NULL },
+      "CPU; auto: 8G, at most an eighth of the device's memory",
+      NULL },
     { "cpu_decode_assist", INT_AUTO(cpu_decode_assist, 0, 1000000), "auto",
       "with GPU decoding, when the decode threads decode JPEGs the GPU could take: auto: each one the CPU finishes "
-      "in under half the time the GPU's measured backlog (queued and being decoded) would take; N: all while at least N images wait in the queue; 0: never", NULL },
+      "in under half the time the GPU's measured backlog (queued and being decoded) would take; N: all while at least "
+      "N images wait in the queue; 0: never",
+      NULL },
     { "engine_threads", INT(engine_threads, 0, 256), "0", "CPU engine threads; 0: all CPUs", NULL },
     { "max_body_bytes", BYTES(max_body_bytes, 1024, 1L << 30), "16M",
       "largest request body (suffixes K, M, G); larger ones get 413 unread", NULL },
     { "body_memory_bytes", BYTES_AUTO(body_memory_bytes, 1024, 1L << 40), "auto",
       "memory for all request bodies being received, and the CPU decodes running, together; past it requests "
       "get 503; auto: an eighth of the memory this process may use (physical, or its cgroup's limit), "
-      "1G to 16G (under 4G of memory, a quarter)", NULL },
+      "1G to 16G (under 4G of memory, a quarter)",
+      NULL },
     { "max_pixels", BYTES(max_pixels, 1, 1L << 30), "64M",
       "largest decoded image, width x height (suffixes K, M, G); larger ones get 413", NULL },
     { "request_timeout_ms", INT(request_timeout_ms, 1, 3600000), "10000",
@@ -146,7 +157,8 @@ static const config_option options[] = {
       "most client connections served at once; connections that have sent nothing yet wait outside it", NULL },
     { "client_connection_limit", INT_AUTO(client_connection_limit, 0, 1000000), "auto",
       "most connections from one client address, open or waiting for their first bytes; more get 503; "
-      "0: no limit (behind a proxy); auto: half of connection_limit", NULL },
+      "0: no limit (behind a proxy); auto: half of connection_limit",
+      NULL },
     { "connection_timeout_s", INT(connection_timeout_s, 1, 3600), "30",
       "an idle or stalled connection is closed after this long", NULL },
     { "header_timeout_s", INT(header_timeout_s, 1, 3600), "10",
@@ -158,7 +170,8 @@ static const config_option options[] = {
     { "listen_backlog", INT(listen_backlog, 1, 65535), "1024", "kernel listen queue length", NULL },
     { "access_log", STR(access_log), "",
       "a file to append one JSON line per request to (time, peer, method, path, status, bytes, images, latency, "
-      "id); empty: none", NULL },
+      "id); empty: none",
+      NULL },
     { "tls_certificate", STR(tls_certificate), "",
       "a PEM certificate (chain) file: the listener serves HTTPS instead of HTTP; needs tls_key", NULL },
     { "tls_key", STR(tls_key), "", "the certificate's PEM private key file (unencrypted)", NULL },
@@ -193,9 +206,12 @@ static int parse_long(const char *v, int bytes, long *out)
     if (bytes && *end) {
         long mult;
         switch (*end) {
-        case 'k': case 'K': mult = 1L << 10; break;
-        case 'm': case 'M': mult = 1L << 20; break;
-        case 'g': case 'G': mult = 1L << 30; break;
+        case 'k':
+        case 'K': mult = 1L << 10; break;
+        case 'm':
+        case 'M': mult = 1L << 20; break;
+        case 'g':
+        case 'G': mult = 1L << 30; break;
         default: return -1;
         }
         end++;
@@ -228,9 +244,10 @@ static int option_set(config *c, const config_option *o, const char *value, char
         v = CONFIG_AUTO;
     } else if (parse_long(value, o->type == CONFIG_BYTES, &v) != 0) {
         snprintf(err, errlen, "%s: '%s' is not %s", o->name, value,
-                 o->type == CONFIG_BYTES ? (o->allow_auto ? "a size (digits, optional K/M/G) or 'auto'"
-                                                  : "a size (digits, optional K/M/G)") :
-                 o->allow_auto ? "a whole number or 'auto'" : "a whole number");
+                 o->type == CONFIG_BYTES
+                     ? (o->allow_auto ? "a size (digits, optional K/M/G) or 'auto'" : "a size (digits, optional K/M/G)")
+                 : o->allow_auto ? "a whole number or 'auto'"
+                                 : "a whole number");
         return -1;
     } else if (v < o->min || v > o->max) {
         snprintf(err, errlen, "%s: %ld is outside %ld..%ld", o->name, v, o->min, o->max);
@@ -357,9 +374,18 @@ int config_load(config *c, config_cli *cli, int argc, char **argv, char *err, si
     /* First pass: the switches and --config, so the file loads before flags. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { cli->help = 1; continue; }
-        if (strcmp(a, "--version") == 0) { cli->version = 1; continue; }
-        if (strcmp(a, "--check-config") == 0) { cli->check_config = 1; continue; }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli->help = 1;
+            continue;
+        }
+        if (strcmp(a, "--version") == 0) {
+            cli->version = 1;
+            continue;
+        }
+        if (strcmp(a, "--check-config") == 0) {
+            cli->check_config = 1;
+            continue;
+        }
         if (!flag_to_name(a, name, sizeof name)) {
             snprintf(err, errlen, "unexpected argument '%s' (options start with --)", a);
             return -1;
@@ -425,7 +451,8 @@ int config_validate(const config *c, char *err, size_t errlen)
         return -1;
     }
     if (strcmp(c->precision, "int8") == 0 && !c->calibration[0]) {
-        snprintf(err, errlen, "precision int8 needs calibration = FILE (a table made by resnetd-calibrate "
+        snprintf(err, errlen,
+                 "precision int8 needs calibration = FILE (a table made by resnetd-calibrate "
                  "for these weights)");
         return -1;
     }
@@ -435,8 +462,8 @@ int config_validate(const config *c, char *err, size_t errlen)
         return -1;
     for (int i = 0; i < n; i++)
         if (c->max_batch_size != CONFIG_AUTO && sizes[i] > c->max_batch_size) {
-            snprintf(err, errlen, "preferred_batch_sizes: %d is larger than max_batch_size %ld",
-                     sizes[i], c->max_batch_size);
+            snprintf(err, errlen, "preferred_batch_sizes: %d is larger than max_batch_size %ld", sizes[i],
+                     c->max_batch_size);
             return -1;
         }
     if (!c->tls_certificate[0] != !c->tls_key[0]) {
@@ -445,14 +472,15 @@ int config_validate(const config *c, char *err, size_t errlen)
         return -1;
     }
     if (c->body_memory_bytes != CONFIG_AUTO && c->body_memory_bytes < c->max_body_bytes) {
-        snprintf(err, errlen, "body_memory_bytes %ld is smaller than max_body_bytes %ld: "
-                 "a body of the largest size could never be received", c->body_memory_bytes, c->max_body_bytes);
+        snprintf(err, errlen,
+                 "body_memory_bytes %ld is smaller than max_body_bytes %ld: "
+                 "a body of the largest size could never be received",
+                 c->body_memory_bytes, c->max_body_bytes);
         return -1;
     }
-    if (c->queue_capacity != CONFIG_AUTO && c->max_batch_size != CONFIG_AUTO &&
-        c->queue_capacity < c->max_batch_size) {
-        snprintf(err, errlen, "queue_capacity %ld is smaller than max_batch_size %ld",
-                 c->queue_capacity, c->max_batch_size);
+    if (c->queue_capacity != CONFIG_AUTO && c->max_batch_size != CONFIG_AUTO && c->queue_capacity < c->max_batch_size) {
+        snprintf(err, errlen, "queue_capacity %ld is smaller than max_batch_size %ld", c->queue_capacity,
+                 c->max_batch_size);
         return -1;
     }
     return 0;

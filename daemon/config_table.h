@@ -14,44 +14,44 @@
 #define CONFIG_AUTO (-1L)
 #define CONFIG_MAX_PREFERRED 16
 #define CONFIG_PATH_MAX 4096
-#define CONFIG_FILE_MAX (1L << 20)    /* largest config file read */
+#define CONFIG_FILE_MAX (1L << 20) /* largest config file read */
 #define CONFIG_MAX_OPTIONS 64
-#define CONFIG_FROM_FLAG (-1)         /* config.line: set by a command-line flag */
+#define CONFIG_FROM_FLAG (-1) /* config.line: set by a command-line flag */
 
 typedef struct config {
-    char listen[256];             /* ADDR:PORT, [ADDR6]:PORT; port 0 = ephemeral */
+    char listen[256]; /* ADDR:PORT, [ADDR6]:PORT; port 0 = ephemeral */
     char weights[CONFIG_PATH_MAX]; /* safetensors file, or "synthetic" */
-    char labels[CONFIG_PATH_MAX];  /* "" = the installed default */
-    char device[32];              /* cpu, cuda, cuda:N, auto */
-    char precision[16];           /* fp32, fp16, int8, default */
+    char labels[CONFIG_PATH_MAX]; /* "" = the installed default */
+    char device[32]; /* cpu, cuda, cuda:N, auto */
+    char precision[16]; /* fp32, fp16, int8, default */
     char calibration[CONFIG_PATH_MAX]; /* INT8 calibration table; "" = none */
-    char deterministic[8];        /* "true", "false": engine_config.deterministic */
-    char gpu_tuning[128];         /* engine_tuning_parse's text: engine_config.tuning */
-    long max_batch_size;          /* images per engine batch; auto per device */
-    long max_queue_delay_us;      /* oldest image's longest wait for a fuller batch */
+    char deterministic[8]; /* "true", "false": engine_config.deterministic */
+    char gpu_tuning[128]; /* engine_tuning_parse's text: engine_config.tuning */
+    long max_batch_size; /* images per engine batch; auto per device */
+    long max_queue_delay_us; /* oldest image's longest wait for a fuller batch */
     char preferred_batch_sizes[256]; /* "4,8": comma list, "" = none */
-    long queue_capacity;          /* preallocated image slots */
-    long threads;                 /* HTTP worker threads (parsing, answering) */
-    long decode_threads;          /* the JPEG decode pool, shared by all connections */
-    char decode[16];              /* auto, gpu, cpu */
-    long gpu_decode_memory;       /* device arena for decoded pixels */
-    long cpu_decode_assist;       /* GPU decoding: CONFIG_AUTO by cost, N past a queue depth of N, 0 never */
-    long engine_threads;          /* CPU engine threads, 0 = all cores */
+    long queue_capacity; /* preallocated image slots */
+    long threads; /* HTTP worker threads (parsing, answering) */
+    long decode_threads; /* the JPEG decode pool, shared by all connections */
+    char decode[16]; /* auto, gpu, cpu */
+    long gpu_decode_memory; /* device arena for decoded pixels */
+    long cpu_decode_assist; /* GPU decoding: CONFIG_AUTO by cost, N past a queue depth of N, 0 never */
+    long engine_threads; /* CPU engine threads, 0 = all cores */
     long max_body_bytes;
-    long body_memory_bytes;       /* all buffered request bodies together (503 past it) */
-    long max_pixels;              /* decoded width x height per image */
-    long request_timeout_ms;      /* our per-request deadline (504) */
-    long drain_timeout_ms;        /* SIGTERM: longest wait for in-flight requests */
+    long body_memory_bytes; /* all buffered request bodies together (503 past it) */
+    long max_pixels; /* decoded width x height per image */
+    long request_timeout_ms; /* our per-request deadline (504) */
+    long drain_timeout_ms; /* SIGTERM: longest wait for in-flight requests */
     long connection_limit;
     long client_connection_limit; /* per client address; 0: none */
-    long connection_timeout_s;    /* idle connections are closed */
-    long header_timeout_s;        /* a request's headers must arrive within this (slowloris) */
-    long min_body_rate;           /* bytes/s a body must average after header_timeout_s; 0: none */
+    long connection_timeout_s; /* idle connections are closed */
+    long header_timeout_s; /* a request's headers must arrive within this (slowloris) */
+    long min_body_rate; /* bytes/s a body must average after header_timeout_s; 0: none */
     long connection_memory_bytes; /* a connection's read buffer at most: the largest head */
     long listen_backlog;
-    char access_log[CONFIG_PATH_MAX];  /* one JSON line per request; "" = none */
-    char tls_certificate[CONFIG_PATH_MAX];  /* PEM chain: HTTPS on the listener; "" = plain HTTP */
-    char tls_key[CONFIG_PATH_MAX];          /* its private key (PEM) */
+    char access_log[CONFIG_PATH_MAX]; /* one JSON line per request; "" = none */
+    char tls_certificate[CONFIG_PATH_MAX]; /* PEM chain: HTTPS on the listener; "" = plain HTTP */
+    char tls_key[CONFIG_PATH_MAX]; /* its private key (PEM) */
     /* Where each option (in config_options' order) was set: its line in
      * --config's file, CONFIG_FROM_FLAG, or 0 (the default). */
     int line[CONFIG_MAX_OPTIONS];
@@ -63,24 +63,24 @@ typedef enum { CONFIG_STRING, CONFIG_INT, CONFIG_BYTES } config_type;
 int config_bool(const char *v);
 
 typedef struct config_option {
-    const char *name;      /* file key; the flag is --name with '_' -> '-' */
+    const char *name; /* file key; the flag is --name with '_' -> '-' */
     config_type type;
-    size_t offset;         /* into struct config */
-    size_t size;           /* CONFIG_STRING: buffer size */
-    long min, max;         /* CONFIG_INT/BYTES bounds */
-    int allow_auto;        /* accepts "auto" (stored as CONFIG_AUTO) */
-    const char *def;       /* default, written as in the file */
-    const char *doc;       /* one line for --help and the sample config */
+    size_t offset; /* into struct config */
+    size_t size; /* CONFIG_STRING: buffer size */
+    long min, max; /* CONFIG_INT/BYTES bounds */
+    int allow_auto; /* accepts "auto" (stored as CONFIG_AUTO) */
+    const char *def; /* default, written as in the file */
+    const char *doc; /* one line for --help and the sample config */
     /* Optional extra validation of a string value. */
     int (*check)(const char *value, char *err, size_t errlen);
 } config_option;
 
 /* What the command line asked for besides options. */
 typedef struct config_cli {
-    const char *config_path;   /* --config FILE, or NULL */
-    int check_config;          /* --check-config */
-    int help;                  /* --help */
-    int version;               /* --version */
+    const char *config_path; /* --config FILE, or NULL */
+    int check_config; /* --check-config */
+    int help; /* --help */
+    int version; /* --version */
 } config_cli;
 
 const config_option *config_options(int *count);

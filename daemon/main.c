@@ -15,7 +15,7 @@
  * before main), so a handler that may run on any thread writes the signal
  * to a self-pipe; the main thread polls it, which also paces the systemd
  * watchdog. */
-#define _GNU_SOURCE  /* pipe2 */
+#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <config.h>  /* autoconf's, not daemon/config_table.h: <> skips this directory */
+#include <config.h> /* autoconf's, not daemon/config_table.h: <> skips this directory */
 #include "daemon/pipeline/batcher.h"
 #include "daemon/http/budget.h"
 #include "daemon/api/classify.h"
@@ -105,7 +105,7 @@ static long long usable_memory(void)
         }
         snprintf(dir, sizeof dir, "%.4000s", p);
         dir[strcspn(dir, "\n")] = '\0';
-        for (;;) {   /* this group, then each one above it */
+        for (;;) { /* this group, then each one above it */
             long long lim = cgroup_limit(root, dir, file);
             if (lim > 0 && (mem == 0 || lim < mem))
                 mem = lim;
@@ -128,7 +128,7 @@ static engine *create_engine(const config *given, engine_device d, int index, co
 {
     engine_config ec = { .device = d, .device_index = index, .calib = calib };
     if (engine_parse_precision(given->precision, &ec.precision) != 0) {
-        snprintf(err, errlen, "bad precision");   /* validated by config already */
+        snprintf(err, errlen, "bad precision"); /* validated by config already */
         return NULL;
     }
     long ncpus = usable_cpus();
@@ -139,7 +139,7 @@ static engine *create_engine(const config *given, engine_device d, int index, co
     ec.threads = (int)given->engine_threads;
     ec.deterministic = config_bool(given->deterministic);
     if (engine_tuning_parse(given->gpu_tuning, &ec.tuning, err, errlen) != 0)
-        return NULL;   /* validated by config already */
+        return NULL; /* validated by config already */
     engine *e = engine_create(w, &ec, err, errlen);
     if (!e)
         return NULL;
@@ -163,14 +163,16 @@ static engine *create_engine(const config *given, engine_device d, int index, co
 static int engine_policy(const config *rc, const engine *e, batch_policy *policy, char *err, size_t errlen)
 {
     *policy = (batch_policy){ .max_batch = e->max_batch, .max_delay_us = (uint64_t)rc->max_queue_delay_us };
-    policy->npreferred = config_preferred_sizes(rc->preferred_batch_sizes, policy->preferred,
-                                                BATCH_MAX_PREFERRED, err, errlen);
+    policy->npreferred = config_preferred_sizes(rc->preferred_batch_sizes, policy->preferred, BATCH_MAX_PREFERRED, err,
+                                                errlen);
     if (policy->npreferred < 0)
         return -1;
     for (int i = 0; i < policy->npreferred; i++)
         if (policy->preferred[i] > e->max_batch) {
-            snprintf(err, errlen, "preferred_batch_sizes: %d is larger than the %s engine's max batch %d "
-                     "(max_batch_size)", policy->preferred[i], engine_device_name(e->device), e->max_batch);
+            snprintf(err, errlen,
+                     "preferred_batch_sizes: %d is larger than the %s engine's max batch %d "
+                     "(max_batch_size)",
+                     policy->preferred[i], engine_device_name(e->device), e->max_batch);
             return -1;
         }
     return 0;
@@ -188,8 +190,7 @@ static int create_devjpeg(const config *rc, engine *e, devjpeg **out)
     if (mode == DEVJPEG_MODE_AUTO && e->device != ENGINE_DEVICE_CUDA)
         return 0;
     size_t arena = rc->gpu_decode_memory == CONFIG_AUTO ? 0 : (size_t)rc->gpu_decode_memory;
-    *out = devjpeg_create(e, arena, (int)rc->decode_threads, mode == DEVJPEG_MODE_GPU_EXACT,
-                          err, sizeof err);
+    *out = devjpeg_create(e, arena, (int)rc->decode_threads, mode == DEVJPEG_MODE_GPU_EXACT, err, sizeof err);
     if (*out)
         return 0;
     if (mode != DEVJPEG_MODE_AUTO) {
@@ -233,8 +234,8 @@ static int signals_setup(void)
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0 ||
-        sigaction(SIGHUP, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGHUP, &sa, NULL) != 0 ||
+        sigaction(SIGUSR1, &sa, NULL) != 0)
         return -1;
     sa.sa_handler = SIG_IGN;
     return sigaction(SIGPIPE, &sa, NULL);
@@ -284,7 +285,7 @@ static int wait_for_zero(server *srv, long (*count)(server *), long ms)
  * exits 1 and may succeed on a restart. */
 #define EXIT_BAD_CONFIG 2
 #define EXIT_BAD_FILE 3
-#define TLS_PEM_MAX (1 << 20)   /* a certificate chain or key file */
+#define TLS_PEM_MAX (1 << 20) /* a certificate chain or key file */
 
 /* Every connection, open or waiting for its first bytes, is a descriptor:
  * the soft limit is raised to the hard one (the soft default, 1024, is
@@ -300,11 +301,11 @@ static void raise_fd_limit(const config *c)
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
             return;
     }
-    rlim_t need = (rlim_t)c->connection_limit * 2 + 256;   /* open + waiting, files, threads */
+    rlim_t need = (rlim_t)c->connection_limit * 2 + 256; /* open + waiting, files, threads */
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
         log_warn("the file descriptor limit (%llu) is below what connection_limit %ld needs (%llu): beyond it "
-                 "connections get 503; raise LimitNOFILE or ulimit -n", (unsigned long long)rl.rlim_cur,
-                 c->connection_limit, (unsigned long long)need);
+                 "connections get 503; raise LimitNOFILE or ulimit -n",
+                 (unsigned long long)rl.rlim_cur, c->connection_limit, (unsigned long long)need);
 }
 
 /* HTTPS: both PEM files read at start-up, so that a wrong path exits 3
@@ -318,8 +319,8 @@ static int read_tls(const config *cfg, const char *config_path, char *pem[2])
     char err[1024];
     for (int i = 0; i < 2; i++) {
         size_t len;
-        if (textfile_read(paths[i], TLS_PEM_MAX, &pem[i], &len, err, sizeof err) != 0 ||
-            strlen(pem[i]) != len || !strstr(pem[i], "-----BEGIN ")) {
+        if (textfile_read(paths[i], TLS_PEM_MAX, &pem[i], &len, err, sizeof err) != 0 || strlen(pem[i]) != len ||
+            !strstr(pem[i], "-----BEGIN ")) {
             char where[CONFIG_PATH_MAX + 64];
             config_where(cfg, config_path, keys[i], where, sizeof where);
             log_error("%s: %s", where, pem[i] ? "not a PEM file" : err);
@@ -334,8 +335,8 @@ typedef struct engine_set {
     int n;
     engine *eng[ENGINE_MAX_DEVICES];
     devjpeg *dj[ENGINE_MAX_DEVICES];
-    char labels[ENGINE_MAX_DEVICES * 12];   /* "cuda:0,cuda:1" */
-    size_t gpu_bytes, pinned_bytes;         /* all allocated at creation: set once */
+    char labels[ENGINE_MAX_DEVICES * 12]; /* "cuda:0,cuda:1" */
+    size_t gpu_bytes, pinned_bytes; /* all allocated at creation: set once */
 } engine_set;
 
 /* One engine per device: a pipeline each (its slots, device JPEG decoder,
@@ -350,8 +351,8 @@ static int open_engines(const config *cfg, config *rc, const resnet18_weights *w
     int devs[ENGINE_MAX_DEVICES];
     memset(es, 0, sizeof *es);
     if (engine_parse_devices(cfg->device, &kind, devs, ENGINE_MAX_DEVICES, &es->n) != 0)
-        return -1;   /* validated by config already */
-    if (es->n == 0) {   /* cuda:all */
+        return -1; /* validated by config already */
+    if (es->n == 0) { /* cuda:all */
         es->n = engine_cuda_device_count();
         if (es->n == 0) {
             log_error("device = cuda:all: no CUDA device is usable");
@@ -370,8 +371,7 @@ static int open_engines(const config *cfg, config *rc, const resnet18_weights *w
             return -1;
         char label[32];
         infer_engine_label(es->eng[i], label, sizeof label);
-        snprintf(es->labels + strlen(es->labels), sizeof es->labels - strlen(es->labels), "%s%s", i ? "," : "",
-                 label);
+        snprintf(es->labels + strlen(es->labels), sizeof es->labels - strlen(es->labels), "%s%s", i ? "," : "", label);
         es->gpu_bytes += engine_device_memory(es->eng[i]) + (es->dj[i] ? devjpeg_device_memory(es->dj[i]) : 0);
         es->pinned_bytes += engine_pinned_memory(es->eng[i]);
     }
@@ -396,14 +396,15 @@ static int open_engines(const config *cfg, config *rc, const resnet18_weights *w
 static void log_listening(const config *rc, server *srv, const engine_set *es, int tls)
 {
     const engine *e = es->eng[0];
-    const char *decode = !es->dj[0] ? "CPU (libjpeg-turbo)"
+    const char *decode = !es->dj[0]                             ? "CPU (libjpeg-turbo)"
                          : strcmp(rc->decode, "gpu-exact") == 0 ? "GPU (nvJPEG hardware, libjpeg-exact)"
                                                                 : "GPU (nvJPEG hardware)";
     log_info("listening on %s%s (port %d): %s engine%s, %s, %d classes, max batch %d, max queue delay %ld us, "
-             "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s", tls ? "https://" : "",
-             rc->listen, server_port(srv), es->n > 1 ? es->labels : engine_device_name(e->device),
-             es->n > 1 ? "s" : "", engine_precision_name(e->precision), e->classes, e->max_batch,
-             rc->max_queue_delay_us, rc->queue_capacity, rc->threads, rc->decode_threads, decode);
+             "queue %ld, %ld HTTP threads, %ld decode threads, JPEG decoding on the %s",
+             tls ? "https://" : "", rc->listen, server_port(srv),
+             es->n > 1 ? es->labels : engine_device_name(e->device), es->n > 1 ? "s" : "",
+             engine_precision_name(e->precision), e->classes, e->max_batch, rc->max_queue_delay_us, rc->queue_capacity,
+             rc->threads, rc->decode_threads, decode);
 }
 
 /* Metrics from start-up on: build, model, memory, and NVML's GPU telemetry
@@ -422,8 +423,10 @@ static void metrics_start(const served_model *model, const engine_set *es)
     int found = gputel_open(cuda, es->n);
     if (found > 0)
         metrics_set_gpu_probe(gputel_read);
-    log_info("GPU telemetry (utilisation, power, energy, memory) in /metrics: %s",
-             found == es->n ? "from NVML" : found > 0 ? "from NVML, for some GPUs only" : "none (no NVML)");
+    log_info("GPU telemetry (utilisation, power, energy, memory) in /metrics: %s", found == es->n ? "from NVML"
+                                                                                   : found > 0
+                                                                                       ? "from NVML, for some GPUs only"
+                                                                                       : "none (no NVML)");
 }
 
 /* A warm-up batch on each engine, then its batcher thread. */
@@ -448,8 +451,8 @@ static int start_batchers(const config *rc, const engine_set *es, infer *const *
 /* What runs between start-up and exit: the queue, one pipeline per engine,
  * the reloader and the server. */
 typedef struct running {
-    budget bodies;          /* request bodies being received or decoded, decode buffers */
-    decode_route route;     /* GPU/CPU decode costs, measured by the completion and decode threads */
+    budget bodies; /* request bodies being received or decoded, decode buffers */
+    decode_route route; /* GPU/CPU decode costs, measured by the completion and decode threads */
     queue *q;
     infer *inf[ENGINE_MAX_DEVICES];
     batcher *bat[ENGINE_MAX_DEVICES];
@@ -468,7 +471,7 @@ static int run_start(running *r, int argc, char **argv, const config *cfg, const
     }
     decode_route_init(&r->route, es->n);
     decode_route *rt = es->dj[0] ? &r->route : NULL;
-    for (int c = -1; rt && c < ROUTE_CPU_CLASSES; c++)   /* the seeds, until measured */
+    for (int c = -1; rt && c < ROUTE_CPU_CLASSES; c++) /* the seeds, until measured */
         metrics_set_decode_cost(c, c < 0 ? decode_route_gpu_ps(rt) : decode_route_cpu_ps(rt, c));
     for (int i = 0; i < es->n; i++)
         if (!(r->inf[i] = infer_create(es->eng[i], model, es->dj[i], rt, &classify_sink, err, sizeof err))) {
@@ -497,7 +500,7 @@ static void run_stop(running *r, engine_set *es)
         infer_stop(r->inf[i]);
     server_stop(r->srv);
     for (int i = 0; i < es->n; i++) {
-        engine *cur = infer_engine(r->inf[i]);   /* a reload may have replaced the first */
+        engine *cur = infer_engine(r->inf[i]); /* a reload may have replaced the first */
         infer_destroy(r->inf[i]);
         devjpeg_destroy(es->dj[i]);
         engine_destroy(cur);
@@ -525,19 +528,20 @@ static void drain(int sig, const config *rc, server *srv, reloader *rl, queue *q
             for (int i = 0; i < n; i++, failed++) {
                 queue_release(q, &left[i].slot, 1);
                 classify_sink.fail(left[i].req, left[i].image, 503, "shutting_down",
-                                 "the server stopped before this request ran");
+                                   "the server stopped before this request ran");
             }
         log_warn("drain timeout: %d requests waiting for a decoder and %d queued images answered 503; "
                  "%ld requests being decoded stop before their next image; "
-                 "closing %ld unfinished connections", undecoded, failed, server_decoding(srv), server_active(srv));
+                 "closing %ld unfinished connections",
+                 undecoded, failed, server_decoding(srv), server_active(srv));
         /* Batches already in the engine finish and are answered, decodes
          * finish their current image; the HTTP layer must not be stopped
          * while any request waits for its answer. */
         if (wait_for_zero(srv, server_suspended, DRAIN_GRACE_MS) != 0) {
             long decoding = server_decoding(srv);
             log_error("%ld requests still unanswered after %d ms more (%ld decoding an image, %ld in the "
-                      "engine); exiting", server_suspended(srv), DRAIN_GRACE_MS, decoding,
-                      server_suspended(srv) - decoding);
+                      "engine); exiting",
+                      server_suspended(srv), DRAIN_GRACE_MS, decoding, server_suspended(srv) - decoding);
             _exit(1);
         }
         /* Let the 503s just queued reach their clients. */
@@ -568,7 +572,8 @@ static void report_config_ok(const config *cfg, served_model *model, engine_set 
 {
     const engine *e = es->eng[0];
     printf("resnetd: configuration OK (weights %s, %d classes, labels %s, %s engine%s, %s, max batch %d, "
-           "%s decode)\n", cfg->weights, e->classes, model->labels_path, es->labels, es->n > 1 ? "s" : "",
+           "%s decode)\n",
+           cfg->weights, e->classes, model->labels_path, es->labels, es->n > 1 ? "s" : "",
            engine_precision_name(e->precision), e->max_batch, es->dj[0] ? "gpu" : "cpu");
     for (int i = 0; i < es->n; i++) {
         devjpeg_destroy(es->dj[i]);
@@ -582,11 +587,17 @@ static response_service service_of(const config *rc, const engine_set *es)
 {
     const engine *e = es->eng[0];
     return (response_service){
-        .device = engine_device_name(e->device), .device_index = e->device_index, .engines = es->labels,
-        .precision = engine_precision_name(e->precision), .deterministic = e->deterministic,
-        .max_batch_size = e->max_batch, .max_queue_delay_us = rc->max_queue_delay_us,
-        .preferred_batch_sizes = rc->preferred_batch_sizes, .queue_capacity = (int)rc->queue_capacity,
-        .request_timeout_ms = rc->request_timeout_ms, .max_body_bytes = rc->max_body_bytes,
+        .device = engine_device_name(e->device),
+        .device_index = e->device_index,
+        .engines = es->labels,
+        .precision = engine_precision_name(e->precision),
+        .deterministic = e->deterministic,
+        .max_batch_size = e->max_batch,
+        .max_queue_delay_us = rc->max_queue_delay_us,
+        .preferred_batch_sizes = rc->preferred_batch_sizes,
+        .queue_capacity = (int)rc->queue_capacity,
+        .request_timeout_ms = rc->request_timeout_ms,
+        .max_body_bytes = rc->max_body_bytes,
         .max_pixels = rc->max_pixels,
         .decode = es->dj[0] ? (strcmp(rc->decode, "gpu-exact") == 0 ? "gpu-exact" : "gpu") : "cpu",
     };
@@ -598,7 +609,7 @@ int main(int argc, char **argv)
     config cfg, rc;
     config_cli cli;
     if (config_load(&cfg, &cli, argc, argv, err, sizeof err) != 0) {
-        char clean[1024];   /* config text is quoted: bytes that are not UTF-8 as \xNN */
+        char clean[1024]; /* config text is quoted: bytes that are not UTF-8 as \xNN */
         fprintf(stderr, "resnetd: %s\n", utf8_sanitize(clean, sizeof clean, err));
         return EXIT_BAD_CONFIG;
     }
@@ -642,7 +653,7 @@ int main(int argc, char **argv)
     engine_set es;
     if (open_engines(&cfg, &rc, &w, calib_ptr, &es) != 0)
         return 1;
-    weights_free(&w);   /* the engines hold their own copies */
+    weights_free(&w); /* the engines hold their own copies */
     engine *e = es.eng[0];
     batch_policy policy;
     if (engine_policy(&rc, e, &policy, err, sizeof err) != 0) {
@@ -659,7 +670,7 @@ int main(int argc, char **argv)
     metrics_start(model, &es);
     response_service svc = service_of(&rc, &es);
 
-    static running run;   /* the pipeline's objects live until main returns */
+    static running run; /* the pipeline's objects live until main returns */
     if (run_start(&run, argc, argv, &cfg, &rc, &svc, &es, model, tls_pem[0] ? &tls : NULL) != 0)
         return 1;
     server *srv = run.srv;

@@ -25,7 +25,7 @@ int notify_send(const char *state)
     }
     memcpy(sa.sun_path, path, len);
     if (path[0] == '@')
-        sa.sun_path[0] = '\0';   /* abstract namespace: no terminating NUL counted */
+        sa.sun_path[0] = '\0'; /* abstract namespace: no terminating NUL counted */
     socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (path[0] == '/'));
 
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);

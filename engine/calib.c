@@ -12,8 +12,8 @@
 #include "image/preprocess.h"
 #include "util/textfile.h"
 
-#define TARGET_BINS 128   /* int8 magnitudes 0..127 */
-#define CALIB_FILE_MAX (16u << 20)   /* a table is a few KB */
+#define TARGET_BINS 128 /* int8 magnitudes 0..127 */
+#define CALIB_FILE_MAX (16u << 20) /* a table is a few KB */
 
 const char *calib_tensor_name(int i)
 {
@@ -31,8 +31,14 @@ const char *calib_method_name(calib_method m)
 
 int calib_parse_method(const char *s, calib_method *m)
 {
-    if (strcmp(s, "entropy") == 0) { *m = CALIB_ENTROPY; return 0; }
-    if (strcmp(s, "percentile") == 0) { *m = CALIB_PERCENTILE; return 0; }
+    if (strcmp(s, "entropy") == 0) {
+        *m = CALIB_ENTROPY;
+        return 0;
+    }
+    if (strcmp(s, "percentile") == 0) {
+        *m = CALIB_PERCENTILE;
+        return 0;
+    }
     return -1;
 }
 
@@ -49,8 +55,8 @@ static float src_scale(const calib_table *t, int src)
     return t->scale[(src == R18_POOL ? 0 : src) + 1];
 }
 
-void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult,
-                      float *res_scale, float *out_inv)
+void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult, float *res_scale,
+                       float *out_inv)
 {
     const resnet18_conv_desc *d = &resnet18_convs[i];
     int8_quantize_weights(w->conv[i].w, d->cout, d->k * d->k * d->cin, q, mult);
@@ -92,7 +98,7 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
     char *text, why_read[512];
     size_t len;
     if (textfile_read(path, CALIB_FILE_MAX, &text, &len, why_read, sizeof why_read) != 0) {
-        size_t skip = strncmp(why_read, path, strlen(path)) == 0 ? strlen(path) + 2 : 0;   /* "PATH: why" */
+        size_t skip = strncmp(why_read, path, strlen(path)) == 0 ? strlen(path) + 2 : 0; /* "PATH: why" */
         snprintf(err, errlen, "calibration table %s: cannot read: %s", path,
                  skip <= strlen(why_read) ? why_read + skip : why_read);
         return -1;
@@ -145,7 +151,8 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
         if (!why && json_object_size(scales) != CALIB_NTENSORS) {
             const char *key;
             json_t *v;
-            json_object_foreach(scales, key, v) {
+            json_object_foreach(scales, key, v)
+            {
                 int known = 0;
                 for (int i = 0; i < CALIB_NTENSORS; i++)
                     known |= strcmp(key, calib_tensor_name(i)) == 0;
@@ -173,9 +180,11 @@ int calib_check_weights(const calib_table *t, const char *table_path, const resn
     const char *id = calib_weights_id(w);
     if (strcmp(t->weights_sha256, id) == 0)
         return 0;
-    snprintf(err, errlen, "calibration table %s was made for weights with SHA-256 %s, but %s has %s%s: "
-             "run resnetd-calibrate on these weights", table_path, t->weights_sha256, weights_path,
-             w->synthetic ? "none (synthetic weights)" : "SHA-256 ", w->synthetic ? "" : id);
+    snprintf(err, errlen,
+             "calibration table %s was made for weights with SHA-256 %s, but %s has %s%s: "
+             "run resnetd-calibrate on these weights",
+             table_path, t->weights_sha256, weights_path, w->synthetic ? "none (synthetic weights)" : "SHA-256 ",
+             w->synthetic ? "" : id);
     return -1;
 }
 
@@ -191,8 +200,7 @@ int calib_save(const char *path, const calib_table *t, char *err, size_t errlen)
               json_object_set_new(root, "version", json_integer(CALIB_VERSION)) ||
               json_object_set_new(root, "weights_sha256", json_string(t->weights_sha256)) ||
               json_object_set_new(root, "method", json_string(calib_method_name(t->method))) ||
-              (t->method == CALIB_PERCENTILE &&
-               json_object_set_new(root, "percentile", json_real(t->percentile))) ||
+              (t->method == CALIB_PERCENTILE && json_object_set_new(root, "percentile", json_real(t->percentile))) ||
               json_object_set_new(root, "images", json_integer(t->images)) ||
               json_object_set_new(root, "histogram_bins", json_integer(CALIB_BINS)) ||
               json_object_set(root, "scales", scales);
@@ -309,7 +317,7 @@ float calib_scale_entropy(const calib_hist *h)
     count[0] = count[1];
     double best_kl = INFINITY;
     int best = n;
-    uint64_t beyond = 0;    /* counts at or past bin i */
+    uint64_t beyond = 0; /* counts at or past bin i */
     for (int b = TARGET_BINS; b < n; b++)
         beyond += count[b];
     for (int i = TARGET_BINS; i <= n; i++) {

@@ -35,10 +35,10 @@ extern "C" {
 typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE } calib_method;
 
 typedef struct calib_table {
-    char weights_sha256[65];    /* hex digest, or CALIB_WEIGHTS_SYNTHETIC */
+    char weights_sha256[65]; /* hex digest, or CALIB_WEIGHTS_SYNTHETIC */
     calib_method method;
-    double percentile;          /* CALIB_PERCENTILE: the percentile of |x| used */
-    int images;                 /* calibration images seen */
+    double percentile; /* CALIB_PERCENTILE: the percentile of |x| used */
+    int images; /* calibration images seen */
     float scale[CALIB_NTENSORS];
 } calib_table;
 
@@ -68,8 +68,8 @@ int calib_save(const char *path, const calib_table *t, char *err, size_t errlen)
  * (KRSC, K = k*k*cin) and mult[c] = s_in * s_w[c]; *res_scale is the
  * residual's scale (0 without one), *out_inv 1 / the output's scale (0 for
  * the last conv, whose output stays FP32). */
-void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult,
-                      float *res_scale, float *out_inv);
+void calib_conv_params(const resnet18_weights *w, const calib_table *t, int i, int8_t *q, float *mult, float *res_scale,
+                       float *out_inv);
 /* The quantised normalisation of each byte value of each channel, and
  * *in_inv = 1 / the input's scale (for images that come as FP32). */
 void calib_input_lut(const calib_table *t, int8_t lut[3][256], float *in_inv);
@@ -79,7 +79,7 @@ void calib_input_lut(const calib_table *t, int8_t lut[3][256], float *in_inv);
  * a larger one arrives, so one pass suffices and the result depends only
  * on the values and their order. */
 typedef struct calib_hist {
-    double range;               /* 0 until a non-zero value is seen */
+    double range; /* 0 until a non-zero value is seen */
     uint64_t count[CALIB_BINS];
 } calib_hist;
 

@@ -1,7 +1,7 @@
 /* The CPU engines' thread pool and shared engine functions (see cpu_pool.h). Completion is counted per
  * unit, so the caller never waits for a worker that the OS has not yet
  * scheduled: such a worker later finds nothing left to claim. */
-#define _GNU_SOURCE   /* sched_getaffinity */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>
 #include <sys/mman.h>
 #include <stdio.h>
@@ -145,8 +145,8 @@ int cpu_pool_cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
-int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *e, int slot, int n), void *e,
-                      int slot, int n, char *err, size_t errlen)
+int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *e, int slot, int n), void *e, int slot,
+                      int n, char *err, size_t errlen)
 {
     if (n < 1 || n > max_batch) {
         snprintf(err, errlen, "batch of %d images outside 1..%d", n, max_batch);
@@ -179,7 +179,7 @@ void cpu_engine_fc(const float *f, const float *w, const float *b, int classes, 
     enum { LANES = 16 };
     for (int k = 0; k < classes; k++) {
         const float *wk = w + (size_t)k * features;
-        float part[LANES] = {0};
+        float part[LANES] = { 0 };
         for (int c = 0; c + LANES <= features; c += LANES)
             for (int j = 0; j < LANES; j++)
                 part[j] += f[c + j] * wk[c + j];
@@ -199,7 +199,7 @@ void *cpu_engine_alloc(size_t bytes)
         bytes = (bytes + huge - 1) / huge * huge;
         if (posix_memalign(&p, huge, bytes) != 0)
             return NULL;
-        (void)madvise(p, bytes, MADV_HUGEPAGE);   /* advisory: fine if refused */
+        (void)madvise(p, bytes, MADV_HUGEPAGE); /* advisory: fine if refused */
     } else if (posix_memalign(&p, 64, bytes) != 0) {
         return NULL;
     }
@@ -217,7 +217,7 @@ void cpu_engine_init_pub(engine *pub, const engine_ops *ops, void *ctx, engine_p
     pub->max_batch = cfg->max_batch;
     pub->nslots = cfg->nslots ? cfg->nslots : 2;
     pub->classes = w->classes;
-    pub->deterministic = 1;   /* per-image FC, fixed summation orders: see each engine */
+    pub->deterministic = 1; /* per-image FC, fixed summation orders: see each engine */
 }
 
 int cpu_engine_alloc_slots(engine *pub, const char *name, char *err, size_t errlen)

@@ -23,21 +23,21 @@
 typedef void cpu_pool_fn(void *ctx, int unit, int tid);
 
 typedef struct cpu_pool {
-    int nthreads;       /* including the caller */
+    int nthreads; /* including the caller */
     pthread_t th[CPU_POOL_MAX_THREADS];
-    int started;        /* worker threads running (nthreads - 1 when complete) */
-    int inited;         /* mutex and conditions initialised */
+    int started; /* worker threads running (nthreads - 1 when complete) */
+    int inited; /* mutex and conditions initialised */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    unsigned long gen;  /* under mu: bumped per job to wake sleeping workers */
+    unsigned long gen; /* under mu: bumped per job to wake sleeping workers */
     int stop;
-    cpu_pool_fn *fn;    /* the current job; stable while any unit of it runs */
+    cpu_pool_fn *fn; /* the current job; stable while any unit of it runs */
     void *ctx;
     /* (job number << 40) | (units << 20) | next unit: claiming a unit is one
      * compare-and-swap that also proves the job is still the current one. */
     _Atomic uint64_t work;
     atomic_int done_units;
-    uint64_t seq;       /* jobs published */
+    uint64_t seq; /* jobs published */
 } cpu_pool;
 
 /* Starts nthreads-1 workers (1..CPU_POOL_MAX_THREADS). pl must be zeroed.
@@ -62,8 +62,8 @@ static inline void cpu_pool_split(int total, int nparts, int i, int *lo, int *hi
  * submit, under the engine's lock mu (its buffers serve every slot), so
  * wait has nothing left to do. cpu_engine_submit checks n against
  * 1..max_batch, then runs forward(e, slot, n). */
-int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *e, int slot, int n), void *e,
-                      int slot, int n, char *err, size_t errlen);
+int cpu_engine_submit(pthread_mutex_t *mu, int max_batch, void (*forward)(void *e, int slot, int n), void *e, int slot,
+                      int n, char *err, size_t errlen);
 int cpu_engine_wait(void *ctx, int slot, char *err, size_t errlen);
 /* Their device and pinned memory: none. */
 size_t cpu_engine_no_device_memory(void *ctx);
@@ -91,7 +91,8 @@ int cpu_engine_check_memory(const engine *pub, const char *name, size_t per_imag
  * time, the loops are plain C either way. With -ffp-contract=off every
  * clone does the same float operations, so the results are the same bits. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CPU_VECTOR_CLONES __attribute__((target_clones("arch=icelake-server", "arch=skylake-avx512", "avx2", "default")))
+#define CPU_VECTOR_CLONES \
+    __attribute__((target_clones("arch=icelake-server", "arch=skylake-avx512", "avx2", "default")))
 #else
 #define CPU_VECTOR_CLONES
 #endif

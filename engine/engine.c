@@ -77,9 +77,18 @@ const char *engine_precision_name(engine_precision p)
 int engine_parse_device(const char *s, engine_device *d, int *index)
 {
     *index = 0;
-    if (strcmp(s, "cpu") == 0) { *d = ENGINE_DEVICE_CPU; return 0; }
-    if (strcmp(s, "auto") == 0) { *d = ENGINE_DEVICE_AUTO; return 0; }
-    if (strcmp(s, "cuda") == 0) { *d = ENGINE_DEVICE_CUDA; return 0; }
+    if (strcmp(s, "cpu") == 0) {
+        *d = ENGINE_DEVICE_CPU;
+        return 0;
+    }
+    if (strcmp(s, "auto") == 0) {
+        *d = ENGINE_DEVICE_AUTO;
+        return 0;
+    }
+    if (strcmp(s, "cuda") == 0) {
+        *d = ENGINE_DEVICE_CUDA;
+        return 0;
+    }
     if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
         char *end;
         long v = strtol(s + 5, &end, 10);
@@ -126,10 +135,22 @@ int engine_parse_devices(const char *s, engine_device *d, int *index, int max, i
 
 int engine_parse_precision(const char *s, engine_precision *p)
 {
-    if (strcmp(s, "fp32") == 0) { *p = ENGINE_PRECISION_FP32; return 0; }
-    if (strcmp(s, "fp16") == 0) { *p = ENGINE_PRECISION_FP16; return 0; }
-    if (strcmp(s, "int8") == 0) { *p = ENGINE_PRECISION_INT8; return 0; }
-    if (strcmp(s, "default") == 0 || strcmp(s, "auto") == 0) { *p = ENGINE_PRECISION_DEFAULT; return 0; }
+    if (strcmp(s, "fp32") == 0) {
+        *p = ENGINE_PRECISION_FP32;
+        return 0;
+    }
+    if (strcmp(s, "fp16") == 0) {
+        *p = ENGINE_PRECISION_FP16;
+        return 0;
+    }
+    if (strcmp(s, "int8") == 0) {
+        *p = ENGINE_PRECISION_INT8;
+        return 0;
+    }
+    if (strcmp(s, "default") == 0 || strcmp(s, "auto") == 0) {
+        *p = ENGINE_PRECISION_DEFAULT;
+        return 0;
+    }
     return -1;
 }
 
@@ -149,13 +170,13 @@ static const struct tuning_key {
     size_t offset;
     engine_tune allowed[3];
 } tuning_keys[] = {
-    {"autotune", offsetof(engine_tuning, autotune), {ENGINE_TUNE_OFF, ENGINE_TUNE_LOG, ENGINE_TUNE_ON}},
-    {"stem", offsetof(engine_tuning, stem), {ENGINE_TUNE_SEPARATE}},
-    {"pool", offsetof(engine_tuning, pool), {ENGINE_TUNE_SEPARATE}},
-    {"downsample", offsetof(engine_tuning, downsample), {ENGINE_TUNE_INSIDE, ENGINE_TUNE_SEPARATE}},
-    {"pdl", offsetof(engine_tuning, pdl), {ENGINE_TUNE_ON, ENGINE_TUNE_OFF}},
+    { "autotune", offsetof(engine_tuning, autotune), { ENGINE_TUNE_OFF, ENGINE_TUNE_LOG, ENGINE_TUNE_ON } },
+    { "stem", offsetof(engine_tuning, stem), { ENGINE_TUNE_SEPARATE } },
+    { "pool", offsetof(engine_tuning, pool), { ENGINE_TUNE_SEPARATE } },
+    { "downsample", offsetof(engine_tuning, downsample), { ENGINE_TUNE_INSIDE, ENGINE_TUNE_SEPARATE } },
+    { "pdl", offsetof(engine_tuning, pdl), { ENGINE_TUNE_ON, ENGINE_TUNE_OFF } },
 };
-static const char *const tune_names[] = {"auto", "off", "on", "log", "inside", "separate"};
+static const char *const tune_names[] = { "auto", "off", "on", "log", "inside", "separate" };
 
 int engine_tuning_parse(const char *text, engine_tuning *t, char *err, size_t errlen)
 {
@@ -184,8 +205,10 @@ int engine_tuning_parse(const char *text, engine_tuning *t, char *err, size_t er
         if (vlen == 4 && strncmp(v, "auto", 4) == 0)
             value = ENGINE_TUNE_AUTO;
         if (!k || value < 0) {
-            snprintf(err, errlen, "gpu tuning: unknown %s in '%.*s' (autotune=off|log, stem=separate, "
-                     "pool=separate, downsample=inside|separate, pdl=on|off)", k ? "value" : "key", (int)len, p);
+            snprintf(err, errlen,
+                     "gpu tuning: unknown %s in '%.*s' (autotune=off|log, stem=separate, "
+                     "pool=separate, downsample=inside|separate, pdl=on|off)",
+                     k ? "value" : "key", (int)len, p);
             return -1;
         }
         *(engine_tune *)((char *)t + k->offset) = (engine_tune)value;

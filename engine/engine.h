@@ -26,13 +26,17 @@
 #include "model/resnet18.h"
 
 #define ENGINE_MAX_SLOTS 4
-#define ENGINE_MAX_DEVICES 16    /* engines one daemon drives at once (cuda:all) */
+#define ENGINE_MAX_DEVICES 16 /* engines one daemon drives at once (cuda:all) */
 
 typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
 /* INT8 (CPU and CUDA engines) needs a calibration table: see engine/int8.h for
  * its arithmetic and engine/calib.h for the table. */
-typedef enum { ENGINE_PRECISION_DEFAULT, ENGINE_PRECISION_FP32, ENGINE_PRECISION_FP16,
-               ENGINE_PRECISION_INT8 } engine_precision;
+typedef enum {
+    ENGINE_PRECISION_DEFAULT,
+    ENGINE_PRECISION_FP32,
+    ENGINE_PRECISION_FP16,
+    ENGINE_PRECISION_INT8
+} engine_precision;
 
 struct calib_table;
 
@@ -42,26 +46,32 @@ struct calib_table;
  * --gpu-tuning, or a test's RESNETD_GPU_TUNING, all in the text form
  * engine_tuning_parse reads ("autotune=off,stem=separate"). The CPU
  * engines ignore it. */
-typedef enum { ENGINE_TUNE_AUTO, ENGINE_TUNE_OFF, ENGINE_TUNE_ON, ENGINE_TUNE_LOG, ENGINE_TUNE_INSIDE,
-               ENGINE_TUNE_SEPARATE } engine_tune;
+typedef enum {
+    ENGINE_TUNE_AUTO,
+    ENGINE_TUNE_OFF,
+    ENGINE_TUNE_ON,
+    ENGINE_TUNE_LOG,
+    ENGINE_TUNE_INSIDE,
+    ENGINE_TUNE_SEPARATE
+} engine_tune;
 typedef struct engine_tuning {
-    engine_tune autotune;    /* AUTO: time every candidate plan at creation; OFF: the cost model's
+    engine_tune autotune; /* AUTO: time every candidate plan at creation; OFF: the cost model's
                                 pick; LOG: time them and log each time on stderr */
-    engine_tune stem;        /* AUTO: stem conv + max pool in one kernel where it fits; SEPARATE: two */
-    engine_tune pool;        /* INT8, AUTO: the average pool inside the last conv where its plan
+    engine_tune stem; /* AUTO: stem conv + max pool in one kernel where it fits; SEPARATE: two */
+    engine_tune pool; /* INT8, AUTO: the average pool inside the last conv where its plan
                                 allows; SEPARATE: its own kernel */
-    engine_tune downsample;  /* AUTO: FP16 inside the conv that adds it, INT8 where timed faster;
+    engine_tune downsample; /* AUTO: FP16 inside the conv that adds it, INT8 where timed faster;
                                 INSIDE: always inside; SEPARATE: a conv of its own */
-    engine_tune pdl;         /* AUTO: programmatic launches where timed faster; ON; OFF */
+    engine_tune pdl; /* AUTO: programmatic launches where timed faster; ON; OFF */
 } engine_tuning;
 
 typedef struct engine_config {
     engine_device device;
-    int device_index;          /* CUDA device ordinal */
+    int device_index; /* CUDA device ordinal */
     engine_precision precision;
-    int max_batch;             /* >= 1 */
-    int nslots;                /* 0: the engine's default */
-    int threads;               /* CPU engine: 0 = all cores */
+    int max_batch; /* >= 1 */
+    int nslots; /* 0: the engine's default */
+    int threads; /* CPU engine: 0 = all cores */
     /* 1: an image's logits are the same bits at any position of any batch
      * size on every path (the CPU engines and CUDA INT8 always are; CUDA
      * FP16/FP32 then plan without split-K and one tile family per layer).
@@ -71,11 +81,11 @@ typedef struct engine_config {
      * engine_create refuses INT8 without one, or with one made for other
      * weights. */
     const struct calib_table *calib;
-    engine_tuning tuning;      /* zero: the engine's own choices */
+    engine_tuning tuning; /* zero: the engine's own choices */
 } engine_config;
 
 typedef struct engine_ops {
-    const char *name;          /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda" */
     /* Starts inference of the first n images in slot's input. */
     int (*submit)(void *ctx, int slot, int n, char *err, size_t errlen);
     /* Blocks until slot's inference is done; its logits are then valid. */
@@ -89,21 +99,21 @@ typedef struct engine_ops {
 typedef struct engine {
     const engine_ops *ops;
     void *ctx;
-    engine_device device;      /* resolved: CPU or CUDA */
+    engine_device device; /* resolved: CPU or CUDA */
     engine_precision precision; /* resolved: FP32, FP16 or INT8 */
     int device_index;
     int max_batch;
     int nslots;
-    int classes;               /* logits per image: the weights' class count */
-    int deterministic;         /* resolved: 1 when an image's logits are the same bits
+    int classes; /* logits per image: the weights' class count */
+    int deterministic; /* resolved: 1 when an image's logits are the same bits
                                 * at any batch position and size (engine_config) */
-    uint8_t *input[ENGINE_MAX_SLOTS];   /* [max_batch][224][224][3] */
+    uint8_t *input[ENGINE_MAX_SLOTS]; /* [max_batch][224][224][3] */
     /* [max_batch] per slot, all NULL at creation: non-NULL input_f32[s][i]
      * is image i as a [3][224][224] FP32 tensor, already normalised (the
      * caller's memory, valid until wait returns); NULL: image i is in
      * input[s]. The caller sets the first n entries before each submit. */
     const float **input_f32[ENGINE_MAX_SLOTS];
-    float *logits[ENGINE_MAX_SLOTS];    /* [max_batch][classes] */
+    float *logits[ENGINE_MAX_SLOTS]; /* [max_batch][classes] */
 } engine;
 
 int engine_submit(engine *e, int slot, int n, char *err, size_t errlen);

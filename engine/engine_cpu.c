@@ -58,14 +58,14 @@
 /* OpenBLAS extension; not in every cblas.h. */
 void openblas_set_num_threads(int num_threads);
 
-#define MR 14                 /* rows of the AVX-512 micro-kernel tile */
-#define NR 32                 /* columns: two 16-float vectors */
-#define KC 256                /* K block: keeps a B block within L2 */
-#define GROUP_FLOATS (256 * 1024)   /* per-thread im2col rows: ~1 MiB */
+#define MR 14 /* rows of the AVX-512 micro-kernel tile */
+#define NR 32 /* columns: two 16-float vectors */
+#define KC 256 /* K block: keeps a B block within L2 */
+#define GROUP_FLOATS (256 * 1024) /* per-thread im2col rows: ~1 MiB */
 #define BLAS_WS_FLOATS (8 * 1024 * 1024) /* blas path im2col chunk: 32 MiB */
 #define MAX_THREADS CPU_POOL_MAX_THREADS
-#define CPU_MAX_BATCH 65536   /* keeps every layer's work units under 2^20 */
-#define NTENSORS R18_NTENSORS  /* conv outputs, image, pool */
+#define CPU_MAX_BATCH 65536 /* keeps every layer's work units under 2^20 */
+#define NTENSORS R18_NTENSORS /* conv outputs, image, pool */
 #define T_IMAGE R18_T_IMAGE
 #define T_POOL R18_T_POOL
 
@@ -73,12 +73,12 @@ typedef struct cpu_engine cpu_engine;
 
 typedef struct cpu_layer {
     const resnet18_conv_desc *d;
-    int K;              /* k*k*cin */
-    float *w;           /* avx512: [cout/NR][K][NR] panels; blas: [cout][K] */
-    float *b;           /* [cout] */
-    int src, res, dst;  /* activation buffer indices; res -1 = none */
-    int src_pad, dst_pad, res_pad;  /* zero borders of those tensors, in pixels */
-    int in_place;       /* avx512: read the padded input directly, no im2col */
+    int K; /* k*k*cin */
+    float *w; /* avx512: [cout/NR][K][NR] panels; blas: [cout][K] */
+    float *b; /* [cout] */
+    int src, res, dst; /* activation buffer indices; res -1 = none */
+    int src_pad, dst_pad, res_pad; /* zero borders of those tensors, in pixels */
+    int in_place; /* avx512: read the padded input directly, no im2col */
 } cpu_layer;
 
 /* How a conv's output is cut into work units: um row groups (each at most
@@ -92,38 +92,41 @@ typedef struct conv_plan {
 /* The job the pool threads are running. */
 typedef struct cpu_job {
     const cpu_layer *layer;
-    int n;              /* images in the batch */
+    int n; /* images in the batch */
     int slot;
-    conv_plan plan;     /* the layer's work units */
-    int small_units;    /* units of the normalise and max-pool steps */
-    int ws_group[MAX_THREADS];  /* per thread: row group whose im2col rows are in its ws */
+    conv_plan plan; /* the layer's work units */
+    int small_units; /* units of the normalise and max-pool steps */
+    int ws_group[MAX_THREADS]; /* per thread: row group whose im2col rows are in its ws */
 } cpu_job;
 
 struct cpu_engine {
     engine pub;
-    int avx512;                 /* which GEMM back end */
-    int nthreads;               /* pool threads including the caller */
+    int avx512; /* which GEMM back end */
+    int nthreads; /* pool threads including the caller */
     cpu_layer layer[RESNET18_NUM_CONVS];
-    int pool_h;                 /* maxpool output height (= width) */
-    int buf[NTENSORS];          /* tensor -> activation buffer */
-    int pad[NTENSORS];          /* tensor -> zero border, in pixels */
-    int th[NTENSORS], tc[NTENSORS];  /* tensor -> height (= width), channels */
-    float *act[NTENSORS];       /* distinct activation buffers, [max_batch][h][w][c] */
+    int pool_h; /* maxpool output height (= width) */
+    int buf[NTENSORS]; /* tensor -> activation buffer */
+    int pad[NTENSORS]; /* tensor -> zero border, in pixels */
+    int th[NTENSORS], tc[NTENSORS]; /* tensor -> height (= width), channels */
+    float *act[NTENSORS]; /* distinct activation buffers, [max_batch][h][w][c] */
     int nact;
-    float *fc_w;                /* [classes][512] */
-    float *fc_b;                /* [classes] */
-    float *feat;                /* [max_batch][512] pooled features */
-    float *ws;                  /* im2col: nthreads x ws_floats */
+    float *fc_w; /* [classes][512] */
+    float *fc_b; /* [classes] */
+    float *feat; /* [max_batch][512] pooled features */
+    float *ws; /* im2col: nthreads x ws_floats */
     size_t ws_floats;
-    float lut[3][256];          /* uint8 -> normalised float, per channel */
-    pthread_mutex_t run_mu;     /* one batch at a time */
-    cpu_pool pool;              /* nthreads threads, the caller included */
-    engine_observer_fn *observe;  /* calibration: sees each tensor INT8 quantises */
+    float lut[3][256]; /* uint8 -> normalised float, per channel */
+    pthread_mutex_t run_mu; /* one batch at a time */
+    cpu_pool pool; /* nthreads threads, the caller included */
+    engine_observer_fn *observe; /* calibration: sees each tensor INT8 quantises */
     void *observe_ctx;
     cpu_job job;
 };
 
-static int imin(int a, int b) { return a < b ? a : b; }
+static int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
 
 /* n floats from cpu_engine_alloc: zeroed, aligned, huge pages when large. */
 static float *alloc_floats(size_t n)
@@ -148,7 +151,7 @@ static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
     p.M = n * d->out_h * d->out_h;
     p.mblocks = (p.M + MR - 1) / MR;
     p.panels = d->cout / NR;
-    int cap = (int)(e->ws_floats / ((size_t)L->K * MR));   /* m-blocks per workspace */
+    int cap = (int)(e->ws_floats / ((size_t)L->K * MR)); /* m-blocks per workspace */
     if (cap < 1)
         cap = 1;
     p.um = (p.mblocks + cap - 1) / cap;
@@ -172,8 +175,8 @@ static conv_plan plan_conv(const cpu_engine *e, const cpu_layer *L, int n)
  * the batch, columns in KRSC order) to dst with leading dimension K. The
  * input has a zero border of ipad pixels. Rows at or past M are zero so a
  * full kernel tile can read them. */
-static void im2col_rows(const resnet18_conv_desc *d, const float *in, int ipad, int m0, int rows,
-                        int M, float *dst, int K)
+static void im2col_rows(const resnet18_conv_desc *d, const float *in, int ipad, int m0, int rows, int M, float *dst,
+                        int K)
 {
     const int oh = d->out_h, ih = d->in_h + 2 * ipad, cin = d->cin, k = d->k, s = d->stride;
     const int p = d->pad - ipad;
@@ -211,8 +214,8 @@ static void im2col_rows(const resnet18_conv_desc *d, const float *in, int ipad, 
 #if HAVE_AVX512_KERNEL
 
 typedef struct epilogue {
-    const float *bias;  /* NR values for this tile's columns */
-    const float *res;   /* residual tile (row stride ldc), or NULL */
+    const float *bias; /* NR values for this tile's columns */
+    const float *res; /* residual tile (row stride ldc), or NULL */
     int relu;
 } epilogue;
 
@@ -222,9 +225,9 @@ typedef struct epilogue {
  * place is one segment per kernel row. first: start from zero rather than C.
  * ep: last K block, apply bias, residual and ReLU. Rows mr..MR-1 of A are read
  * (they must exist) but their results are dropped. */
-__attribute__((target("avx512f")))
-static void kernel_14x32(const float *a, size_t lda, int nseg, int seglen, size_t segstride,
-                         const float *b, float *c, size_t ldc, int mr, int first, const epilogue *ep)
+__attribute__((target("avx512f"))) static void kernel_14x32(const float *a, size_t lda, int nseg, int seglen,
+                                                            size_t segstride, const float *b, float *c, size_t ldc,
+                                                            int mr, int first, const epilogue *ep)
 {
     __m512 acc[MR][2];
 #pragma GCC unroll 14
@@ -314,8 +317,10 @@ static void conv_in_place(cpu_engine *e, const cpu_layer *L, int g0, int g1, int
             int last = whole || (ky == d->k - 1 && k0 + kc == seg);
             for (int mb = g0; mb < g1; mb++) {
                 int m = mb * MR, img = m / (oh * oh), oy = m / oh % oh, ox = m % oh;
-                const float *a = in + at(img, oy * d->stride - d->pad, ox * d->stride - d->pad,
-                                         d->in_h, d->cin, L->src_pad) + ky * rowstride + k0;
+                const float *a = in +
+                                 at(img, oy * d->stride - d->pad, ox * d->stride - d->pad, d->in_h, d->cin,
+                                    L->src_pad) +
+                                 ky * rowstride + k0;
                 size_t o = at(img, oy, ox, oh, N, L->dst_pad);
                 for (int p = p0; p < p1; p++) {
                     epilogue ep = {
@@ -324,8 +329,8 @@ static void conv_in_place(cpu_engine *e, const cpu_layer *L, int g0, int g1, int
                         .relu = d->relu,
                     };
                     kernel_14x32(a, lda, whole ? d->k : 1, kc, rowstride,
-                                 L->w + ((size_t)p * K + (size_t)ky * seg + k0) * NR,
-                                 out + o + p * NR, (size_t)N, MR, first, last ? &ep : NULL);
+                                 L->w + ((size_t)p * K + (size_t)ky * seg + k0) * NR, out + o + p * NR, (size_t)N, MR,
+                                 first, last ? &ep : NULL);
                 }
             }
         }
@@ -367,9 +372,8 @@ static void conv_avx512_unit(void *ctx, int u, int tid)
                     .res = res ? res + (size_t)m * N + p * NR : NULL,
                     .relu = d->relu,
                 };
-                kernel_14x32(a, (size_t)K, 1, kc, 0, L->w + ((size_t)p * K + k0) * NR,
-                             out + (size_t)m * N + p * NR, (size_t)N, mr, k0 == 0,
-                             last ? &ep : NULL);
+                kernel_14x32(a, (size_t)K, 1, kc, 0, L->w + ((size_t)p * K + k0) * NR, out + (size_t)m * N + p * NR,
+                             (size_t)N, mr, k0 == 0, last ? &ep : NULL);
             }
         }
     }
@@ -401,7 +405,7 @@ static void conv_blas(cpu_engine *e, const cpu_layer *L, int n)
     const float *in = e->act[L->src];
     float *out = e->act[L->dst];
     const float *res = L->res >= 0 ? e->act[L->res] : NULL;
-    int chunk = (int)(e->ws_floats * e->nthreads / ((size_t)rows * K));   /* images per im2col */
+    int chunk = (int)(e->ws_floats * e->nthreads / ((size_t)rows * K)); /* images per im2col */
     if (chunk < 1)
         chunk = 1;
     for (int i0 = 0; i0 < n; i0 += chunk) {
@@ -436,7 +440,7 @@ static void normalize_unit(void *ctx, int u, int tid)
     const size_t plane = (size_t)img * img;
     int lo, hi;
     (void)tid;
-    cpu_pool_split(e->job.n * img, e->job.small_units, u, &lo, &hi);   /* image rows */
+    cpu_pool_split(e->job.n * img, e->job.small_units, u, &lo, &hi); /* image rows */
     for (int row = lo; row < hi; row++) {
         float *out = e->act[e->buf[T_IMAGE]] + at(row / img, row % img, 0, img, 3, e->pad[T_IMAGE]);
         const float *chw = e->pub.input_f32[e->job.slot][row / img];
@@ -471,7 +475,7 @@ static void maxpool_unit(void *ctx, int u, int tid)
     const int ih = d->out_h, oh = e->pool_h, C = d->cout;
     int lo, hi;
     (void)tid;
-    cpu_pool_split(e->job.n * oh, e->job.small_units, u, &lo, &hi);  /* output rows */
+    cpu_pool_split(e->job.n * oh, e->job.small_units, u, &lo, &hi); /* output rows */
     const float *in = e->act[e->buf[0]];
     float *out = e->act[e->buf[T_POOL]];
     for (int row = lo; row < hi; row++) {
@@ -511,8 +515,7 @@ static void head_unit(void *ctx, int img, int tid)
         }
     for (int c = 0; c < C; c++)
         f[c] /= (float)(h * h);
-    cpu_engine_fc(f, e->fc_w, e->fc_b, classes, RESNET18_FEATURES,
-                  e->pub.logits[e->job.slot] + (size_t)img * classes);
+    cpu_engine_fc(f, e->fc_w, e->fc_b, classes, RESNET18_FEATURES, e->pub.logits[e->job.slot] + (size_t)img * classes);
 }
 
 /* Zeroes tensor t's border for n images: its buffer may have held another
@@ -615,8 +618,8 @@ static const engine_ops cpu_ops = {
 int engine_cpu_observe(engine *pub, engine_observer_fn *fn, void *ctx, char *err, size_t errlen)
 {
     if (pub->ops != &cpu_ops) {
-        snprintf(err, errlen, "observing activations needs the CPU engine at fp32 (this is %s at %s)",
-                 pub->ops->name, engine_precision_name(pub->precision));
+        snprintf(err, errlen, "observing activations needs the CPU engine at fp32 (this is %s at %s)", pub->ops->name,
+                 engine_precision_name(pub->precision));
         return -1;
     }
     cpu_engine *e = pub->ctx;
@@ -627,7 +630,10 @@ int engine_cpu_observe(engine *pub, engine_observer_fn *fn, void *ctx, char *err
     return 0;
 }
 
-static int tensor_id(int x) { return resnet18_tensor_id(x); }
+static int tensor_id(int x)
+{
+    return resnet18_tensor_id(x);
+}
 
 /* Checks that shapes chain (resnet18.h's plan), decides which convs read
  * their input in place (and so which tensors need a zero border), then
@@ -727,14 +733,11 @@ static int choose_avx512(void)
 engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
 {
     if (cfg->max_batch < 1 || cfg->max_batch > CPU_MAX_BATCH) {
-        snprintf(err, errlen, "cpu engine: max batch must be 1..%d (got %d)", CPU_MAX_BATCH,
-                 cfg->max_batch);
+        snprintf(err, errlen, "cpu engine: max batch must be 1..%d (got %d)", CPU_MAX_BATCH, cfg->max_batch);
         return NULL;
     }
-    if (cfg->nslots < 0 || cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 ||
-        cfg->threads > MAX_THREADS) {
-        snprintf(err, errlen, "cpu engine: slots must be 0..%d and threads 0..%d", ENGINE_MAX_SLOTS,
-                 MAX_THREADS);
+    if (cfg->nslots < 0 || cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 || cfg->threads > MAX_THREADS) {
+        snprintf(err, errlen, "cpu engine: slots must be 0..%d and threads 0..%d", ENGINE_MAX_SLOTS, MAX_THREADS);
         return NULL;
     }
     if (cfg->precision == ENGINE_PRECISION_INT8)
@@ -759,7 +762,7 @@ engine *engine_cpu_create(const resnet18_weights *w, const engine_config *cfg, c
         return NULL;
     }
     pthread_mutex_init(&e->run_mu, NULL);
-    cpu_engine_init_pub(&e->pub, &cpu_ops, e, ENGINE_PRECISION_FP32, w, cfg);   /* deterministic: see the top */
+    cpu_engine_init_pub(&e->pub, &cpu_ops, e, ENGINE_PRECISION_FP32, w, cfg); /* deterministic: see the top */
     e->avx512 = choose_avx512();
     int threads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     /* The blas back end leaves threading to OpenBLAS; the avx512 one uses the

@@ -41,19 +41,19 @@
 #include "engine/int8.h"
 #include "image/preprocess.h"
 
-#define KBLK 64                 /* K padding: the inner loop's trip count */
-#define MR 4                    /* rows per dot-product tile */
-#define NR 4                    /* output channels per tile */
-#define VR 8                    /* rows per VNNI tile */
-#define CG 32                   /* output channels per work-unit step (a VNNI tile's) */
-#define AR 32                   /* rows per AMX tile: two 16-row A tiles */
-#define RB 64                   /* im2col rows per work unit (a multiple of MR, VR and AR) */
-#define I8_MAX_BATCH 4096            /* conv1 has n * 12544 / RB work units: < 2^20 (cpu_pool) */
-#define NT R18_NTENSORS           /* tensors: conv outputs, image, pool */
+#define KBLK 64 /* K padding: the inner loop's trip count */
+#define MR 4 /* rows per dot-product tile */
+#define NR 4 /* output channels per tile */
+#define VR 8 /* rows per VNNI tile */
+#define CG 32 /* output channels per work-unit step (a VNNI tile's) */
+#define AR 32 /* rows per AMX tile: two 16-row A tiles */
+#define RB 64 /* im2col rows per work unit (a multiple of MR, VR and AR) */
+#define I8_MAX_BATCH 4096 /* conv1 has n * 12544 / RB work units: < 2^20 (cpu_pool) */
+#define NT R18_NTENSORS /* tensors: conv outputs, image, pool */
 #define T_IMAGE R18_T_IMAGE
 #define T_POOL R18_T_POOL
 #define LAST (RESNET18_NUM_CONVS - 1)
-#define STEM_C 64               /* the stem's output channels (resnet18_convs[0].cout) */
+#define STEM_C 64 /* the stem's output channels (resnet18_convs[0].cout) */
 
 /* The AVX512-VNNI and AMX tiles are x86-64 only, used when the CPU has
  * them (and RESNETD_CPU_INT8_GEMM does not say otherwise); they give the
@@ -74,49 +74,52 @@
 #endif
 
 typedef enum { TILE_GENERIC, TILE_AVX2, TILE_VNNI, TILE_AMX, NTILES } i8_tile;
-static const char *const tile_names[NTILES] = {"generic", "avx2", "vnni", "amx"};
+static const char *const tile_names[NTILES] = { "generic", "avx2", "vnni", "amx" };
 
 typedef struct i8_layer {
     const resnet18_conv_desc *d;
-    int K, Kp;              /* k*k*cin; padded to a multiple of KBLK */
-    int8_t *w;              /* [cout][Kp] */
-    int8_t *wv;             /* VNNI, AMX: [cout/16][Kp/4][16][4]; NULL without them */
-    int32_t *corr;          /* VNNI: [cout], 128 * sum_k w[c][k] */
-    int16_t *w16;           /* AVX2, the stem: wv's layout widened to 16 bits; NULL elsewhere */
-    float *mult;            /* [cout]: s_in * s_w[c] */
-    float *b;               /* [cout], BN folded */
-    int src, res;           /* tensors read (res -1: none) */
-    float res_scale;        /* scale of the residual tensor */
-    float out_inv;          /* 1 / scale of the output (unused by the last conv) */
+    int K, Kp; /* k*k*cin; padded to a multiple of KBLK */
+    int8_t *w; /* [cout][Kp] */
+    int8_t *wv; /* VNNI, AMX: [cout/16][Kp/4][16][4]; NULL without them */
+    int32_t *corr; /* VNNI: [cout], 128 * sum_k w[c][k] */
+    int16_t *w16; /* AVX2, the stem: wv's layout widened to 16 bits; NULL elsewhere */
+    float *mult; /* [cout]: s_in * s_w[c] */
+    float *b; /* [cout], BN folded */
+    int src, res; /* tensors read (res -1: none) */
+    float res_scale; /* scale of the residual tensor */
+    float out_inv; /* 1 / scale of the output (unused by the last conv) */
 } i8_layer;
 
 typedef struct i8_engine {
     engine pub;
     int nthreads;
-    i8_tile tile;               /* which tile computes the sums */
+    i8_tile tile; /* which tile computes the sums */
     i8_layer layer[RESNET18_NUM_CONVS];
     int pool_h;
-    int th[NT], tc[NT];         /* tensor -> height (= width), channels */
-    int buf[NT];                /* int8 tensor -> buffer */
-    int8_t *act[NT];            /* distinct int8 buffers, [max_batch][h][h][c] */
+    int th[NT], tc[NT]; /* tensor -> height (= width), channels */
+    int buf[NT]; /* int8 tensor -> buffer */
+    int8_t *act[NT]; /* distinct int8 buffers, [max_batch][h][h][c] */
     int nact;
-    float *last;                /* the last conv's FP32 output, [max_batch][7][7][512] */
-    float *feat;                /* [max_batch][512] */
-    float *fc_w, *fc_b;         /* [classes][512], [classes] */
-    int8_t *ws;                 /* im2col rows: nthreads x RB x ws_stride */
-    size_t ws_stride;           /* the largest Kp */
-    float in_inv;               /* 1 / scale of the input image */
-    int8_t qlut[3][256];        /* uint8 pixel -> quantised normalised value */
+    float *last; /* the last conv's FP32 output, [max_batch][7][7][512] */
+    float *feat; /* [max_batch][512] */
+    float *fc_w, *fc_b; /* [classes][512], [classes] */
+    int8_t *ws; /* im2col rows: nthreads x RB x ws_stride */
+    size_t ws_stride; /* the largest Kp */
+    float in_inv; /* 1 / scale of the input image */
+    int8_t qlut[3][256]; /* uint8 pixel -> quantised normalised value */
     pthread_mutex_t run_mu;
     cpu_pool pool;
     /* The job being run. */
     const i8_layer *L;
     int n, slot;
-    int M, rblocks, cparts;     /* conv: rows, row blocks, channel ranges per block */
+    int M, rblocks, cparts; /* conv: rows, row blocks, channel ranges per block */
     int small_units;
 } i8_engine;
 
-static int imin(int a, int b) { return a < b ? a : b; }
+static int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
 
 /* Zeroed and 64-byte aligned (cpu_engine_alloc). */
 static void *alloc_bytes(size_t n)
@@ -141,21 +144,44 @@ static void dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restric
         for (int k = k0; k < k0 + KBLK; k++) {
             int x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
             int y0 = w0[k], y1 = w1[k], y2 = w2[k], y3 = w3[k];
-            s00 += x0 * y0; s01 += x0 * y1; s02 += x0 * y2; s03 += x0 * y3;
-            s10 += x1 * y0; s11 += x1 * y1; s12 += x1 * y2; s13 += x1 * y3;
-            s20 += x2 * y0; s21 += x2 * y1; s22 += x2 * y2; s23 += x2 * y3;
-            s30 += x3 * y0; s31 += x3 * y1; s32 += x3 * y2; s33 += x3 * y3;
+            s00 += x0 * y0;
+            s01 += x0 * y1;
+            s02 += x0 * y2;
+            s03 += x0 * y3;
+            s10 += x1 * y0;
+            s11 += x1 * y1;
+            s12 += x1 * y2;
+            s13 += x1 * y3;
+            s20 += x2 * y0;
+            s21 += x2 * y1;
+            s22 += x2 * y2;
+            s23 += x2 * y3;
+            s30 += x3 * y0;
+            s31 += x3 * y1;
+            s32 += x3 * y2;
+            s33 += x3 * y3;
         }
-    out[0][0] = s00; out[0][1] = s01; out[0][2] = s02; out[0][3] = s03;
-    out[1][0] = s10; out[1][1] = s11; out[1][2] = s12; out[1][3] = s13;
-    out[2][0] = s20; out[2][1] = s21; out[2][2] = s22; out[2][3] = s23;
-    out[3][0] = s30; out[3][1] = s31; out[3][2] = s32; out[3][3] = s33;
+    out[0][0] = s00;
+    out[0][1] = s01;
+    out[0][2] = s02;
+    out[0][3] = s03;
+    out[1][0] = s10;
+    out[1][1] = s11;
+    out[1][2] = s12;
+    out[1][3] = s13;
+    out[2][0] = s20;
+    out[2][1] = s21;
+    out[2][2] = s22;
+    out[2][3] = s23;
+    out[3][0] = s30;
+    out[3][1] = s31;
+    out[3][2] = s32;
+    out[3][3] = s33;
 }
 
 /* Writes rows [m0, m0 + rows) of conv d's int8 A matrix (KRSC columns,
  * zero past K up to Kp) into dst; rows at or past M are zero. */
-static void im2col_i8(const resnet18_conv_desc *d, const int8_t *in, int m0, int rows, int M, int8_t *dst,
-                      size_t Kp)
+static void im2col_i8(const resnet18_conv_desc *d, const int8_t *in, int m0, int rows, int M, int8_t *dst, size_t Kp)
 {
     const int oh = d->out_h, ih = d->in_h, cin = d->cin, k = d->k, s = d->stride, p = d->pad;
     const size_t seg = (size_t)k * cin;
@@ -216,8 +242,7 @@ static void epilogue_tensors(const i8_engine *e, const i8_layer *L, const int8_t
 /* The epilogue of int8.h for rows [r0, r0 + nrows) of the unit's block,
  * channels [c, c + ncols): acc[i][j] is row r0 + i, channel c + j (row
  * stride lda). */
-static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int ncols, const int32_t *acc,
-                     int lda)
+static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int ncols, const int32_t *acc, int lda)
 {
     const int N = L->d->cout;
     const int8_t *res;
@@ -247,9 +272,9 @@ static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, i
  * off again: the same exact integers as dot_tile. wv is the channel
  * panel's weights as [Kp/4][16][4] per 16 channels, the second 16 at
  * wv + Kp * 16. */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void vnni_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, const int32_t *corr,
-                      int32_t acc[VR][CG])
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void vnni_tile(const int8_t *a, size_t lda,
+                                                                             const int8_t *wv, int Kp,
+                                                                             const int32_t *corr, int32_t acc[VR][CG])
 {
     __m512i s[VR][2];
     for (int r = 0; r < VR; r++)
@@ -275,8 +300,7 @@ static void vnni_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, con
 
 /* a ^ 0x80 over n bytes (a multiple of 64, a 64-byte aligned): the im2col
  * rows biased once for vnni_tile, not at each of their uses. */
-__attribute__((target("avx512f")))
-static void bias_a(int8_t *a, size_t n)
+__attribute__((target("avx512f"))) static void bias_a(int8_t *a, size_t n)
 {
     const __m512i bias = _mm512_set1_epi32((int)0x80808080u);
     for (size_t i = 0; i < n; i += 64)
@@ -297,19 +321,17 @@ typedef struct __attribute__((aligned(64))) amx_config {
  * ldtilecfg, whose 64-byte read it does not see. */
 static const amx_config amx_cfg = {
     .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+    .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+    .rows = { 16, 16, 16, 16, 16, 16, 16, 16 },
 };
 
 /* Loads the configuration on the calling thread (tile state is per thread). */
-__attribute__((target("amx-tile")))
-static void amx_begin(void)
+__attribute__((target("amx-tile"))) static void amx_begin(void)
 {
     _tile_loadconfig(&amx_cfg);
 }
 
-__attribute__((target("amx-tile")))
-static void amx_end(void)
+__attribute__((target("amx-tile"))) static void amx_end(void)
 {
     _tile_release();
 }
@@ -317,8 +339,8 @@ static void amx_end(void)
 /* acc[AR][CG] = A[AR][Kp] * W^T with AMX: tdpbssd multiplies signed bytes,
  * so neither A's bias nor vnni_tile's correction is needed. wv as for
  * vnni_tile; each 64-byte k step is 16 of its rows. */
-__attribute__((target("amx-tile,amx-int8")))
-static void amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int32_t acc[AR][CG])
+__attribute__((target("amx-tile,amx-int8"))) static void amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp,
+                                                                  int32_t acc[AR][CG])
 {
     const int8_t *w1 = wv + (size_t)Kp * 16;
     _tile_zero(0);
@@ -346,8 +368,8 @@ static void amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int3
  * float operations in the same order (-ffp-contract=off keeps each
  * multiply and add apart; rounding to nearest even; NaN to 0 before the
  * clamp), so the same bytes. The scalar form took half the engine's time. */
-__attribute__((target("avx512f,avx512bw")))
-static void epilogue_avx512(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
+__attribute__((target("avx512f,avx512bw"))) static void epilogue_avx512(i8_engine *e, const i8_layer *L, int m,
+                                                                        int nrows, int c, int32_t (*acc)[CG])
 {
     const int N = L->d->cout;
     const int8_t *res;
@@ -391,8 +413,8 @@ static void epilogue_avx512(i8_engine *e, const i8_layer *L, int m, int nrows, i
  * are widened and broadcast; w16 is the 16 channels' weights as
  * [Kp/4][16][4] int16, so one 32-byte row holds 4 channels' 4 values and
  * each sum comes out as two partials, added at the end. */
-__attribute__((target("avx2")))
-static void avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp, int32_t *out, int ldo)
+__attribute__((target("avx2"))) static void avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp,
+                                                      int32_t *out, int ldo)
 {
     /* Eight named accumulators: with an array GCC kept them in memory. */
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s03 = s00;
@@ -431,19 +453,19 @@ static void avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp, i
  * (2 * 127 * 127 < 2^15), and vpmaddwd by ones widens the pairs to
  * 32 bits: 3 instructions for 32 products where avx2_tile takes 2 for 16.
  * wv is the VNNI layout of the 16 channels. */
-__attribute__((target("avx2")))
-static void avx2_u8_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, int32_t *out, int ldo)
+__attribute__((target("avx2"))) static void avx2_u8_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp,
+                                                         int32_t *out, int ldo)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;
     __m256i s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-#define U8_STEP(acc0, acc1, row)                                                                   \
-    do {                                                                                           \
-        int32_t x;                                                                                 \
-        memcpy(&x, a + (row) * lda + k, 4);                                                        \
-        const __m256i av = _mm256_set1_epi32(x);                                                   \
-        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones));      \
-        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones));      \
+#define U8_STEP(acc0, acc1, row)                                                              \
+    do {                                                                                      \
+        int32_t x;                                                                            \
+        memcpy(&x, a + (row)*lda + k, 4);                                                     \
+        const __m256i av = _mm256_set1_epi32(x);                                              \
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones)); \
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones)); \
     } while (0)
     for (int k = 0; k < Kp; k += 4) {
         const __m256i *w = (const __m256i *)(wv + (size_t)k * 16);
@@ -466,8 +488,8 @@ static void avx2_u8_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp, 
 
 /* epilogue() with AVX2, 8 channels a step, for the AVX2 tile: the same
  * float operations as epilogue_avx512. */
-__attribute__((target("avx2")))
-static void epilogue_avx2(i8_engine *e, const i8_layer *L, int m, int nrows, int c, int32_t (*acc)[CG])
+__attribute__((target("avx2"))) static void epilogue_avx2(i8_engine *e, const i8_layer *L, int m, int nrows, int c,
+                                                          int32_t (*acc)[CG])
 {
     const int N = L->d->cout;
     const int8_t *res;
@@ -725,7 +747,10 @@ static const engine_ops i8_ops = {
     .pinned_memory = cpu_engine_no_device_memory,
 };
 
-static int tensor_id(int x) { return resnet18_tensor_id(x); }
+static int tensor_id(int x)
+{
+    return resnet18_tensor_id(x);
+}
 
 /* Shapes of every tensor, then int8 buffers by liveness (resnet18.h's
  * plan). Returns the buffer count and each one's bytes per image, or -1. */
@@ -746,7 +771,7 @@ static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t er
     order[n++] = T_IMAGE;
     order[n++] = 0;
     order[n++] = T_POOL;
-    for (int i = 1; i < LAST; i++)   /* the last conv's output is FP32, elsewhere */
+    for (int i = 1; i < LAST; i++) /* the last conv's output is FP32, elsewhere */
         order[n++] = i;
     for (int t = 0; t < NT; t++)
         elems[t] = (size_t)e->th[t] * e->th[t] * e->tc[t];
@@ -838,10 +863,7 @@ static int pick_tile(i8_engine *e, char *err, size_t errlen)
             return -1;
         }
     } else {
-        e->tile = cpu_has_amx()    ? TILE_AMX
-                  : cpu_has_vnni() ? TILE_VNNI
-                  : cpu_has_avx2() ? TILE_AVX2
-                                   : TILE_GENERIC;
+        e->tile = cpu_has_amx() ? TILE_AMX : cpu_has_vnni() ? TILE_VNNI : cpu_has_avx2() ? TILE_AVX2 : TILE_GENERIC;
     }
     return 0;
 }
@@ -873,8 +895,8 @@ static int load_layer(i8_engine *e, const resnet18_weights *w, const calib_table
     memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
     /* AVX2: 16-bit weights where the input may be negative (the
      * stem's image); a ReLU's or the pool's output takes avx2_u8_tile. */
-    const int signed_in = L->src == T_IMAGE || (L->src >= 0 && L->src < RESNET18_NUM_CONVS &&
-                                                !resnet18_convs[L->src].relu);
+    const int signed_in = L->src == T_IMAGE ||
+                          (L->src >= 0 && L->src < RESNET18_NUM_CONVS && !resnet18_convs[L->src].relu);
     if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2 && signed_in) != 0)
         return -1;
     if ((size_t)L->Kp > e->ws_stride)
@@ -889,10 +911,10 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         snprintf(err, errlen, "cpu int8 engine: no calibration table");
         return NULL;
     }
-    if (cfg->max_batch < 1 || cfg->max_batch > I8_MAX_BATCH || cfg->nslots < 0 ||
-        cfg->nslots > ENGINE_MAX_SLOTS || cfg->threads < 0 || cfg->threads > CPU_POOL_MAX_THREADS) {
-        snprintf(err, errlen, "cpu int8 engine: max batch must be 1..%d, slots 0..%d, threads 0..%d",
-                 I8_MAX_BATCH, ENGINE_MAX_SLOTS, CPU_POOL_MAX_THREADS);
+    if (cfg->max_batch < 1 || cfg->max_batch > I8_MAX_BATCH || cfg->nslots < 0 || cfg->nslots > ENGINE_MAX_SLOTS ||
+        cfg->threads < 0 || cfg->threads > CPU_POOL_MAX_THREADS) {
+        snprintf(err, errlen, "cpu int8 engine: max batch must be 1..%d, slots 0..%d, threads 0..%d", I8_MAX_BATCH,
+                 ENGINE_MAX_SLOTS, CPU_POOL_MAX_THREADS);
         return NULL;
     }
     i8_engine *e = calloc(1, sizeof *e);
@@ -906,7 +928,7 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
         snprintf(err, errlen, "cpu int8 engine: pthread_mutex_init: %s", strerror(rc));
         return NULL;
     }
-    cpu_engine_init_pub(&e->pub, &i8_ops, e, ENGINE_PRECISION_INT8, w, cfg);   /* integer convs, per-image head */
+    cpu_engine_init_pub(&e->pub, &i8_ops, e, ENGINE_PRECISION_INT8, w, cfg); /* integer convs, per-image head */
     e->nthreads = cfg->threads ? cfg->threads : cpu_pool_cpu_count();
     if (pick_tile(e, err, errlen) != 0)
         goto fail;

@@ -22,13 +22,16 @@ engine *engine_create(const resnet18_weights *w, const engine_config *cfg, char 
     }
     if (c.precision == ENGINE_PRECISION_INT8) {
         if (!c.calib) {
-            snprintf(err, errlen, "precision int8 needs a calibration table (--calibration FILE, or the "
+            snprintf(err, errlen,
+                     "precision int8 needs a calibration table (--calibration FILE, or the "
                      "config key calibration; resnetd-calibrate makes one)");
             return NULL;
         }
         if (strcmp(c.calib->weights_sha256, calib_weights_id(w)) != 0) {
-            snprintf(err, errlen, "precision int8: the calibration table was made for weights with SHA-256 %s, "
-                     "not these (%s)", c.calib->weights_sha256, calib_weights_id(w));
+            snprintf(err, errlen,
+                     "precision int8: the calibration table was made for weights with SHA-256 %s, "
+                     "not these (%s)",
+                     c.calib->weights_sha256, calib_weights_id(w));
             return NULL;
         }
     }

@@ -56,7 +56,7 @@ static inline float int8_round_half(float x)
     union {
         float f;
         uint32_t u;
-    } v = {x};
+    } v = { x };
     const uint32_t a = v.u & 0x7fffffffu, sign = v.u & 0x80000000u;
     if (a >= 0x7f800000u) /* inf, NaN */
         return x;

@@ -4,7 +4,7 @@
 
 typedef struct topk_entry {
     int index;
-    float score;    /* softmax probability */
+    float score; /* softmax probability */
 } topk_entry;
 
 /* Writes the k highest-scoring classes of logits[n], best first (ties: lower

@@ -31,7 +31,7 @@
 #define CHROMA_REBUILD_FN static inline
 #endif
 
-#define CHROMA_REBUILD_MAX_PIXELS 8   /* 4x2 blocks: 4:1:0 */
+#define CHROMA_REBUILD_MAX_PIXELS 8 /* 4x2 blocks: 4:1:0 */
 
 CHROMA_REBUILD_FN int chroma_rebuild_clamp(int v)
 {
@@ -94,7 +94,7 @@ CHROMA_REBUILD_FN int chroma_rebuild_luma(int r, int g, int b, int cb, int cr, i
 }
 
 typedef struct {
-    int cost;               /* total error, -1 before the first candidate */
+    int cost; /* total error, -1 before the first candidate */
     int cb, cr;
 } chroma_rebuild_best;
 
@@ -103,13 +103,12 @@ typedef struct {
  * first, so a candidate stops as soon as its error reaches the best one's
  * (it can no longer win) and the search as soon as one reproduces the block
  * exactly: most blocks take one candidate instead of nine. */
-CHROMA_REBUILD_FN void chroma_rebuild_search(const uint8_t rgb[][3], int n, int cb0, int cr0,
-                                             chroma_rebuild_best *best)
+CHROMA_REBUILD_FN void chroma_rebuild_search(const uint8_t rgb[][3], int n, int cb0, int cr0, chroma_rebuild_best *best)
 {
     /* by distance, and within one distance in (Cb, Cr) order, as ties
      * were always broken */
-    static const signed char order[9][2] = {{0, 0}, {-1, 0}, {0, -1}, {0, 1}, {1, 0},
-                                            {-1, -1}, {-1, 1}, {1, -1}, {1, 1}};
+    static const signed char order[9][2] = { { 0, 0 },   { -1, 0 }, { 0, -1 }, { 0, 1 }, { 1, 0 },
+                                             { -1, -1 }, { -1, 1 }, { 1, -1 }, { 1, 1 } };
     for (int k = 0; k < 9 && best->cost != 0; k++) {
         int cb = cb0 + order[k][0], cr = cr0 + order[k][1];
         if (cb < 0 || cb > 255 || cr < 0 || cr > 255)
@@ -169,8 +168,8 @@ CHROMA_REBUILD_FN void chroma_rebuild_block(const uint8_t rgb[][3], int n, uint8
  * (triangle) filters with their edge rules and rounding biases, and
  * replication (int_upsample) for 4:1:1 and 4:1:0. libjpeg replicates
  * 2x-subsampled rows under 3 samples wide too: callers keep those out. */
-CHROMA_REBUILD_FN int chroma_upsample_at(const uint8_t *c, int cw, int ch, int cpitch, int cstep, int hs, int vs,
-                                         int x, int y)
+CHROMA_REBUILD_FN int chroma_upsample_at(const uint8_t *c, int cw, int ch, int cpitch, int cstep, int hs, int vs, int x,
+                                         int y)
 {
     const int s = cstep;
     if (hs == 4)
@@ -180,10 +179,10 @@ CHROMA_REBUILD_FN int chroma_upsample_at(const uint8_t *c, int cw, int ch, int c
     const int r = vs == 2 ? y >> 1 : y;
     const int rf = vs == 1 ? r : y & 1 ? (r + 1 < ch ? r + 1 : r) : (r > 0 ? r - 1 : 0);
     const uint8_t *near = c + (long)r * cpitch, *far = c + (long)rf * cpitch;
-    if (hs == 1)   /* h1v2: bias 1 above, 2 below */
+    if (hs == 1) /* h1v2: bias 1 above, 2 below */
         return vs == 1 ? near[x * s] : (near[x * s] * 3 + far[x * s] + (y & 1 ? 2 : 1)) >> 2;
     const int k = x >> 1;
-    if (vs == 1) {   /* h2v1: 3:1 across, biases 2 and 1 */
+    if (vs == 1) { /* h2v1: 3:1 across, biases 2 and 1 */
         if (x & 1)
             return k == cw - 1 ? near[k * s] : (near[k * s] * 3 + near[(k + 1) * s] + 2) >> 2;
         return k == 0 ? near[0] : (near[k * s] * 3 + near[(k - 1) * s] + 1) >> 2;

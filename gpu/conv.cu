@@ -47,16 +47,25 @@
 /* Shapes                                                                */
 /* ===================================================================== */
 
-conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h,
-                           int pad_w)
+conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h, int pad_w)
 {
     conv_shape s;
-    s.n = n; s.h = h; s.w = w; s.c = c;
-    s.k = k; s.kh = kh; s.kw = kw;
-    s.stride = stride; s.pad_h = pad_h; s.pad_w = pad_w;
+    s.n = n;
+    s.h = h;
+    s.w = w;
+    s.c = c;
+    s.k = k;
+    s.kh = kh;
+    s.kw = kw;
+    s.stride = stride;
+    s.pad_h = pad_h;
+    s.pad_w = pad_w;
     s.oh = (h + 2 * pad_h - kh) / stride + 1;
     s.ow = (w + 2 * pad_w - kw) / stride + 1;
-    s.c2 = 0; s.h2 = 0; s.w2 = 0; s.stride2 = 1;
+    s.c2 = 0;
+    s.h2 = 0;
+    s.w2 = 0;
+    s.stride2 = 1;
     s.in2 = NULL;
     return s;
 }
@@ -68,8 +77,8 @@ int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
     int chunk = kind == CONV_INT8 ? 16 : kind == CONV_FP16 ? 8 : 4;
     int stem_layout = ((kind == CONV_FP16 && s->c == 4) || (kind == CONV_INT8 && s->c == 4 && s->kw % 4 == 0)) &&
                       s->kw % 2 == 0 && s->w % 2 == 0 && s->pad_w % 2 == 0 && s->stride % 2 == 0;
-    if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->kh < 1 || s->kw < 1 ||
-        s->stride < 1 || s->pad_h < 0 || s->pad_w < 0 || s->oh < 1 || s->ow < 1) {
+    if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->kh < 1 || s->kw < 1 || s->stride < 1 ||
+        s->pad_h < 0 || s->pad_w < 0 || s->oh < 1 || s->ow < 1) {
         snprintf(err, errlen, "conv shape out of range");
         return -1;
     }
@@ -86,8 +95,8 @@ int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
         return -1;
     }
     if (s->c2 != 0) {  // the shortcut's loader: whole chunks within its own columns, stride-1 rows
-        if (kind == CONV_FP32 || s->c2 < 0 || s->c2 % chunk != 0 || s->c2 > s->c || s->stride != 1 ||
-            s->h2 < 1 || s->w2 < 1 || s->stride2 < 1 || (long)(s->oh - 1) * s->stride2 >= s->h2 ||
+        if (kind == CONV_FP32 || s->c2 < 0 || s->c2 % chunk != 0 || s->c2 > s->c || s->stride != 1 || s->h2 < 1 ||
+            s->w2 < 1 || s->stride2 < 1 || (long)(s->oh - 1) * s->stride2 >= s->h2 ||
             (long)(s->ow - 1) * s->stride2 >= s->w2 || (double)s->n * s->h2 * s->w2 * s->c2 >= 2147483647.0 ||
             (kind == CONV_INT8 && s->c2 > CONV_S8_SC_MAX_C2)) {
             snprintf(err, errlen, "conv shortcut of %d channels not supported for this shape", s->c2);
@@ -128,7 +137,8 @@ __device__ __forceinline__ float4 load4(const float *p)
 __device__ __forceinline__ float4 load4(const __half *p)
 {
     uint2 u = *reinterpret_cast<const uint2 *>(p);
-    float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x)), b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
+    float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x)),
+           b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
@@ -146,15 +156,23 @@ __global__ void __launch_bounds__(256)
     float4 v = *reinterpret_cast<const float4 *>(bias + col);
     for (int z = 0; z < splits; z++) {
         float4 p = *reinterpret_cast<const float4 *>(partial + (size_t)z * total + i);
-        v.x += p.x; v.y += p.y; v.z += p.z; v.w += p.w;
+        v.x += p.x;
+        v.y += p.y;
+        v.z += p.z;
+        v.w += p.w;
     }
     if (res) {
         float4 r = load4(res + i);
-        v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
+        v.x += r.x;
+        v.y += r.y;
+        v.z += r.z;
+        v.w += r.w;
     }
     if (relu) {
-        v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f);
-        v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+        v.x = fmaxf(v.x, 0.f);
+        v.y = fmaxf(v.y, 0.f);
+        v.z = fmaxf(v.z, 0.f);
+        v.w = fmaxf(v.w, 0.f);
     }
     store4(out + i, v);
 }
@@ -162,9 +180,8 @@ __global__ void __launch_bounds__(256)
 // INT8: the int32 partial sums added exactly, then engine/int8.h's
 // epilogue; four channels per thread.
 __global__ void __launch_bounds__(256)
-    splitk_epilogue_s8_kernel(const int *__restrict__ partial, int splits, int M, int N,
-                              const float *__restrict__ bias, const conv_q8 q, const int8_t *__restrict__ res,
-                              int relu, void *__restrict__ out)
+    splitk_epilogue_s8_kernel(const int *__restrict__ partial, int splits, int M, int N, const float *__restrict__ bias,
+                              const conv_q8 q, const int8_t *__restrict__ res, int relu, void *__restrict__ out)
 {
     pdl_sync();
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
@@ -175,10 +192,13 @@ __global__ void __launch_bounds__(256)
     int4 a = make_int4(0, 0, 0, 0);
     for (int z = 0; z < splits; z++) {
         int4 p = *reinterpret_cast<const int4 *>(partial + (size_t)z * total + i);
-        a.x += p.x; a.y += p.y; a.z += p.z; a.w += p.w;
+        a.x += p.x;
+        a.y += p.y;
+        a.z += p.z;
+        a.w += p.w;
     }
-    const int acc[4] = {a.x, a.y, a.z, a.w};
-    int8_t r[4] = {0, 0, 0, 0};
+    const int acc[4] = { a.x, a.y, a.z, a.w };
+    int8_t r[4] = { 0, 0, 0, 0 };
     if (res)
         *reinterpret_cast<uint32_t *>(r) = *reinterpret_cast<const uint32_t *>(res + i);
     float v[4];
@@ -196,8 +216,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 4; j++)
         t[j] = int8_requant_lo(v[j], q.out_inv, relu);
-    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) =
-        int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0));
+    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = int8_pack2(t[1], t[0],
+                                                                                    int8_pack2(t[3], t[2], 0));
 }
 
 /* ===================================================================== */
@@ -206,27 +226,33 @@ __global__ void __launch_bounds__(256)
 
 // The FP16 and INT8 kernels share one signature (INT8 data passed as
 // halves, q used only by INT8).
-typedef void (*f16_kernel_fn)(const conv_shape, const __half *, const __half *, const float *, const void *,
-                              void *, int, float *, int, const conv_q8);
-typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, const float *,
-                              const float *, float *, int, float *, int);
+typedef void (*f16_kernel_fn)(const conv_shape, const __half *, const __half *, const float *, const void *, void *,
+                              int, float *, int, const conv_q8);
+typedef void (*f32_kernel_fn)(const conv_shape, const float *, const float *, const float *, const float *, float *,
+                              int, float *, int);
 
 struct f16_entry {
     conv_tile_info info;
     f16_kernel_fn fn;
     f16_kernel_fn fn_sc;  // the general tiles and INT8's 128-channel patch kernel: with a shortcut, else NULL
-    int smem_sc;          // its dynamic shared memory (INT8's holds the residual tile too)
-    int ctas_sc;          // filled by conv_init: its CTAs per SM
+    int smem_sc;  // its dynamic shared memory (INT8's holds the residual tile too)
+    int ctas_sc;  // filled by conv_init: its CTAs per SM
     f16_kernel_fn fn_pool;  // INT8's general wgmma tiles: with the average pool inside, else NULL
 };
 // fn_pool of a wgmma tile: INT8's only.
 template <int BM, int BN, int ST, bool S8, bool ONEBAR>
 struct wg_pool_fn {
-    static f16_kernel_fn get() { return NULL; }
+    static f16_kernel_fn get()
+    {
+        return NULL;
+    }
 };
 template <int BM, int BN, int ST, bool ONEBAR>
 struct wg_pool_fn<BM, BN, ST, true, ONEBAR> {
-    static f16_kernel_fn get() { return conv2d_igemm_wgmma_kernel<BM, BN, ST, true, false, ONEBAR, true>; }
+    static f16_kernel_fn get()
+    {
+        return conv2d_igemm_wgmma_kernel<BM, BN, ST, true, false, ONEBAR, true>;
+    }
 };
 struct f32_entry {
     conv_tile_info info;
@@ -242,51 +268,103 @@ enum { FAMILY_PLAIN, FAMILY_3XTF32 };
 
 // Names and info.bk of INT8 tiles count int8 elements (bytes): twice the
 // halves of the kernel's own BK.
-#define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                               \
-    {{"f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                     \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_PLAIN}, \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,                                             \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>,                                       \
-     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, NULL}
-#define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                                                       \
-    {{"s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST, BM, BN, 2 * BK,                             \
-      f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_PLAIN}, \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,                                              \
-     conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>,                                        \
-     f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0, NULL}
+#define F16_TILE(BM, BN, BK, WM, WN, ST, MINB)                                  \
+    {                                                                           \
+        { "f16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST,                 \
+          BM,                                                                   \
+          BN,                                                                   \
+          BK,                                                                   \
+          f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads,                      \
+          f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem,                         \
+          0,                                                                    \
+          0,                                                                    \
+          0,                                                                    \
+          0,                                                                    \
+          FAMILY_PLAIN },                                                       \
+            conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false>,       \
+            conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, false, true>, \
+            f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, NULL               \
+    }
+#define S8_TILE(BM, BN, BK, WM, WN, ST, MINB, NAME_BK)                         \
+    {                                                                          \
+        { "s8_" #BM "x" #BN "x" #NAME_BK "_w" #WM "x" #WN "_s" #ST,            \
+          BM,                                                                  \
+          BN,                                                                  \
+          2 * BK,                                                              \
+          f16_tile<BM, BN, BK, WM, WN, ST, MINB>::threads,                     \
+          f16_tile<BM, BN, BK, WM, WN, ST, MINB>::smem,                        \
+          0,                                                                   \
+          0,                                                                   \
+          0,                                                                   \
+          0,                                                                   \
+          FAMILY_PLAIN },                                                      \
+            conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true>,       \
+            conv2d_igemm_f16_kernel<BM, BN, BK, WM, WN, ST, MINB, true, true>, \
+            f16_tile<BM, BN, BK, WM, WN, ST, MINB>::sc_smem_s8, 0, NULL        \
+    }
 // The wgmma tiles: INT8's shortcut kernels hold the residual tile beyond
 // the pipeline (sc_smem_s8). The one-barrier pipeline (ONEBAR), names
 // ending "b1": the autotuner took it for layer3's convs at 128 x 256 x 4
 // stages (bench/gpu-notes-diary.md), not at 128 x 128, whose two CTAs an
 // SM a fourth stage would cost.
-#define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                          \
-    {{NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, 1, 0, 0, FAMILY_PLAIN}, \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                            \
-     conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>,                                             \
-     (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0,                               \
-     wg_pool_fn<BM, BN, ST, S8, ONEBAR>::get()}
+#define WG_TILE_OF(NAME, BM, BN, ST, S8, ONEBAR)                                                     \
+    {                                                                                                \
+        { NAME, BM, BN, (S8) ? 128 : 64, wg_tile<BM, BN, ST>::threads, wg_tile<BM, BN, ST>::smem, 0, \
+          1,    0,  0,  FAMILY_PLAIN },                                                              \
+            conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, false, ONEBAR>,                                \
+            conv2d_igemm_wgmma_kernel<BM, BN, ST, S8, true, ONEBAR>,                                 \
+            (S8) ? wg_tile<BM, BN, ST>::sc_smem_s8 : wg_tile<BM, BN, ST>::smem, 0,                   \
+            wg_pool_fn<BM, BN, ST, S8, ONEBAR>::get()                                                \
+    }
 #define WG_TILE(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST, BM, BN, ST, false, false)
 #define WG_S8_TILE(BM, BN, ST) WG_TILE_OF("wgmma_s8_" #BM "x" #BN "x128_s" #ST, BM, BN, ST, true, false)
 #define WG_TILE1(BM, BN, ST) WG_TILE_OF("wgmma_" #BM "x" #BN "x64_s" #ST "b1", BM, BN, ST, false, true)
 #define WG_S8_TILE1(BM, BN, ST) WG_TILE_OF("wgmma_s8_" #BM "x" #BN "x128_s" #ST "b1", BM, BN, ST, true, true)
 // The patch kernel for C input channels at TP pixels a tile (the planner's
 // bm; info.bk as the wgmma tiles' for the kind).
-#define SWAP_TILE(S8, C, TP, MINB)                                                                                 \
-    {{(S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP, TP, 64, (S8) ? 128 : 64, 128,          \
-      SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)), 0, 1, C, 0, FAMILY_PLAIN},                                                         \
-     conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0, NULL}
+#define SWAP_TILE(S8, C, TP, MINB)                                                    \
+    {                                                                                 \
+        { (S8) ? "wgmma_s8_swap3x3c" #C "_n" #TP : "wgmma_swap3x3c" #C "_n" #TP,      \
+          TP,                                                                         \
+          64,                                                                         \
+          (S8) ? 128 : 64,                                                            \
+          128,                                                                        \
+          SWAP_SMEM(S8, TP, (S8) ? (C) : 2 * (C)),                                    \
+          0,                                                                          \
+          1,                                                                          \
+          C,                                                                          \
+          0,                                                                          \
+          FAMILY_PLAIN },                                                             \
+            conv3x3_swap_kernel<S8, TP, MINB, (S8) ? (C) : 2 * (C)>, NULL, 0, 0, NULL \
+    }
 // INT8's 128-channel patch kernel, also with the shortcut (its pixels and
 // weights in shared memory after the byte tiles).
-#define SWAP_SC_TILE(TP, MINB)                                                                                   \
-    {{"wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0, FAMILY_PLAIN},                   \
-     conv3x3_swap_kernel<true, TP, MINB, 128>, conv3x3_swap_kernel<true, TP, MINB, 128, true>,                    \
-     SWAP_SMEM(true, TP, 128) + 2 * (TP) * 64 + 64 * 64, 0, NULL}
-#define F32_TILE(BM, BN) \
-    {{"f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0, FAMILY_PLAIN}, conv2d_igemm_f32_kernel<BM, BN>}
-#define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                                                                \
-    {{"3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST, BM, BN, BK,                                  \
-      x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads, x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem, 0, 0, 0, 0, FAMILY_3XTF32}, \
-     conv2d_igemm_3xtf32_kernel<BM, BN, BK, WM, WN, ST, MINB>}
+#define SWAP_SC_TILE(TP, MINB)                                                                                    \
+    {                                                                                                             \
+        { "wgmma_s8_swap3x3c128_n" #TP, TP, 64, 128, 128, SWAP_SMEM(true, TP, 128), 0, 1, 128, 0, FAMILY_PLAIN }, \
+            conv3x3_swap_kernel<true, TP, MINB, 128>, conv3x3_swap_kernel<true, TP, MINB, 128, true>,             \
+            SWAP_SMEM(true, TP, 128) + 2 * (TP)*64 + 64 * 64, 0, NULL                                             \
+    }
+#define F32_TILE(BM, BN)                                                                           \
+    {                                                                                              \
+        { "f32_" #BM "x" #BN, BM, BN, 8, f32_tile<BM, BN>::threads, 0, 0, 0, 0, 0, FAMILY_PLAIN }, \
+            conv2d_igemm_f32_kernel<BM, BN>                                                        \
+    }
+#define X3_TILE(BM, BN, BK, WM, WN, ST, MINB)                        \
+    {                                                                \
+        { "3xtf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #ST,   \
+          BM,                                                        \
+          BN,                                                        \
+          BK,                                                        \
+          x3_tile<BM, BN, BK, WM, WN, ST, MINB>::threads,            \
+          x3_tile<BM, BN, BK, WM, WN, ST, MINB>::smem,               \
+          0,                                                         \
+          0,                                                         \
+          0,                                                         \
+          0,                                                         \
+          FAMILY_3XTF32 },                                           \
+            conv2d_igemm_3xtf32_kernel<BM, BN, BK, WM, WN, ST, MINB> \
+    }
 
 static f16_entry kTilesF16[] = {
     F16_TILE(256, 128, 32, 4, 2, 3, 1),
@@ -376,7 +454,7 @@ int conv_persistent_cap(void)
 // Programmatic launches: conv_init clears g_pdl_ok for good once a device
 // before 9.0 is seen (atomics: a reload creates engines on another thread);
 // t_pdl is this thread's choice (conv_set_pdl).
-static std::atomic<int> g_pdl_ok{1}, g_pdl_init{0};
+static std::atomic<int> g_pdl_ok{ 1 }, g_pdl_init{ 0 };
 static thread_local int t_pdl = -1;
 
 int conv_pdl_supported(void)
@@ -424,8 +502,7 @@ const conv_tile_info *conv_tile_get(int kind, int tile)
 {
     if (tile < 0 || tile >= conv_tile_count(kind))
         return NULL;
-    return kind == CONV_INT8 ? &kTilesS8[tile].info : kind == CONV_FP16 ? &kTilesF16[tile].info
-                                                                         : &kTilesF32[tile].info;
+    return kind == CONV_INT8 ? &kTilesS8[tile].info : kind == CONV_FP16 ? &kTilesF16[tile].info : &kTilesF32[tile].info;
 }
 
 cudaError_t conv_init(void)
@@ -484,9 +561,8 @@ cudaError_t conv_init(void)
     for (int i = 0; i < NTILES_F32; i++) {
         conv_tile_info *t = &kTilesF32[i].info;
         t->usable = 1;
-        e = t->smem > 0 ? cudaFuncSetAttribute(kTilesF32[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                           t->smem)
-                                    : cudaSuccess;
+        e = t->smem > 0 ? cudaFuncSetAttribute(kTilesF32[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, t->smem)
+                        : cudaSuccess;
         if (e == cudaSuccess)
             e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t->ctas_per_sm, kTilesF32[i].fn, t->threads, t->smem);
         if (e != cudaSuccess)
@@ -515,7 +591,7 @@ static conv_plan plan_for_tile(int kind, int tile, const conv_shape *s, int num_
     long ctas = ((M + t->bm - 1) / t->bm) * ((s->k + t->bn - 1) / t->bn);
     long slots = (long)num_sms * tile_ctas(kind, tile, s);
     int kt = (conv_k(*s) + t->bk - 1) / t->bk;
-    conv_plan p = {tile, 1, kt};
+    conv_plan p = { tile, 1, kt };
     if (!unsplit && !t->halo && !(kind == CONV_INT8 && s->c2 > 0) && ctas * 2 <= slots) {  // INT8's shortcut: no split
         long want = slots / ctas;
         int splits = (int)(want < 16 ? want : 16);
@@ -552,7 +628,7 @@ int conv_plan_candidates(int kind, const conv_shape *s, int num_sms, const conv_
 conv_plan conv_plan_pick(int kind, const conv_shape *s, int num_sms, const conv_filter *f)
 {
     long M = (long)s->n * s->oh * s->ow;
-    conv_plan best = {-1, 1, 1};
+    conv_plan best = { -1, 1, 1 };
     double best_t = 1e300;
     for (int i = 0; i < conv_tile_count(kind); i++) {
         if (!tile_allowed(kind, i, s, f))

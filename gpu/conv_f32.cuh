@@ -21,8 +21,8 @@ struct f32_tile {
 template <int BM, int BN>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8))
     conv2d_igemm_f32_kernel(const conv_shape s, const float *__restrict__ in, const float *__restrict__ wgt,
-                            const float *__restrict__ bias, const float *__restrict__ res,
-                            float *__restrict__ out, int relu, float *__restrict__ partial, int kt_per_split)
+                            const float *__restrict__ bias, const float *__restrict__ res, float *__restrict__ out,
+                            int relu, float *__restrict__ partial, int kt_per_split)
 {
     constexpr int BK = 8, T = (BM / 8) * (BN / 8), KCH = BK / 4;
     constexpr int A_PER = BM * KCH / T, B_PER = BN * KCH / T, ROW_STEP = T / KCH;
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
                 continue;
             size_t o = (size_t)row * N + col;
             if (partial) {
-                *reinterpret_cast<float4 *>(partial + (size_t)blockIdx.z * M * N + o) =
-                    make_float4(acc[i][jh * 4], acc[i][jh * 4 + 1], acc[i][jh * 4 + 2], acc[i][jh * 4 + 3]);
+                *reinterpret_cast<float4 *>(partial + (size_t)blockIdx.z * M * N + o) = make_float4(
+                    acc[i][jh * 4], acc[i][jh * 4 + 1], acc[i][jh * 4 + 2], acc[i][jh * 4 + 3]);
                 continue;
             }
             float4 bb = *reinterpret_cast<const float4 *>(bias + col);
@@ -132,11 +132,16 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8))
                                    acc[i][jh * 4 + 3] + bb.w);
             if (res) {
                 float4 r = *reinterpret_cast<const float4 *>(res + o);
-                v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
+                v.x += r.x;
+                v.y += r.y;
+                v.z += r.z;
+                v.w += r.w;
             }
             if (relu) {
-                v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f);
-                v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+                v.x = fmaxf(v.x, 0.f);
+                v.y = fmaxf(v.y, 0.f);
+                v.z = fmaxf(v.z, 0.f);
+                v.w = fmaxf(v.w, 0.f);
             }
             *reinterpret_cast<float4 *>(out + o) = v;
         }
@@ -163,11 +168,10 @@ __device__ __forceinline__ uint32_t tf32_rna(float x)
 
 __device__ __forceinline__ void mma_1688_tf32(float d[4], const uint32_t a[4], const uint32_t b[2])
 {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 template <int N>
@@ -191,8 +195,8 @@ struct x3_tile {
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
     conv2d_igemm_3xtf32_kernel(const conv_shape s, const float *__restrict__ in, const float *__restrict__ wgt,
-                               const float *__restrict__ bias, const float *__restrict__ res,
-                               float *__restrict__ out, int relu, float *__restrict__ partial, int kt_per_split)
+                               const float *__restrict__ bias, const float *__restrict__ res, float *__restrict__ out,
+                               int relu, float *__restrict__ partial, int kt_per_split)
 {
     typedef x3_tile<BM, BN, BK, WM, WN, STAGES, MINB> cfg;
     constexpr int T = cfg::threads, LDS = cfg::lds, KCH = BK / 4;
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float *As = reinterpret_cast<float *>(smem_raw);  // [STAGES][BM][LDS]
-    float *Bs = As + STAGES * BM * LDS;               // [STAGES][BN][LDS]
+    float *Bs = As + STAGES * BM * LDS;  // [STAGES][BN][LDS]
 
     const int M = s.n * s.oh * s.ow, N = s.k, K = s.kh * s.kw * s.c;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -269,8 +273,14 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 ldmatrix_x4(r, bs + (wn * WTN + nj * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS + kk * 8 +
                                    ((lane >> 3) & 1) * 4);
                 tf32_split(r, h, l);
-                b_hi[2 * nj][0] = h[0]; b_hi[2 * nj][1] = h[1]; b_hi[2 * nj + 1][0] = h[2]; b_hi[2 * nj + 1][1] = h[3];
-                b_lo[2 * nj][0] = l[0]; b_lo[2 * nj][1] = l[1]; b_lo[2 * nj + 1][0] = l[2]; b_lo[2 * nj + 1][1] = l[3];
+                b_hi[2 * nj][0] = h[0];
+                b_hi[2 * nj][1] = h[1];
+                b_hi[2 * nj + 1][0] = h[2];
+                b_hi[2 * nj + 1][1] = h[3];
+                b_lo[2 * nj][0] = l[0];
+                b_lo[2 * nj][1] = l[1];
+                b_lo[2 * nj + 1][0] = l[2];
+                b_lo[2 * nj + 1][1] = l[3];
             }
 #pragma unroll
             for (int mi = 0; mi < MI; mi++) {
@@ -282,7 +292,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                     // The tensor core's internal sums do not round to nearest:
                     // over thousands of k they drift by ~1e-5. So each k8
                     // step sums into a fresh t, added to acc with FP32 adds.
-                    float t[4] = {0.f, 0.f, 0.f, 0.f};
+                    float t[4] = { 0.f, 0.f, 0.f, 0.f };
                     mma_1688_tf32(t, a_lo, b_hi[ni]);
                     mma_1688_tf32(t, a_hi, b_lo[ni]);
                     mma_1688_tf32(t, a_hi, b_hi[ni]);

@@ -95,8 +95,7 @@ __device__ __forceinline__ void grid_pos_step(grid_pos &g, int step, int w)
 // Shared memory: two patch buffers, then FP16's staging tile ([TP][SWAP_LDC]
 // floats) or INT8's two byte tiles ([TP][64], one a patch buffer).
 #define SWAP_LDC 68
-#define SWAP_SMEM(S8, TP, ROWB) \
-    (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + ((S8) ? 2 * (TP) * 64 : (TP) * SWAP_LDC * 4) + 1024)
+#define SWAP_SMEM(S8, TP, ROWB) (2 * ((TP) + SWAP_HALO_ROWS) * (ROWB) + ((S8) ? 2 * (TP)*64 : (TP)*SWAP_LDC * 4) + 1024)
 
 // The output offsets (elements, channel co0) of rows r, r + step, ... of
 // a tile of TP padded-grid positions; -1 past the image, in a padding
@@ -135,8 +134,8 @@ __device__ __forceinline__ void swap_offsets(const conv_shape &s, int tpi, int T
 template <bool S8, int TP, int MINB, int ROWB, bool SC = false>
 __global__ void __launch_bounds__(128, MINB)
     conv3x3_swap_kernel(const conv_shape s, const __half *__restrict__ in_, const __half *__restrict__ wgt_,
-                        const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out,
-                        int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
+                        const float *__restrict__ bias, const void *__restrict__ res_, void *__restrict__ out, int relu,
+                        float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
     (void)partial;
     (void)kt_per_split;
@@ -147,9 +146,9 @@ __global__ void __launch_bounds__(128, MINB)
     constexpr int WROW = 9 * ROWB + (SC ? 64 : 0);  // a weight row's bytes (SC: the shortcut's 64 after the taps)
     constexpr int T = 128, CH = ROWB / 16, PROWS = TP + SWAP_HALO_ROWS;
     constexpr int KS = 9 * ROWB / 32, NACC = TP / 2;  // k steps of 32 bytes; accumulators
-    constexpr int PER = TP * 8 / T;                   // epilogue: 8-channel groups per thread
-    constexpr int STEP = T / CH;                      // the patch loader's row step
-    constexpr int RPT = TP / 32;                      // INT8: byte-tile rows per thread (16-byte chunk tid % 4)
+    constexpr int PER = TP * 8 / T;  // epilogue: 8-channel groups per thread
+    constexpr int STEP = T / CH;  // the patch loader's row step
+    constexpr int RPT = TP / 32;  // INT8: byte-tile rows per thread (16-byte chunk tid % 4)
     // The swizzled chunk of a row depends on its row bits 0-2 only.
     static_assert(STEP % 8 == 0, "loader step");
     const unsigned char *in = reinterpret_cast<const unsigned char *>(in_);
@@ -168,8 +167,8 @@ __global__ void __launch_bounds__(128, MINB)
     unsigned char *smem = smem_raw + ((1024u - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     unsigned char *const patches = smem;  // two buffers of PROWS rows
     float *const cs = reinterpret_cast<float *>(patches + 2 * PROWS * ROWB);  // FP16: [TP][SWAP_LDC]
-    unsigned char *const bt = patches + 2 * PROWS * ROWB;                    // INT8: [2][TP][64]
-    unsigned char *const dsb = bt + 2 * TP * 64;   // SC: [2][TP][64] the shortcut's input pixels
+    unsigned char *const bt = patches + 2 * PROWS * ROWB;  // INT8: [2][TP][64]
+    unsigned char *const dsb = bt + 2 * TP * 64;  // SC: [2][TP][64] the shortcut's input pixels
     unsigned char *const dsw = dsb + 2 * TP * 64;  // SC: [64][64] its weights, rows as the accumulators' channels
     const int rq = tid & 3;  // INT8: this thread's chunk of a byte-tile row
 
@@ -271,7 +270,7 @@ __global__ void __launch_bounds__(128, MINB)
     }
     const float b0 = S8 ? 0.f : bias[co0 + ch], b8 = S8 ? 0.f : bias[co0 + ch + 8];
     const int c = (tid & 7) * 8;  // FP16 epilogue's channels: c..c+7 of the slice
-    float2 m2 = {}, bb2 = {};     // INT8: the factors of channels c2, c2 + 1
+    float2 m2 = {}, bb2 = {};  // INT8: the factors of channels c2, c2 + 1
     if constexpr (S8) {
         m2 = __ldg(reinterpret_cast<const float2 *>(q.mult + c2));
         bb2 = __ldg(reinterpret_cast<const float2 *>(bias + c2));
@@ -319,8 +318,8 @@ __global__ void __launch_bounds__(128, MINB)
             // 2 (lane % 4) + i % 2, whose chunk wq sits at wq ^ (lane % 4).
             // Each pair's residual, the int8.h epilogue, and the output pair
             // in the residual's place.
-            unsigned char *const tb =
-                bt + buf * TP * 64 + 128 * (lane & 3) + ((wq ^ (lane & 3)) << 4) + 2 * (lane >> 2);
+            unsigned char *const tb = bt + buf * TP * 64 + 128 * (lane & 3) + ((wq ^ (lane & 3)) << 4) +
+                                      2 * (lane >> 2);
 #pragma unroll
             for (int j = 0; j < TP / 8; j++)
 #pragma unroll
@@ -330,8 +329,8 @@ __global__ void __launch_bounds__(128, MINB)
                     const int q0 = int8_requant_lo(
                         s8_value(acc[4 * j + e], m2.x, bb2.x, (int8_t)(r & 0xff), q.res_scale, hr), q.out_inv, relu);
                     const int q1 = int8_requant_lo(
-                        s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, hr),
-                        q.out_inv, relu);
+                        s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, hr), q.out_inv,
+                        relu);
                     *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)int8_pack2(q1, q0, 0);
                 }
             int o8[RPT];
@@ -419,7 +418,14 @@ __global__ void __launch_bounds__(128, MINB)
     }
     cp_async_wait<0>();
 #else
-    (void)s; (void)in_; (void)wgt_; (void)bias; (void)res_; (void)out; (void)relu; (void)q;
+    (void)s;
+    (void)in_;
+    (void)wgt_;
+    (void)bias;
+    (void)res_;
+    (void)out;
+    (void)relu;
+    (void)q;
 #endif
 }
 

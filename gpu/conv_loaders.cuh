@@ -89,8 +89,8 @@ __device__ __forceinline__ void igemm_kiter_next(const conv_shape &s, igemm_kite
 
 // Address of A[m][k..k+chunk) and whether it lies inside the image.
 template <typename T>
-__device__ __forceinline__ const T *igemm_a_addr(const conv_shape &s, const igemm_row<T> &row,
-                                                 const igemm_col &col, bool kvalid, bool *valid)
+__device__ __forceinline__ const T *igemm_a_addr(const conv_shape &s, const igemm_row<T> &row, const igemm_col &col,
+                                                 bool kvalid, bool *valid)
 {
     int iy = row.iy + col.r, ix = row.ix + col.s;
     *valid = kvalid && (unsigned)iy < (unsigned)s.h && (unsigned)ix < (unsigned)s.w;

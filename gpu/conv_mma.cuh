@@ -43,7 +43,8 @@ __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, con
     bool v;
     const __half *src = igemm_a_addr(s, row, col, kvalid, &v);
     if (S8 && s.c == 2) {
-        const bool v2 = kvalid && (unsigned)(row.iy + col.r) < (unsigned)s.h && (unsigned)(row.ix + col.s + 2) < (unsigned)s.w;
+        const bool v2 = kvalid && (unsigned)(row.iy + col.r) < (unsigned)s.h &&
+                        (unsigned)(row.ix + col.s + 2) < (unsigned)s.w;
         cp_async8(dst, v ? src : in, v);
         cp_async8(static_cast<char *>(dst) + 8, v2 ? src + 4 : in, v2);
         return;
@@ -64,7 +65,8 @@ __device__ __forceinline__ float partial_bits(int x)
 // The epilogue's factors of channels col..col+7: mult and bias are 16-byte
 // aligned (conv_launch checks), so four vector loads, which callers hoist
 // out of their loops (a store may alias them for the compiler).
-struct __align__(16) s8_chan8 {
+struct __align__(16) s8_chan8
+{
     float m[8], b[8];
 };
 
@@ -96,8 +98,8 @@ __device__ __forceinline__ s8_chan8 s8_fixed_chan8(const float *bias, const conv
 // there is one); o: the output's element index.
 enum { S8_OUT_RUNTIME, S8_OUT_I8, S8_OUT_F32 };
 template <int OUT>
-__device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, const conv_q8 &q, uint2 rbits,
-                                          bool res, int relu, void *out, size_t o)
+__device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, const conv_q8 &q, uint2 rbits, bool res,
+                                          int relu, void *out, size_t o)
 {
     const float *m = f.m, *b = f.b;
     float v[8];
@@ -133,7 +135,7 @@ struct sc_pair {
 
 __device__ __forceinline__ sc_pair sc_pair_load(const conv_q8 &q, int col, int N)
 {
-    sc_pair f = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+    sc_pair f = { make_float2(0.f, 0.f), make_float2(0.f, 0.f) };
     if (col < N) {
         f.m = __ldg(reinterpret_cast<const float2 *>(q.sc_mult + col));
         f.b = __ldg(reinterpret_cast<const float2 *>(q.sc_bias + col));
@@ -172,7 +174,10 @@ __device__ __forceinline__ void sc_requant2(int a0, int a1, const sc_pair &f, fl
 template <int BN>
 struct s8_rt {
     static_assert(BN % 64 == 0, "a row holds 8 chunks to swizzle");
-    __device__ static __forceinline__ int at(int r, int c) { return r * BN + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)); }
+    __device__ static __forceinline__ int at(int r, int c)
+    {
+        return r * BN + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7));
+    }
 };
 // HOIST: each pass reads its R rows' sums (as well as their residuals)
 // before its first store, with the output type fixed (OUT) rather than a
@@ -193,8 +198,8 @@ __device__ __forceinline__ void epilogue_rows_s8_as(const int *Cs, int ldc, int 
 #pragma unroll
         for (int k = 0; k < R; k++) {
             // HOIST: rows past the tile's last read its last row's (not stored).
-            const int id = HOIST ? min(id0 + k * T, IDS - 1) : id0 + k * T, r = id / (BN / 8),
-                      c = (id % (BN / 8)) * 8, col = n0 + c;
+            const int id = HOIST ? min(id0 + k * T, IDS - 1) : id0 + k * T, r = id / (BN / 8), c = (id % (BN / 8)) * 8,
+                      col = n0 + c;
             if constexpr (HOIST) {
                 *reinterpret_cast<int4 *>(a[k]) = *reinterpret_cast<const int4 *>(Cs + r * ldc + c);
                 *reinterpret_cast<int4 *>(a[k] + 4) = *reinterpret_cast<const int4 *>(Cs + r * ldc + c + 4);
@@ -227,8 +232,7 @@ __device__ __forceinline__ void epilogue_rows_s8(const int *Cs, int ldc, int m0,
                                                  void *out, int tid)
 {
     if constexpr (!HOIST)
-        epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_RUNTIME, false>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out,
-                                                                  tid);
+        epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_RUNTIME, false>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out, tid);
     else if (q.out_f32)
         epilogue_rows_s8_as<BM, BN, T, RT, S8_OUT_F32, HOIST>(Cs, ldc, m0, n0, M, N, bias, q, res, relu, out, tid);
     else
@@ -374,8 +378,7 @@ __device__ __forceinline__ void epilogue_rows_f16(const float *Cs, int ldc, int 
 // of their own (load_main alone), which is then the loop of the kernels
 // without a shortcut.
 template <int AHEAD, bool SCR, typename LT, typename LM, typename ST, typename SW>
-__device__ __forceinline__ void run_k_tiles(int KT, int KTS, LT &&load_tile, LM &&load_main, ST &&step,
-                                            SW &&at_switch)
+__device__ __forceinline__ void run_k_tiles(int KT, int KTS, LT &&load_tile, LM &&load_main, ST &&step, SW &&at_switch)
 {
 #pragma unroll
     for (int st = 0; st < AHEAD; st++) {
@@ -402,7 +405,7 @@ struct f16_tile {
     static constexpr int pipe_smem = STAGES * (BM + BN) * lds * 2;
     static constexpr int epi_smem = BM * (BN + 8) * 4;  // the FP32 epilogue tile, reusing the same memory
     static constexpr int smem = pipe_smem > epi_smem ? pipe_smem : epi_smem;
-    static constexpr int rt_off = smem;                    // INT8's shortcut: the residual tile after both
+    static constexpr int rt_off = smem;  // INT8's shortcut: the residual tile after both
     static constexpr int sc_smem_s8 = smem + BM * BN;
 };
 
@@ -416,10 +419,9 @@ struct f16_tile {
 // residual tile, and the accumulators start again from 0.
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MINB, bool S8, bool SC = false>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
-    conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in,
-                            const __half *__restrict__ wgt, const float *__restrict__ bias,
-                            const void *__restrict__ res, void *__restrict__ out, int relu,
-                            float *__restrict__ partial, int kt_per_split, const conv_q8 q)
+    conv2d_igemm_f16_kernel(const conv_shape s, const __half *__restrict__ in, const __half *__restrict__ wgt,
+                            const float *__restrict__ bias, const void *__restrict__ res, void *__restrict__ out,
+                            int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
     typedef typename acc_type<S8>::type acc_t;
     typedef f16_tile<BM, BN, BK, WM, WN, STAGES, MINB> cfg;
@@ -432,7 +434,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __half *As = reinterpret_cast<__half *>(smem_raw);  // [STAGES][BM][LDS]
-    __half *Bs = As + STAGES * BM * LDS;                // [STAGES][BN][LDS]
+    __half *Bs = As + STAGES * BM * LDS;  // [STAGES][BN][LDS]
 
     const int M = s.n * s.oh * s.ow, N = s.k, KM = s.kh * s.kw * s.c, K = SC ? conv_k(s) : KM;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -573,8 +575,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 for (int h = 0; h < 2; h++) {
                     int row = m0 + wm * WTM + mi * 16 + (lane >> 2) + h * 8;
                     if (row < M)
-                        *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
-                            make_float2(partial_bits(acc[mi][ni][2 * h]), partial_bits(acc[mi][ni][2 * h + 1]));
+                        *reinterpret_cast<float2 *>(p + (size_t)row * N + col) = make_float2(
+                            partial_bits(acc[mi][ni][2 * h]), partial_bits(acc[mi][ni][2 * h + 1]));
                 }
         }
         return;
@@ -615,8 +617,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 int r = wm * WTM + mi * 16 + (lane >> 2) + h * 8;
-                *reinterpret_cast<float2 *>(Cs + r * LDC + c) =
-                    make_float2(acc[mi][ni][2 * h] + b0, acc[mi][ni][2 * h + 1] + b1);
+                *reinterpret_cast<float2 *>(Cs + r * LDC + c) = make_float2(acc[mi][ni][2 * h] + b0,
+                                                                            acc[mi][ni][2 * h + 1] + b1);
             }
     }
     __syncthreads();

@@ -57,10 +57,9 @@ struct wg_tile {
 // kernels of their own, so that the others' code stays as it was.
 template <int BM, int BN, int STAGES, bool S8, bool SC = false, bool ONEBAR = false, bool POOL = false>
 __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
-    conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in,
-                              const __half *__restrict__ wgt, const float *__restrict__ bias,
-                              const void *__restrict__ res, void *__restrict__ out, int relu,
-                              float *__restrict__ partial, int kt_per_split, const conv_q8 q)
+    conv2d_igemm_wgmma_kernel(const conv_shape s, const __half *__restrict__ in, const __half *__restrict__ wgt,
+                              const float *__restrict__ bias, const void *__restrict__ res, void *__restrict__ out,
+                              int relu, float *__restrict__ partial, int kt_per_split, const conv_q8 q)
 {
 #ifdef RESNETD_WGMMA
     typedef typename acc_type<S8>::type acc_t;
@@ -237,8 +236,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
             for (int h = 0; h < 2; h++) {
                 int row = m0 + rbase + 8 * h;
                 if (row < M)
-                    *reinterpret_cast<float2 *>(p + (size_t)row * N + col) =
-                        make_float2(partial_bits(acc[4 * j + 2 * h]), partial_bits(acc[4 * j + 2 * h + 1]));
+                    *reinterpret_cast<float2 *>(p + (size_t)row * N + col) = make_float2(
+                        partial_bits(acc[4 * j + 2 * h]), partial_bits(acc[4 * j + 2 * h + 1]));
             }
         }
         return;
@@ -255,16 +254,16 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                *reinterpret_cast<int2 *>(Ci + (rbase + 8 * h) * LDC + 8 * j + cbase) =
-                    make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                *reinterpret_cast<int2 *>(Ci + (rbase + 8 * h) * LDC + 8 * j +
+                                          cbase) = make_int2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         __syncthreads();
         if constexpr (POOL) {
             epilogue_pool_s8<BM, BN, T>(Ci, LDC, m0, n0, M, N, bias, q, static_cast<const int8_t *>(res), relu, tid);
         } else {
-            const int8_t *r8 =
-                SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off) : static_cast<const int8_t *>(res);
-            epilogue_rows_s8<BM, BN, T, SCR, !(BM <= 128 && BN <= 128)>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu,
-                                                                       out, tid);
+            const int8_t *r8 = SCR ? reinterpret_cast<const int8_t *>(smem + cfg::rt_off)
+                                   : static_cast<const int8_t *>(res);
+            epilogue_rows_s8<BM, BN, T, SCR, !(BM <= 128 && BN <= 128)>(Ci, LDC, m0, n0, M, N, bias, q, r8, relu, out,
+                                                                        tid);
         }
         return;
     }
@@ -275,15 +274,23 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         float b0 = n0 + c < N ? bias[n0 + c] : 0.f, b1 = n0 + c < N ? bias[n0 + c + 1] : 0.f;
 #pragma unroll
         for (int h = 0; h < 2; h++)
-            *reinterpret_cast<float2 *>(Cs + (rbase + 8 * h) * LDC + c) =
-                make_float2(acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1);
+            *reinterpret_cast<float2 *>(Cs + (rbase + 8 * h) * LDC + c) = make_float2(acc[4 * j + 2 * h] + b0,
+                                                                                      acc[4 * j + 2 * h + 1] + b1);
     }
     __syncthreads();
     epilogue_rows_f16<BM, BN, T>(Cs, LDC, m0, n0, M, N, static_cast<const __half *>(res), relu,
                                  static_cast<__half *>(out), tid);
 #else
-    (void)s; (void)in; (void)wgt; (void)bias; (void)res; (void)out; (void)relu; (void)partial;
-    (void)kt_per_split; (void)q;
+    (void)s;
+    (void)in;
+    (void)wgt;
+    (void)bias;
+    (void)res;
+    (void)out;
+    (void)relu;
+    (void)partial;
+    (void)kt_per_split;
+    (void)q;
 #endif
 }
 

@@ -9,24 +9,22 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#define CUDA_TRY(call)                                                                        \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            snprintf(err, errlen, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                 \
-                     cudaGetErrorString(e_));                                                 \
-            goto fail;                                                                        \
-        }                                                                                     \
+#define CUDA_TRY(call)                                                                                 \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            snprintf(err, errlen, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            goto fail;                                                                                 \
+        }                                                                                              \
     } while (0)
 
-#define CUBLAS_TRY(call)                                                                      \
-    do {                                                                                      \
-        cublasStatus_t s_ = (call);                                                           \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-            snprintf(err, errlen, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                 \
-                     cublasGetStatusString(s_));                                              \
-            goto fail;                                                                        \
-        }                                                                                     \
+#define CUBLAS_TRY(call)                                                                                  \
+    do {                                                                                                  \
+        cublasStatus_t s_ = (call);                                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            snprintf(err, errlen, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
+            goto fail;                                                                                    \
+        }                                                                                                 \
     } while (0)
 
 // After a kernel launch: configuration errors surface here, not at the next sync.

@@ -195,8 +195,8 @@ static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const cali
         snprintf(err, errlen, "out of host memory padding the stem weights");
         goto done;
     }
-    if (upload_bytes(ce, stem ? stem : q, stem ? (size_t)d->cout * d->k * STEM_KW * STEM_C : d->cout * K,
-                     &ce->w[i], err, errlen) != 0 ||
+    if (upload_bytes(ce, stem ? stem : q, stem ? (size_t)d->cout * d->k * STEM_KW * STEM_C : d->cout * K, &ce->w[i],
+                     err, errlen) != 0 ||
         upload_bytes(ce, mult, (size_t)d->cout * sizeof(float), (void **)&ce->mult[i], err, errlen) != 0 ||
         (s8_shortcut_of(ce, i) >= 0 && upload_s8_shortcut(ce, w, t, i, s8_shortcut_of(ce, i), q, err, errlen) != 0))
         goto done;
@@ -322,8 +322,8 @@ static int stage_f32(cuda_engine *ce, int s, int n, char *err, size_t errlen)
         const float *src = i < n ? ce->pub.input_f32[s][i] : NULL;
         sl->h_which[i] = src ? i : -1;
         if (src) {
-            CUDA_TRY(cudaMemcpyAsync(sl->d_f32 + (size_t)i * plane, src, plane * sizeof(float),
-                                     cudaMemcpyHostToDevice, sl->stream));
+            CUDA_TRY(cudaMemcpyAsync(sl->d_f32 + (size_t)i * plane, src, plane * sizeof(float), cudaMemcpyHostToDevice,
+                                     sl->stream));
             nf++;
         }
     }
@@ -341,7 +341,7 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
     cuda_engine *ce = (cuda_engine *)ctx;
     cuda_slot *sl = &ce->slot[s];
     int b = ce_bucket_for(ce, n);
-    cudaEvent_t ready = sl->staged;   // consumed by this submit whatever happens, so never reused stale
+    cudaEvent_t ready = sl->staged;  // consumed by this submit whatever happens, so never reused stale
     sl->staged = NULL;
     if (pthread_mutex_lock(&ce->order) != 0) {
         snprintf(err, errlen, "cuda engine: cannot lock the submit order");
@@ -351,8 +351,8 @@ static int cuda_submit(void *ctx, int s, int n, char *err, size_t errlen)
     if (ready) {
         CUDA_TRY(cudaStreamWaitEvent(sl->stream, ready, 0));
     } else {
-        CUDA_TRY(cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice,
-                                 sl->stream));
+        CUDA_TRY(
+            cudaMemcpyAsync(sl->d_in, sl->h_in, (size_t)n * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
     }
     if (stage_f32(ce, s, n, err, errlen) != 0)
         goto fail;
@@ -456,7 +456,8 @@ static void apply_tuning(cuda_engine *ce, const engine_tuning *tu)
     ce->pdl_mode = !conv_pdl_supported() || tu->pdl == ENGINE_TUNE_OFF ? 0 : tu->pdl == ENGINE_TUNE_ON ? 1 : 2;
     ce->fused_ds = ce->kind == CONV_FP16 && tu->downsample != ENGINE_TUNE_SEPARATE;
     ce->s8_ds = ce->kind != CONV_INT8 || tu->downsample == ENGINE_TUNE_SEPARATE ? 0
-                : tu->downsample == ENGINE_TUNE_INSIDE                          ? 2 : 1;
+                : tu->downsample == ENGINE_TUNE_INSIDE                          ? 2
+                                                                                : 1;
     ce->pool_mode = ce->kind == CONV_INT8 && tu->pool != ENGINE_TUNE_SEPARATE;
     ce->fused_stem = ce->kind != CONV_FP32 && stem_pool_fits(stem->in_h, stem->in_h, STEM_C, stem->cout) &&
                      tu->stem != ENGINE_TUNE_SEPARATE;
@@ -533,7 +534,7 @@ static int create_slot(cuda_engine *ce, int s, char *err, size_t errlen)
     CUDA_TRY(host_alloc(ce, (void **)&sl->h_which, nb * sizeof(int)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_which, nb * sizeof(int)));
     CUDA_TRY(dev_alloc(ce, (void **)&sl->d_f32, nb * 3 * RESNET18_IMG * RESNET18_IMG * sizeof(float)));
-    CUDA_TRY(cudaMemset(sl->d_which, 0xff, nb * sizeof(int)));   // all -1: no FP32 image
+    CUDA_TRY(cudaMemset(sl->d_which, 0xff, nb * sizeof(int)));  // all -1: no FP32 image
     if (!(ce->pub.input_f32[s] = (const float **)calloc(nb, sizeof(float *)))) {
         snprintf(err, errlen, "cuda engine: out of memory");
         return -1;
@@ -568,7 +569,8 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     ce->pub.ctx = ce;
     ce->pub.device = ENGINE_DEVICE_CUDA;
     ce->pub.precision = cfg->precision == ENGINE_PRECISION_FP32 || cfg->precision == ENGINE_PRECISION_INT8
-                            ? cfg->precision : ENGINE_PRECISION_FP16;
+                            ? cfg->precision
+                            : ENGINE_PRECISION_FP16;
     ce->pub.device_index = cfg->device_index;
     ce->pub.max_batch = cfg->max_batch;
     ce->pub.nslots = nslots;
@@ -662,7 +664,7 @@ int engine_cuda_input_staged(engine *e, int slot, cudaEvent_t ready)
 extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, int max, char *err, size_t errlen)
 {
     cuda_engine *ce = as_cuda(e);
-    cudaEvent_t marks[NOPS + 1] = {0};
+    cudaEvent_t marks[NOPS + 1] = { 0 };
     int count = 0;
     if (!ce || n < 1 || n > e->max_batch) {
         snprintf(err, errlen, "layer times need a CUDA engine and 1..max_batch images");
@@ -783,11 +785,11 @@ extern "C" int engine_cuda_programmatic(engine *e, int n)
     return ce->pdl[ce_bucket_for(ce, n)];
 }
 
-extern "C" int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms,
-                                       char *err, size_t errlen)
+extern "C" int engine_cuda_phase_times(engine *e, int n, double *h2d_ms, double *compute_ms, double *d2h_ms, char *err,
+                                       size_t errlen)
 {
     cuda_engine *ce = as_cuda(e);
-    cudaEvent_t ev[4] = {0};
+    cudaEvent_t ev[4] = { 0 };
     float t[3];
     int rc;
     if (!ce || n < 1 || n > e->max_batch) {

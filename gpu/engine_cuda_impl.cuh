@@ -18,7 +18,7 @@
 
 #define NCONV RESNET18_NUM_CONVS
 #define MAX_BUCKETS 48
-#define STEM_C 4   // stem input channels after padding RGB
+#define STEM_C 4  // stem input channels after padding RGB
 #define STEM_KW 8  // stem taps per row after padding 7 -> 8
 #define BLAS_WORKSPACE (8u << 20)
 // The FC runs as GEMMs of FC_COLS images each, every one of the same shape:
@@ -33,62 +33,62 @@ enum { T_IMG = NCONV, T_POOL = NCONV + 1, NTENSORS = NCONV + 2 };  // 0..19: con
 typedef struct cuda_slot {
     cudaStream_t stream;
     cudaEvent_t computed;  // after this slot's graph
-    cudaEvent_t done;      // after its output copies
+    cudaEvent_t done;  // after its output copies
     uint8_t *h_in, *d_in;  // [max_batch][224][224][3]
-    float *d_f32;          // [max_batch][3][224][224]: FP32 input images
+    float *d_f32;  // [max_batch][3][224][224]: FP32 input images
     int *h_which, *d_which;  // [max_batch]: i when image i is in d_f32, else -1
-    int which_set;         // d_which names some image (else it is all -1)
+    int which_set;  // d_which names some image (else it is all -1)
     float *h_logits;  // [max_batch][classes]
     float *d_logits;  // [fc_rows][classes]
     cudaGraphExec_t graph[MAX_BUCKETS];
-    cudaEvent_t staged;    // set by engine_cuda_input_staged: d_in is ready after it
+    cudaEvent_t staged;  // set by engine_cuda_input_staged: d_in is ready after it
 } cuda_slot;
 
 typedef struct cuda_engine {
     engine pub;
-    int kind;         // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
-    int fused_stem;   // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
-    int fused_ds;     // FP16: each downsample runs inside the conv that adds it (conv_shape.c2)
-    int s8_ds;        // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 always inside
+    int kind;  // CONV_FP32, CONV_FP16 or CONV_INT8 (gpu/kernels.cuh)
+    int fused_stem;  // FP16/INT8: the stem conv and the max pool are one kernel (stem_pool_launch)
+    int fused_ds;  // FP16: each downsample runs inside the conv that adds it (conv_shape.c2)
+    int s8_ds;  // INT8's downsamples: 0 separate, 1 inside where timed faster (ds_in), 2 always inside
     unsigned char ds_in[MAX_BUCKETS][NCONV];  // INT8: at this bucket conv i runs its downsample inside
-    int fc16;         // the FC on FP16 features and weights: FP16 and INT8 (engine/int8.h)
-    int pool_mode;    // INT8: the average pool inside the last conv where its plan allows (pool_inside)
+    int fc16;  // the FC on FP16 features and weights: FP16 and INT8 (engine/int8.h)
+    int pool_mode;  // INT8: the average pool inside the last conv where its plan allows (pool_inside)
     int deterministic;  // float kinds: plans without split-K, one tile family per conv (ce_choose_plans)
-    int fc_rows;      // max_batch rounded up to FC_COLS: rows of feat and d_logits
+    int fc_rows;  // max_batch rounded up to FC_COLS: rows of feat and d_logits
     double *pool_part;  // [max_batch][2][512]: the pool's sums of images split between two tiles
-    int *pool_cnt;      // [max_batch][512 / 64]: their meeting counts, 0 between passes
+    int *pool_cnt;  // [max_batch][512 / 64]: their meeting counts, 0 between passes
     int fp16, esize, num_sms;  // esize: bytes of an activation (INT8: 1, but the last conv's output is FP32)
     size_t device_bytes, pinned_bytes;
-    void *w[NCONV];   // KRSC, stem padded
+    void *w[NCONV];  // KRSC, stem padded
     float *b[NCONV];
-    void *fc_w;       // [classes][512], FP16 if fc16
+    void *fc_w;  // [classes][512], FP16 if fc16
     float *fc_b;
     conv_shape shape_per_image[NCONV];  // n = 1
     void *buf[MAX_BUFFERS];
     size_t buf_bytes[MAX_BUFFERS];  // per image
-    float *mult[NCONV];   // INT8: [cout] s_in * s_w[c] (device)
-    conv_q8 q8[NCONV];    // INT8: each conv's epilogue
-    int8_t *qlut;         // INT8: [3][256] the quantised normalisation (device)
-    __half *hlut;         // FP16 with the fused stem: [3][256] the normalisation (device)
-    float in_inv;         // INT8: 1 / the input's scale
+    float *mult[NCONV];  // INT8: [cout] s_in * s_w[c] (device)
+    conv_q8 q8[NCONV];  // INT8: each conv's epilogue
+    int8_t *qlut;  // INT8: [3][256] the quantised normalisation (device)
+    __half *hlut;  // FP16 with the fused stem: [3][256] the normalisation (device)
+    float in_inv;  // INT8: 1 / the input's scale
     int nbuf;
     int tensor_buf[NTENSORS];
-    void *feat;       // [max_batch][512], as fc_w
+    void *feat;  // [max_batch][512], as fc_w
     conv_plan plan[MAX_BUCKETS][NCONV];  // per bucket and conv: tile and split-K
     conv_plan plan_sc[MAX_BUCKETS][NCONV];  // INT8: conv i's plan with its downsample inside
     void *w_sc[NCONV];  // INT8: conv i's weight rows joined with its downsample's (conv_shape.c2)
     char tile_sc[NCONV][64];  // INT8: layer times' tile names of convs with their downsample inside
-    float *workspace; // split-K partial sums, shared like the activations
+    float *workspace;  // split-K partial sums, shared like the activations
     void *blas_ws;
     cublasHandle_t blas;
     int buckets[MAX_BUCKETS], nbuckets;
-    int pdl_mode;     // programmatic launches: 0 never, 1 always, 2 where timed faster (ce_capture_graphs)
+    int pdl_mode;  // programmatic launches: 0 never, 1 always, 2 where timed faster (ce_capture_graphs)
     engine_tune autotune;  // engine_config.tuning.autotune (ce_choose_plans)
     unsigned char pdl[MAX_BUCKETS];  // the bucket's graph launches its kernels programmatically (kernels.cuh)
     cuda_slot slot[ENGINE_MAX_SLOTS];
     pthread_mutex_t order;
     int order_init;
-    int last_slot;    // slot of the previous submit, -1 before the first
+    int last_slot;  // slot of the previous submit, -1 before the first
 } cuda_engine;
 #define NOPS (NCONV + 5)  // normalise, 20 convs, maxpool, avgpool, fc, fc bias
 #define MAX_CANDIDATES 24
@@ -199,7 +199,7 @@ static inline void *tensor_ptr(cuda_engine *ce, int t)
 // The best of `runs` timings of enqueue(), after a warm-up run.
 template <typename F>
 static inline int best_time(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int runs, F &&enqueue, float *best,
-                     char *err, size_t errlen)
+                            char *err, size_t errlen)
 {
     *best = 1e30f;
     for (int r = 0; r <= runs; r++) {

@@ -54,7 +54,6 @@ cudaError_t ce_launch_conv(cuda_engine *ce, int i, int n, const conv_plan *p, in
                        ce->b[i], res, d->relu, tensor_ptr(ce, i), ce->workspace, ce->kind == CONV_INT8 ? &q : NULL, st);
 }
 
-
 // The average pool's own kernel, on the last conv's output.
 cudaError_t ce_avgpool_last(cuda_engine *ce, int n, cudaStream_t st)
 {
@@ -70,11 +69,11 @@ int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *mark
     cuda_slot *sl = &ce->slot[s];
     const float one = 1.f, zero = 0.f;
     int op = 0;
-#define MARK()                                            \
-    do {                                                  \
-        if (marks)                                        \
-            CUDA_TRY(cudaEventRecord(marks[op], st));     \
-        op++;                                             \
+#define MARK()                                        \
+    do {                                              \
+        if (marks)                                    \
+            CUDA_TRY(cudaEventRecord(marks[op], st)); \
+        op++;                                         \
     } while (0)
 
     const int bk = ce_bucket_for(ce, n);
@@ -96,7 +95,7 @@ int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *mark
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0 && ce->fused_stem) {  // the stem and its max pool (a second mark: the pool's op, empty)
             const int s8 = ce->kind == CONV_INT8;
-            const stem_rgb rgb = {sl->d_in, s8 ? (const void *)ce->qlut : (const void *)ce->hlut, sl->d_which};
+            const stem_rgb rgb = { sl->d_in, s8 ? (const void *)ce->qlut : (const void *)ce->hlut, sl->d_which };
             CUDA_TRY(stem_pool_launch(ce->kind, n, d->in_h, d->in_h, tensor_ptr(ce, T_IMG), &rgb, ce->w[0], ce->b[0],
                                       s8 ? &ce->q8[0] : NULL, tensor_ptr(ce, T_POOL), st));
             MARK();
@@ -114,8 +113,8 @@ int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *mark
                 CUDA_TRY(maxpool_s8_launch((const int8_t *)tensor_ptr(ce, 0), (int8_t *)tensor_ptr(ce, T_POOL), n,
                                            d->out_h, d->out_h, d->cout, l1->in_h, l1->in_h, st));
             else
-                CUDA_TRY(maxpool_launch(ce->fp16, tensor_ptr(ce, 0), tensor_ptr(ce, T_POOL), n, d->out_h,
-                                        d->out_h, d->cout, l1->in_h, l1->in_h, st));
+                CUDA_TRY(maxpool_launch(ce->fp16, tensor_ptr(ce, 0), tensor_ptr(ce, T_POOL), n, d->out_h, d->out_h,
+                                        d->cout, l1->in_h, l1->in_h, st));
             MARK();
         }
     }
@@ -135,8 +134,8 @@ int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *mark
             CUBLAS_TRY(cublasGemmEx(ce->blas, CUBLAS_OP_T, CUBLAS_OP_N, classes, FC_COLS, RESNET18_FEATURES, &one,
                                     ce->fc_w, t, RESNET18_FEATURES,
                                     (const char *)ce->feat + (size_t)c0 * RESNET18_FEATURES * fsize, t,
-                                    RESNET18_FEATURES, &zero, sl->d_logits + (size_t)c0 * classes, CUDA_R_32F,
-                                    classes, ct, CUBLAS_GEMM_DEFAULT));
+                                    RESNET18_FEATURES, &zero, sl->d_logits + (size_t)c0 * classes, CUDA_R_32F, classes,
+                                    ct, CUBLAS_GEMM_DEFAULT));
     }
     MARK();
     CUDA_TRY(fc_bias_launch(sl->d_logits, ce->fc_b, n, ce->pub.classes, st));
@@ -198,10 +197,11 @@ int ce_capture_graphs(cuda_engine *ce, int s, char *err, size_t errlen)
             continue;
         float t_on, t_off;
         if (capture_one(ce, s, b, 0, &other, err, errlen) != 0 ||
-            best_time(sl->stream, e0, e1, 5, [&]() { return cudaGraphLaunch(sl->graph[b], sl->stream); }, &t_on,
-                      err, errlen) != 0 ||
-            best_time(sl->stream, e0, e1, 5, [&]() { return cudaGraphLaunch(other, sl->stream); }, &t_off, err,
-                      errlen) != 0)
+            best_time(
+                sl->stream, e0, e1, 5, [&]() { return cudaGraphLaunch(sl->graph[b], sl->stream); }, &t_on, err,
+                errlen) != 0 ||
+            best_time(
+                sl->stream, e0, e1, 5, [&]() { return cudaGraphLaunch(other, sl->stream); }, &t_off, err, errlen) != 0)
             goto fail;
         if (t_on > 0.99f * t_off) {
             cudaGraphExec_t t = sl->graph[b];

@@ -54,7 +54,7 @@ void ce_plan_buffers(cuda_engine *ce)
     }
     last_read[NCONV - 1] = 2 + NCONV;  // avgpool
 
-    int order[NTENSORS] = {T_IMG, 0, T_POOL};
+    int order[NTENSORS] = { T_IMG, 0, T_POOL };
     for (int i = 1; i < NCONV; i++)
         order[2 + i] = i;
     int owner[MAX_BUFFERS];  // tensor currently in each buffer, -1 free
@@ -67,9 +67,10 @@ void ce_plan_buffers(cuda_engine *ce)
                 owner[b] = -1;
         int pick = -1;
         for (int b = 0; b < ce->nbuf; b++)  // the smallest free buffer that fits, else the largest free
-            if (owner[b] < 0 && (pick < 0 || (ce->buf_bytes[b] >= need && (ce->buf_bytes[pick] < need ||
-                                                                          ce->buf_bytes[b] < ce->buf_bytes[pick])) ||
-                                 (ce->buf_bytes[pick] < need && ce->buf_bytes[b] > ce->buf_bytes[pick])))
+            if (owner[b] < 0 &&
+                (pick < 0 ||
+                 (ce->buf_bytes[b] >= need && (ce->buf_bytes[pick] < need || ce->buf_bytes[b] < ce->buf_bytes[pick])) ||
+                 (ce->buf_bytes[pick] < need && ce->buf_bytes[b] > ce->buf_bytes[pick])))
                 pick = b;
         if (pick < 0) {
             pick = ce->nbuf++;
@@ -93,8 +94,7 @@ int ce_check_plan(const cuda_engine *ce, char *err, size_t errlen)
         const int ds = shortcut_of(ce, i), ds8 = s8_shortcut_of(ce, i);
         if (!conv_runs(ce, i))
             continue;
-        bad = b[i] == b[source_tensor(d->src)] ||
-              (ds >= 0 && b[i] == b[source_tensor(resnet18_convs[ds].src)]) ||
+        bad = b[i] == b[source_tensor(d->src)] || (ds >= 0 && b[i] == b[source_tensor(resnet18_convs[ds].src)]) ||
               (ds8 >= 0 && b[i] == b[source_tensor(resnet18_convs[ds8].src)]) ||
               (ds < 0 && d->residual != R18_NONE && tensor_bytes(ce, source_tensor(d->residual)) > 0 &&
                b[i] == b[source_tensor(d->residual)]);
@@ -103,8 +103,6 @@ int ce_check_plan(const cuda_engine *ce, char *err, size_t errlen)
         snprintf(err, errlen, "cuda engine: the buffer plan puts an op's output where its input is");
     return bad ? -1 : 0;
 }
-
-
 
 // Workspace for the largest split-K plan any candidate of any bucket uses.
 size_t ce_plans_workspace(cuda_engine *ce)
@@ -192,8 +190,7 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
                 conv_shape sh = sc ? conv_shape_sc(ce, i, ce->buckets[b]) : conv_shape_for(ce, i, ce->buckets[b]);
                 conv_plan c[MAX_CANDIDATES];
                 conv_filter f;
-                int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, plan_filter(ce, b, i, &f), c,
-                                              MAX_CANDIDATES);
+                int nc = conv_plan_candidates(ce->kind, &sh, ce->num_sms, plan_filter(ce, b, i, &f), c, MAX_CANDIDATES);
                 float t_best = 1e30f;
                 for (int j = 0; j < nc; j++) {
                     float t;
@@ -216,14 +213,14 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
                     float inside, apart;
                     if (time_conv(ce, st, e0, e1, ce->buckets[b], -1, NULL, i, &ce->plan_sc[b][i], 1, &inside, err,
                                   errlen) != 0 ||
-                        time_conv(ce, st, e0, e1, ce->buckets[b], ds, &ce->plan[b][ds], i, &ce->plan[b][i], 0,
-                                  &apart, err, errlen) != 0)
+                        time_conv(ce, st, e0, e1, ce->buckets[b], ds, &ce->plan[b][ds], i, &ce->plan[b][i], 0, &apart,
+                                  err, errlen) != 0)
                         goto fail_quiet;
                     ce->ds_in[b][i] = inside < apart;
                     if (log)
                         fprintf(stderr, "autotune: batch %d %s: downsample %s (%.4f ms inside, %.4f apart)\n",
-                                ce->buckets[b], resnet18_convs[i].name, ce->ds_in[b][i] ? "inside" : "apart",
-                                inside, apart);
+                                ce->buckets[b], resnet18_convs[i].name, ce->ds_in[b][i] ? "inside" : "apart", inside,
+                                apart);
                 }
             }
         }
@@ -262,7 +259,7 @@ int ce_choose_plans(cuda_engine *ce, char *err, size_t errlen)
 
 void ce_make_buckets(cuda_engine *ce, int max_batch)
 {
-    static const int steps[] = {1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256};
+    static const int steps[] = { 1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256 };
     int nb = 0;
     for (size_t i = 0; i < sizeof steps / sizeof steps[0] && steps[i] < max_batch; i++)
         ce->buckets[nb++] = steps[i];

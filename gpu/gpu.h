@@ -29,9 +29,9 @@ engine *engine_cuda_create(const resnet18_weights *w, const engine_config *cfg, 
 
 /* Per-op time of one forward pass. */
 typedef struct gpu_layer_time {
-    const char *name;   /* "layer1.0.conv1", "maxpool", "fc", ... */
-    const char *tile;   /* convs: the tile configuration used; else NULL */
-    int splits;         /* convs: split-K factor (1: none); else 0 */
+    const char *name; /* "layer1.0.conv1", "maxpool", "fc", ... */
+    const char *tile; /* convs: the tile configuration used; else NULL */
+    int splits; /* convs: split-K factor (1: none); else 0 */
     double ms;
 } gpu_layer_time;
 

@@ -82,7 +82,7 @@ extern "C" int gpu_test_conv_tile_family(int kind, int tile)
 // for a special kernel).
 static conv_plan test_plan(const conv_tile_info *info, int tile, int splits, const conv_shape *s)
 {
-    conv_plan plan = {tile, 1, 0};
+    conv_plan plan = { tile, 1, 0 };
     plan.kt_per_split = (conv_k(*s) + info->bk - 1) / info->bk;
     if (splits > 1 && !info->halo) {
         int kt = plan.kt_per_split;
@@ -114,8 +114,8 @@ static int test_shape(int kind, gpu_test_conv_shape *t, const gpu_test_shortcut 
 }
 
 // gpu_test_conv, and with sc gpu_test_conv_shortcut.
-static int test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, gpu_test_shortcut *sc, float *in,
-                     float *w, const float *bias, float *res, int relu, float *out, char *err, size_t errlen)
+static int test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, gpu_test_shortcut *sc, float *in, float *w,
+                     const float *bias, float *res, int relu, float *out, char *err, size_t errlen)
 {
     void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL;
     float *dbias = NULL, *dws = NULL, *cat = NULL;
@@ -184,8 +184,8 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w, const float *bias,
-                             float *res, int relu, float *out, char *err, size_t errlen)
+extern "C" int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *t, float *in, float *w,
+                             const float *bias, float *res, int relu, float *out, char *err, size_t errlen)
 {
     return test_conv(fp16, tile, splits, t, NULL, in, w, bias, res, relu, out, err, errlen);
 }
@@ -205,10 +205,9 @@ extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_c
 
 // gpu_test_conv_s8, with sc8 gpu_test_conv_s8_shortcut, with feat (the
 // pool inside, out unused) gpu_test_conv_s8_pool.
-static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc8,
-                        const int8_t *in, const int8_t *w, const float *bias, const float *mult, float res_scale,
-                        float out_inv, int out_f32, const int8_t *res, int relu, void *out, uint16_t *feat,
-                        char *err, size_t errlen)
+static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc8, const int8_t *in,
+                        const int8_t *w, const float *bias, const float *mult, float res_scale, float out_inv,
+                        int out_f32, const int8_t *res, int relu, void *out, uint16_t *feat, char *err, size_t errlen)
 {
     void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL, *dfeat = NULL;
     float *dbias = NULL, *dmult = NULL, *dws = NULL, *dmult2 = NULL, *dbias2 = NULL;
@@ -216,8 +215,9 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
     int *dcnt = NULL, *cnt = NULL;
     int8_t *cat = NULL;
     const conv_tile_info *info = conv_tile_get(CONV_INT8, tile);
-    const gpu_test_shortcut geo = {sc8 ? sc8->c : 0, sc8 ? sc8->h : 0, sc8 ? sc8->w : 0, sc8 ? sc8->stride : 1,
-                                   NULL, NULL};
+    const gpu_test_shortcut geo = {
+        sc8 ? sc8->c : 0, sc8 ? sc8->h : 0, sc8 ? sc8->w : 0, sc8 ? sc8->stride : 1, NULL, NULL
+    };
     int rc = -1;
     conv_shape s;
     if (test_shape(CONV_INT8, t, sc8 ? &geo : NULL, &s, err, errlen) != 0)
@@ -338,8 +338,8 @@ extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, co
 }
 
 extern "C" int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
-                                     const float *bias, const float *mult, float res_scale, const int8_t *res,
-                                     int relu, uint16_t *feat, char *err, size_t errlen)
+                                     const float *bias, const float *mult, float res_scale, const int8_t *res, int relu,
+                                     uint16_t *feat, char *err, size_t errlen)
 {
     return test_conv_s8(tile, 1, t, NULL, in, w, bias, mult, res_scale, 0.f, 1, res, relu, NULL, feat, err, errlen);
 }
@@ -349,8 +349,8 @@ extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_sha
                                          float res_scale, float out_inv, int out_f32, int relu, void *out, char *err,
                                          size_t errlen)
 {
-    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, relu, out, NULL,
-                        err, errlen);
+    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, relu, out, NULL, err,
+                        errlen);
 }
 
 extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, void *in, const uint8_t *rgb,
@@ -367,7 +367,7 @@ extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, v
     float *dbias = NULL, *dmult = NULL;
     conv_q8 q = {};
     q.out_inv = out_inv;
-    stem_rgb src = {NULL, NULL, NULL};
+    stem_rgb src = { NULL, NULL, NULL };
     uint8_t *drgb = NULL;
     void *dlut = NULL;
     int *dwhich = NULL;
@@ -471,8 +471,8 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out,
-                                   char *err, size_t errlen)
+extern "C" int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out, char *err,
+                                   size_t errlen)
 {
     int8_t *din = NULL, *dout = NULL;
     size_t nin = (size_t)n * h * w * c, nout = (size_t)n * oh * ow * c;
@@ -509,8 +509,8 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_maxpool(int fp16, float *in, int n, int h, int w, int c, int oh, int ow, float *out,
-                                char *err, size_t errlen)
+extern "C" int gpu_test_maxpool(int fp16, float *in, int n, int h, int w, int c, int oh, int ow, float *out, char *err,
+                                size_t errlen)
 {
     void *din = NULL, *dout = NULL;
     int rc = -1;
@@ -571,8 +571,8 @@ fail:
     return rc;
 }
 
-extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int hs, int vs, int rw, int rh, int left,
-                                    int top, uint8_t *out, char *err, size_t errlen)
+extern "C" int gpu_test_resize_crop(const uint8_t *rgb, int w, int h, int hs, int vs, int rw, int rh, int left, int top,
+                                    uint8_t *out, char *err, size_t errlen)
 {
     size_t plane = (size_t)w * h, crop = (size_t)224 * 224 * 3;
     uint8_t *planar = (uint8_t *)malloc(3 * plane), *dsrc = NULL, *ddst = NULL;

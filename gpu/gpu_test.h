@@ -18,10 +18,10 @@ extern "C" {
 #endif
 
 typedef struct gpu_test_conv_shape {
-    int n, h, w, c;        /* input NHWC */
-    int k, kh, kw;         /* output channels, filter size */
+    int n, h, w, c; /* input NHWC */
+    int k, kh, kw; /* output channels, filter size */
     int stride, pad_h, pad_w;
-    int oh, ow;            /* 0: computed from the above */
+    int oh, ow; /* 0: computed from the above */
 } gpu_test_conv_shape;
 
 /* The conv tile table of a kind (0 FP32, 1 FP16, 2 INT8): how many
@@ -40,8 +40,8 @@ int gpu_test_conv_tile_family(int kind, int tile);
  * the partial sums in the split-K epilogue (a tile without split-K ignores
  * it). Fills s->oh and s->ow when 0. Returns 0, 1 when the tile is a special
  * kernel that does not run this shape (nothing computed), -1 on error. */
-int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float *in, float *w, const float *bias, float *res,
-                  int relu, float *out, char *err, size_t errlen);
+int gpu_test_conv(int fp16, int tile, int splits, gpu_test_conv_shape *s, float *in, float *w, const float *bias,
+                  float *res, int relu, float *out, char *err, size_t errlen);
 
 /* A conv's shortcut: a 1x1 conv of the given stride, no padding, on a
  * second input n x h x w x c (in), weights [k][c] (wgt); FP16 rounds both in
@@ -62,9 +62,9 @@ int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *
  * stem's c = 4 layout); the sums' epilogue with mult, bias, res_scale,
  * relu, then quantised with out_inv into int8 out, or out_f32: FP32 out.
  * Returns as gpu_test_conv. */
-int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w,
-                     const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
-                     const int8_t *res, int relu, void *out, char *err, size_t errlen);
+int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w, const float *bias,
+                     const float *mult, float res_scale, float out_inv, int out_f32, const int8_t *res, int relu,
+                     void *out, char *err, size_t errlen);
 /* INT8's last conv with the average pool inside (conv_q8.pool_out): as
  * gpu_test_conv_s8 into FP32, but each image's channel means land in feat
  * [n][k] as FP16 bits (engine/int8.h) and no output is stored. Returns 1
@@ -85,9 +85,8 @@ typedef struct gpu_test_shortcut_s8 {
     float inv;
 } gpu_test_shortcut_s8;
 int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_shape *s, const gpu_test_shortcut_s8 *sc,
-                              const int8_t *in, const int8_t *w, const float *bias, const float *mult,
-                              float res_scale, float out_inv, int out_f32, int relu, void *out, char *err,
-                              size_t errlen);
+                              const int8_t *in, const int8_t *w, const float *bias, const float *mult, float res_scale,
+                              float out_inv, int out_f32, int relu, void *out, char *err, size_t errlen);
 /* INT8 input: in npix RGB pixels -> out npix x 4 (lut[c][byte], then 0). */
 int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256], int8_t *out, char *err,
                           size_t errlen);

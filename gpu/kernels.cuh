@@ -100,24 +100,23 @@ __host__ __device__ __forceinline__ int conv_k(const conv_shape &s)
     return s.kh * s.kw * s.c + s.c2;
 }
 
-conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h,
-                           int pad_w);
+conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, int stride, int pad_h, int pad_w);
 // 0 when the kernels support the shape, else -1 with the reason in err.
 int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen);
 
 // The tile table: the template instantiations a layer can run with.
 struct conv_tile_info {
-    const char *name;   // "f16_128x128x32_w2x4_s4", ...
-    int bm, bn, bk;     // CTA tile in M, N and K (K in the kind's elements)
+    const char *name;  // "f16_128x128x32_w2x4_s4", ...
+    int bm, bn, bk;  // CTA tile in M, N and K (K in the kind's elements)
     int threads;
-    int smem;           // dynamic shared memory bytes
-    int ctas_per_sm;    // filled by conv_init from the occupancy calculator
-    int sm90a;          // wgmma: runs only on compute capability 9.0
-    int halo;           // > 0: a special kernel for 3x3 convs of this many input channels only
-                        // (conv_tile_fits), no split-K; INT8: int8 outputs only
-    int usable;         // filled by conv_init: the current device runs it
-    int family;         // tiles of one family (the same MMA instructions, K in the same order)
-                        // give every output the same bits when neither splits K
+    int smem;  // dynamic shared memory bytes
+    int ctas_per_sm;  // filled by conv_init from the occupancy calculator
+    int sm90a;  // wgmma: runs only on compute capability 9.0
+    int halo;  // > 0: a special kernel for 3x3 convs of this many input channels only
+        // (conv_tile_fits), no split-K; INT8: int8 outputs only
+    int usable;  // filled by conv_init: the current device runs it
+    int family;  // tiles of one family (the same MMA instructions, K in the same order)
+        // give every output the same bits when neither splits K
 };
 int conv_tile_count(int kind);
 const conv_tile_info *conv_tile_get(int kind, int tile);
@@ -193,8 +192,8 @@ __device__ __forceinline__ uint32_t int8_pack2(int a, int b, uint32_t c)
 // v itself into an FP32 one (out_f32: the last conv).
 struct conv_q8 {
     const float *mult;  // [k], device: s_in * s_w[c]
-    float res_scale;    // the residual's scale
-    float out_inv;      // 1 / the output's scale
+    float res_scale;  // the residual's scale
+    float out_inv;  // 1 / the output's scale
     int out_f32;
     // With a shortcut (conv_shape.c2): the downsample's own epilogue, its
     // output (no ReLU) the residual: [k] mult and bias (device, 8-byte
@@ -238,8 +237,8 @@ cudaError_t conv_launch(int kind, const conv_plan *p, const conv_shape *s, const
 // kernels, which then take the stem's MMAs).
 struct stem_rgb {
     const uint8_t *rgb;  // [n][h][w][3], 16-byte aligned
-    const void *lut;     // [3][256]: channel c's byte b is lut[c][b]: int8 (normalize_s8_launch's) or FP16
-    const int *which;    // [n]: image i is read from in instead when which[i] >= 0
+    const void *lut;  // [3][256]: channel c's byte b is lut[c][b]: int8 (normalize_s8_launch's) or FP16
+    const int *which;  // [n]: image i is read from in instead when which[i] >= 0
 };
 int stem_pool_fits(int h, int w, int c, int k);
 cudaError_t stem_pool_init(int num_sms, int has_wgmma);
@@ -271,11 +270,10 @@ cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w
 // what normalize_launch wrote; with the fused stem, the only writer of
 // out. Images with which[i] < 0 are left alone.
 // n <= 65535.
-cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw,
-                             cudaStream_t st);
+cudaError_t place_f32_launch(int fp16, const float *in, const int *which, void *out, int n, int hw, cudaStream_t st);
 // 3x3 stride-2 pad-1 max pool, NHWC; c % 8 == 0.
-cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh,
-                           int ow, cudaStream_t st);
+cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, int w, int c, int oh, int ow,
+                           cudaStream_t st);
 // Global average pool [n][hw][c] -> [n][c]; c % 2 == 0. FP16 and FP32: the
 // same precision out; INT8: FP32 in, FP16 out (engine/int8.h).
 cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, int c, cudaStream_t st);
@@ -294,18 +292,18 @@ cudaError_t fc_bias_launch(float *logits, const float *bias, int n, int classes,
 // and 4:1:0). Chroma samples are `cstep` bytes apart within a row: 1 for
 // packed planes, hs where chroma_rebuild_launch left them in the RGB planes
 // it rebuilt.
-#define RESIZE_MAX_TAPS 67   // Pillow's ksize for a scale of 32 (8192 -> 256)
+#define RESIZE_MAX_TAPS 67  // Pillow's ksize for a scale of 32 (8192 -> 256)
 enum resize_src { RESIZE_SRC_RGB, RESIZE_SRC_GRAY, RESIZE_SRC_YCC };
 struct resize_job {
     const uint8_t *src, *u, *v;
     long plane;
-    int fmt;                 // resize_src
-    int hs, vs;              // YCC: luma samples per chroma sample across (1, 2, 4) and down (1, 2)
+    int fmt;  // resize_src
+    int hs, vs;  // YCC: luma samples per chroma sample across (1, 2, 4) and down (1, 2)
     int w, h, pitch;
     int cw, ch, cpitch, cstep;
     int rw, rh, left, top;
     uint8_t *dst;
-    uint8_t *rebuild;        // or NULL: see resize_job_rebuilt
+    uint8_t *rebuild;  // or NULL: see resize_job_rebuilt
 };
 // Sets j up for planar RGB at base (w x h, rows w apart) whose chroma,
 // subsampled hs x vs in the JPEG, was replicated, as nvJPEG's hardware

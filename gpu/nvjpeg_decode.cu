@@ -91,25 +91,24 @@ static const char *nvjpeg_status_name(nvjpegStatus_t s)
     return "unknown status";
 }
 
-#define NVJPEG_TRY(call)                                                                      \
-    do {                                                                                      \
-        nvjpegStatus_t s_ = (call);                                                           \
-        if (s_ != NVJPEG_STATUS_SUCCESS) {                                                    \
-            snprintf(err, errlen, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                 \
-                     nvjpeg_status_name(s_));                                                 \
-            goto fail;                                                                        \
-        }                                                                                     \
+#define NVJPEG_TRY(call)                                                                               \
+    do {                                                                                               \
+        nvjpegStatus_t s_ = (call);                                                                    \
+        if (s_ != NVJPEG_STATUS_SUCCESS) {                                                             \
+            snprintf(err, errlen, "%s:%d: %s: %s", __FILE__, __LINE__, #call, nvjpeg_status_name(s_)); \
+            goto fail;                                                                                 \
+        }                                                                                              \
     } while (0)
 
 typedef struct nvj_slot {
     nvjpegJpegState_t state;
-    uint8_t *arena;                  // decoded planar RGB of one chunk
-    cudaEvent_t chunk;               // after a chunk's resize, when another chunk follows
-    resize_job *h_jobs, *d_jobs;     // [max_batch]: pinned, and its device copy
-    nvjpegImage_t *outs;             // [max_batch] host
-    cudaEvent_t start, staged;       // around the slot's last stage (timed)
-    int timed;                       // start and staged recorded by the last stage
-    cudaStream_t stream;             // the slot's device work, in stage order
+    uint8_t *arena;  // decoded planar RGB of one chunk
+    cudaEvent_t chunk;  // after a chunk's resize, when another chunk follows
+    resize_job *h_jobs, *d_jobs;  // [max_batch]: pinned, and its device copy
+    nvjpegImage_t *outs;  // [max_batch] host
+    cudaEvent_t start, staged;  // around the slot's last stage (timed)
+    int timed;  // start and staged recorded by the last stage
+    cudaStream_t stream;  // the slot's device work, in stage order
 } nvj_slot;
 
 typedef struct nvj_decoder {
@@ -118,13 +117,13 @@ typedef struct nvj_decoder {
     int dev, max_batch;
     nvjpegHandle_t handle;
     size_t arena_bytes, device_bytes;  // arena_bytes: per slot
-    int exact;                       // YUV planes + libjpeg's upsampling, else the hardware's RGB
+    int exact;  // YUV planes + libjpeg's upsampling, else the hardware's RGB
     nvjpegOutputFormat_t format;
     nvj_slot slot[ENGINE_MAX_SLOTS];
-    uint8_t *failed;                 // [max_batch], stage's scratch
+    uint8_t *failed;  // [max_batch], stage's scratch
     pthread_mutex_t parsers_mu;
     int parsers_init;
-    nvjpegJpegStream_t *parsers;     // the free ones are parsers[0..nfree)
+    nvjpegJpegStream_t *parsers;  // the free ones are parsers[0..nfree)
     int nparsers, nfree;
 } nvj_decoder;
 
@@ -157,13 +156,34 @@ static size_t decoded_bytes(int w, int h)
 static int css_factors(nvjpegChromaSubsampling_t css, int *hs, int *vs)
 {
     switch (css) {
-    case NVJPEG_CSS_444: *hs = 1; *vs = 1; return 1;
-    case NVJPEG_CSS_422: *hs = 2; *vs = 1; return 1;
-    case NVJPEG_CSS_420: *hs = 2; *vs = 2; return 1;
-    case NVJPEG_CSS_440: *hs = 1; *vs = 2; return 1;
-    case NVJPEG_CSS_411: *hs = 4; *vs = 1; return 1;
-    case NVJPEG_CSS_410: *hs = 4; *vs = 2; return 1;
-    case NVJPEG_CSS_GRAY: *hs = 1; *vs = 1; return 1;
+    case NVJPEG_CSS_444:
+        *hs = 1;
+        *vs = 1;
+        return 1;
+    case NVJPEG_CSS_422:
+        *hs = 2;
+        *vs = 1;
+        return 1;
+    case NVJPEG_CSS_420:
+        *hs = 2;
+        *vs = 2;
+        return 1;
+    case NVJPEG_CSS_440:
+        *hs = 1;
+        *vs = 2;
+        return 1;
+    case NVJPEG_CSS_411:
+        *hs = 4;
+        *vs = 1;
+        return 1;
+    case NVJPEG_CSS_410:
+        *hs = 4;
+        *vs = 2;
+        return 1;
+    case NVJPEG_CSS_GRAY:
+        *hs = 1;
+        *vs = 1;
+        return 1;
     default: return 0;
     }
 }
@@ -229,10 +249,10 @@ static devjpeg_reason nvj_check(void *ctx, const uint8_t *jpeg, size_t len, cons
 // the bytes used, at most decoded_bytes(w, h). Check accepted only layouts
 // with known factors; anything else is laid out as 4:4:4 and its crop is
 // whatever the decode gives, as with any image the device got wrong.
-static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int h, uint8_t *base,
-                     nvjpegImage_t *out, resize_job *j)
+static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int h, uint8_t *base, nvjpegImage_t *out,
+                     resize_job *j)
 {
-    int nc = 0, widths[NVJPEG_MAX_COMPONENT] = {0}, heights[NVJPEG_MAX_COMPONENT] = {0}, hs = 1, vs = 1;
+    int nc = 0, widths[NVJPEG_MAX_COMPONENT] = { 0 }, heights[NVJPEG_MAX_COMPONENT] = { 0 }, hs = 1, vs = 1;
     nvjpegChromaSubsampling_t css = NVJPEG_CSS_UNKNOWN;
     if (nvjpegGetImageInfo(d->handle, jpeg, len, &nc, &css, widths, heights) != NVJPEG_STATUS_SUCCESS ||
         !css_factors(css, &hs, &vs))
@@ -254,8 +274,8 @@ static size_t layout(nvj_decoder *d, const uint8_t *jpeg, size_t len, int w, int
     out->pitch[1] = (size_t)cw;
     out->channel[2] = base + luma + chroma;
     out->pitch[2] = (size_t)cw;
-    resize_job_planes(j, css == NVJPEG_CSS_GRAY ? RESIZE_SRC_GRAY : RESIZE_SRC_YCC, hs, vs, base, w, h,
-                      out->channel[1], out->channel[2], cw, ch, cw, 1);
+    resize_job_planes(j, css == NVJPEG_CSS_GRAY ? RESIZE_SRC_GRAY : RESIZE_SRC_YCC, hs, vs, base, w, h, out->channel[1],
+                      out->channel[2], cw, ch, cw, 1);
     return ((luma + 2 * chroma) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
@@ -304,8 +324,7 @@ static int nvj_stage(void *ctx, int s, int nhost, const uint8_t *const *jpeg, co
     sl->timed = 0;
     CUDA_TRY(cudaEventRecord(sl->start, sl->stream));
     if (nhost > 0)
-        CUDA_TRY(cudaMemcpyAsync(d_in, h_in, (size_t)nhost * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice,
-                                 sl->stream));
+        CUDA_TRY(cudaMemcpyAsync(d_in, h_in, (size_t)nhost * RESNET18_INPUT_BYTES, cudaMemcpyHostToDevice, sl->stream));
     memset(d->failed, 0, (size_t)n);
     for (int i0 = 0; i0 < n;) {
         size_t off = 0;
@@ -434,8 +453,10 @@ static int nvj_retarget(void *ctx, engine *e, char *err, size_t errlen)
     nvj_decoder *d = (nvj_decoder *)ctx;
     if (e->device != ENGINE_DEVICE_CUDA || e->device_index != d->dev || e->nslots != d->e->nslots ||
         e->max_batch != d->max_batch) {
-        snprintf(err, errlen, "the GPU JPEG decoder serves cuda:%d with %d slots of %d images; the new engine "
-                 "differs", d->dev, d->e->nslots, d->max_batch);
+        snprintf(err, errlen,
+                 "the GPU JPEG decoder serves cuda:%d with %d slots of %d images; the new engine "
+                 "differs",
+                 d->dev, d->e->nslots, d->max_batch);
         return -1;
     }
     d->e = e;
@@ -446,8 +467,7 @@ static const devjpeg_ops nvj_ops = {
     "nvjpeg-hardware", nvj_check, nvj_stage, nvj_stage_ms, nvj_sync, nvj_device_memory, nvj_destroy, nvj_retarget,
 };
 
-extern "C" devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err,
-                                    size_t errlen)
+extern "C" devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers, int exact, char *err, size_t errlen)
 {
     nvj_decoder *d = (nvj_decoder *)calloc(1, sizeof *d);
     if (!d) {
@@ -480,17 +500,16 @@ extern "C" devjpeg *gpu_jpeg_create(engine *e, size_t arena_bytes, int checkers,
         nvjpegStatus_t st = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &d->handle);
         if (st != NVJPEG_STATUS_SUCCESS) {
             d->handle = NULL;
-            snprintf(err, errlen, "nvJPEG hardware decoder unavailable on cuda:%d: %s", d->dev,
-                     nvjpeg_status_name(st));
+            snprintf(err, errlen, "nvJPEG hardware decoder unavailable on cuda:%d: %s", d->dev, nvjpeg_status_name(st));
             goto fail;
         }
     }
     {
         size_t pad = d->arena_bytes / NVJPEG_PADDING_SHARE;
-        NVJPEG_TRY(nvjpegSetDeviceMemoryPadding(pad > NVJPEG_MIN_DEVICE_PADDING ? pad : NVJPEG_MIN_DEVICE_PADDING,
-                                                d->handle));
-        NVJPEG_TRY(nvjpegSetPinnedMemoryPadding(pad > NVJPEG_MIN_PINNED_PADDING ? pad : NVJPEG_MIN_PINNED_PADDING,
-                                                d->handle));
+        NVJPEG_TRY(
+            nvjpegSetDeviceMemoryPadding(pad > NVJPEG_MIN_DEVICE_PADDING ? pad : NVJPEG_MIN_DEVICE_PADDING, d->handle));
+        NVJPEG_TRY(
+            nvjpegSetPinnedMemoryPadding(pad > NVJPEG_MIN_PINNED_PADDING ? pad : NVJPEG_MIN_PINNED_PADDING, d->handle));
     }
     d->failed = (uint8_t *)calloc(nb, 1);
     d->parsers = (nvjpegJpegStream_t *)calloc((size_t)checkers, sizeof *d->parsers);

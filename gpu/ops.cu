@@ -9,8 +9,8 @@
 /* ---- normalise: uint8 RGB -> (x/255 - mean) / std, 4 channels -------- */
 
 // The same expression, in the same FP32 order, as preprocess_normalize_chw.
-__constant__ float kMean[3] = {0.485f, 0.456f, 0.406f};
-__constant__ float kStd[3] = {0.229f, 0.224f, 0.225f};
+__constant__ float kMean[3] = { 0.485f, 0.456f, 0.406f };
+__constant__ float kStd[3] = { 0.229f, 0.224f, 0.225f };
 
 // Pixel p of an NHWC4 image: three channels and a zero, as four floats or
 // four halves (one 16- or 8-byte store).
@@ -42,15 +42,14 @@ __device__ static inline float normalize_channel(uint32_t v, int c)
 // was slower still.
 #define NORM_PIX 1024
 template <typename T>
-__global__ void __launch_bounds__(256)
-    normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix)
+__global__ void __launch_bounds__(256) normalize_kernel(const uint8_t *__restrict__ in, T *__restrict__ out, long npix)
 {
     pdl_sync();
     __shared__ uint32_t words[NORM_PIX * 3 / 4];
     const long base = (long)blockIdx.x * NORM_PIX;
     const long n = npix - base < NORM_PIX ? npix - base : NORM_PIX;
     const uint8_t *bytes = reinterpret_cast<const uint8_t *>(words);
-    if (n == NORM_PIX) {   // in + 3 * base is 4-byte aligned: base is a multiple of 1024
+    if (n == NORM_PIX) {  // in + 3 * base is 4-byte aligned: base is a multiple of 1024
         const uint32_t *src = reinterpret_cast<const uint32_t *>(in + base * 3);
         for (int k = threadIdx.x; k < NORM_PIX * 3 / 4; k += blockDim.x)
             words[k] = src[k];
@@ -98,14 +97,13 @@ __device__ static inline uint32_t quantize_byte(float x, float inv)
 
 __device__ static inline void place_pixel(int8_t *out, long p, const float *x, long hw, float inv)
 {
-    reinterpret_cast<uint32_t *>(out)[p] =
-        quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 | quantize_byte(x[2 * hw], inv) << 16;
+    reinterpret_cast<uint32_t *>(out)[p] = quantize_byte(x[0], inv) | quantize_byte(x[hw], inv) << 8 |
+                                           quantize_byte(x[2 * hw], inv) << 16;
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256)
-    place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which, float inv, T *__restrict__ out,
-                     int n, int hw)
+__global__ void __launch_bounds__(256) place_f32_kernel(const float *__restrict__ in, const int *__restrict__ which,
+                                                        float inv, T *__restrict__ out, int n, int hw)
 {
     pdl_sync();
     int mine = 0;
@@ -281,8 +279,8 @@ cudaError_t maxpool_launch(int fp16, const void *in, void *out, int n, int h, in
     long total = (long)n * oh * ow * (c / (fp16 ? 8 : 4));
     unsigned blocks = (unsigned)((total + 255) / 256);
     if (fp16)
-        return launch_k(maxpool3x3s2_kernel<__half>, blocks, 256, 0, st, (const __half *)in, (__half *)out, n, h, w,
-                        c, oh, ow);
+        return launch_k(maxpool3x3s2_kernel<__half>, blocks, 256, 0, st, (const __half *)in, (__half *)out, n, h, w, c,
+                        oh, ow);
     return launch_k(maxpool3x3s2_kernel<float>, blocks, 256, 0, st, (const float *)in, (float *)out, n, h, w, c, oh,
                     ow);
 }
@@ -331,7 +329,7 @@ __device__ __forceinline__ void store2(float *p, float a, float b)
 #define AVG_PAIRS 32
 #define AVG_PARTS 8
 template <typename TI, typename TO, typename S>
-__global__ void __launch_bounds__(AVG_PAIRS * AVG_PARTS)
+__global__ void __launch_bounds__(AVG_PAIRS *AVG_PARTS)
     avgpool_kernel(const TI *__restrict__ in, TO *__restrict__ out, int hw, int c)
 {
     pdl_sync();
@@ -368,8 +366,8 @@ cudaError_t avgpool_launch(int kind, const void *in, void *out, int n, int hw, i
         return launch_k(avgpool_kernel<__half, __half, float>, grid, block, 0, st, (const __half *)in, (__half *)out,
                         hw, c);
     if (kind == CONV_INT8)
-        return launch_k(avgpool_kernel<float, __half, double>, grid, block, 0, st, (const float *)in, (__half *)out,
-                        hw, c);
+        return launch_k(avgpool_kernel<float, __half, double>, grid, block, 0, st, (const float *)in, (__half *)out, hw,
+                        c);
     return launch_k(avgpool_kernel<float, float, float>, grid, block, 0, st, (const float *)in, (float *)out, hw, c);
 }
 

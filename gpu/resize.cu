@@ -124,9 +124,9 @@ __global__ void resize_crop_u8_kernel(const resize_job *jobs)
     int nx = axis_coeffs(j.w, j.rw, j.left + xx, &xmin, kx);
     __syncthreads();
 
-    int32_t acc[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+    int32_t acc[3] = { 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1) };
     for (int y = 0; y < ny_s; y++) {
-        int32_t sum[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+        int32_t sum[3] = { 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1) };
         for (int x = 0; x < nx; x++) {
             int32_t px[3];
             src_rgb(j, xmin + x, ymin_s + y, px);
@@ -212,7 +212,7 @@ void resize_job_rebuilt(resize_job *j, uint8_t *base, int w, int h, int hs, int 
 }
 
 #define REBUILD_THREADS 256
-#define REBUILD_CTAS_PER_IMAGE 64   // ~0.6 MP: ~9 blocks per thread
+#define REBUILD_CTAS_PER_IMAGE 64  // ~0.6 MP: ~9 blocks per thread
 
 cudaError_t chroma_rebuild_launch(const resize_job *d_jobs, int njobs, cudaStream_t st)
 {

@@ -65,10 +65,10 @@
 #include "gpu/mma.cuh"
 #include "gpu/wgmma.cuh"
 
-#define STEM_K 64         // output channels
-#define STEM_MAX_W 224    // stem row width STEM_SW = 112
+#define STEM_K 64  // output channels
+#define STEM_MAX_W 224  // stem row width STEM_SW = 112
 #define STEM_SW (STEM_MAX_W / 2)
-#define STEM_PROWS 15     // input rows under 5 stem rows: 2 * 4 + 7
+#define STEM_PROWS 15  // input rows under 5 stem rows: 2 * 4 + 7
 // The patch's rows in shared memory: a ring, where an item's row p lies in
 // slot p ^ base, base = 0 or 8 (stem_ring_base), so that an item after
 // the one above it (pooled rows py + 2, its patch 8 input rows further
@@ -113,9 +113,9 @@ struct stem_cfg {
     // The weights: [64][wrow], or for wgmma a 2048-byte B tile a k step,
     // [2 core matrices in k][8 groups of 8 channels][8][16 bytes].
     static constexpr int w_bytes = WG ? ksteps * 2048 : STEM_K * wrow;
-    static constexpr int x_off = w_off + w_bytes;                  // the warps' last columns, [warps][64] sums
-    static constexpr int s_off = x_off + warps * STEM_K * 4;       // a pooled row, [56][srow]
-    static constexpr int k_off = s_off + STEM_SW / 2 * srow;       // kept stem row sums, [32][threads]
+    static constexpr int x_off = w_off + w_bytes;  // the warps' last columns, [warps][64] sums
+    static constexpr int s_off = x_off + warps * STEM_K * 4;  // a pooled row, [56][srow]
+    static constexpr int k_off = s_off + STEM_SW / 2 * srow;  // kept stem row sums, [32][threads]
     static constexpr int f_off = k_off + 32 * threads * 4;  // bias, then INT8's multipliers: [2][64] floats
     static constexpr int smem = f_off + 2 * STEM_K * 4;
     // Two CTAs an SM (__launch_bounds__ below), each with the 1 KB the
@@ -317,8 +317,7 @@ __device__ __forceinline__ float acc_max(float a, float b)
 // (through xch; none at warp 0). Every lane finishes its own pooled
 // values. Output through stage ([pw][srow]), then 16-byte stores.
 template <bool S8, bool WG>
-__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[32],
-                                              const float *fac, const conv_q8 &q,
+__device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[32], const float *fac, const conv_q8 &q,
                                               typename acc_type<S8>::type *xch, unsigned char *stage,
                                               unsigned char *out, int warp, int lane, int tid)
 {
@@ -365,8 +364,8 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[3
             const int v1 = int8_requant_lo(s8_value(p[1], mf.y, bf.y, 0, 0.f, false), q.out_inv, 1);
             *reinterpret_cast<uint16_t *>(stage + o + 8 * ni + c0) = (uint16_t)int8_pack2(v1, v0, 0);
         } else {
-            *reinterpret_cast<__half2 *>(stage + o + 2 * (8 * ni + c0)) =
-                __floats2half2_rn(fmaxf(p[0] + bf.x, 0.f), fmaxf(p[1] + bf.y, 0.f));
+            *reinterpret_cast<__half2 *>(stage + o + 2 * (8 * ni + c0)) = __floats2half2_rn(fmaxf(p[0] + bf.x, 0.f),
+                                                                                            fmaxf(p[1] + bf.y, 0.f));
         }
     }
     __syncthreads();
@@ -377,8 +376,8 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[3
         const int id = tid + k * T, px = id / CH;
         if (PW * CH % T != 0 && id >= PW * CH)
             break;
-        reinterpret_cast<uint4 *>(out)[id] =
-            *reinterpret_cast<const uint4 *>(stage + px * cfg::srow + (id - px * CH) * 16);
+        reinterpret_cast<uint4 *>(out)[id] = *reinterpret_cast<const uint4 *>(stage + px * cfg::srow +
+                                                                              (id - px * CH) * 16);
     }
 }
 
@@ -396,7 +395,7 @@ __global__ void __launch_bounds__(stem_cfg<S8, WG>::threads, 2)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     extern __shared__ __align__(128) unsigned char smem[];
     acc_t *const xch = reinterpret_cast<acc_t *>(smem + cfg::x_off);  // [warps][64]
-    unsigned char *const stage = smem + cfg::s_off;                    // [pw][srow]
+    unsigned char *const stage = smem + cfg::s_off;  // [pw][srow]
     uint32_t *const lut = reinterpret_cast<uint32_t *>(smem + cfg::lut_off);
     unsigned char *const raw = smem + cfg::raw_off;  // [2 (INT8) or 1][STEM_PROWS][w * 3]
     float *const fac = reinterpret_cast<float *>(smem + cfg::f_off);
@@ -692,18 +691,18 @@ struct stem_variant {
     int threads, smem;
 };
 static const stem_variant g_stem[2][2] = {
-    {{stem_pool_kernel<false, false>, stem_cfg<false, false>::threads, stem_cfg<false, false>::smem},
-     {stem_pool_kernel<false, true>, stem_cfg<false, true>::threads, stem_cfg<false, true>::smem}},
-    {{stem_pool_kernel<true, false>, stem_cfg<true, false>::threads, stem_cfg<true, false>::smem},
-     {stem_pool_kernel<true, true>, stem_cfg<true, true>::threads, stem_cfg<true, true>::smem}},
+    { { stem_pool_kernel<false, false>, stem_cfg<false, false>::threads, stem_cfg<false, false>::smem },
+      { stem_pool_kernel<false, true>, stem_cfg<false, true>::threads, stem_cfg<false, true>::smem } },
+    { { stem_pool_kernel<true, false>, stem_cfg<true, false>::threads, stem_cfg<true, false>::smem },
+      { stem_pool_kernel<true, true>, stem_cfg<true, true>::threads, stem_cfg<true, true>::smem } },
 };
 // Their persistent grids: as many CTAs as fit on the device stem_pool_init
 // last ran on (another count only changes how many items each CTA takes).
-static std::atomic<int> g_stem_ctas[2][2] = {{{1}, {1}}, {{1}, {1}}};
+static std::atomic<int> g_stem_ctas[2][2] = { { { 1 }, { 1 } }, { { 1 }, { 1 } } };
 // The wgmma kernels run only where every device stem_pool_init ran on has
 // them (the variant is picked at launch, for any of the process's
 // devices); tests may turn them off.
-static std::atomic<int> g_stem_wg_ok{0}, g_stem_wg_lacking{0}, g_stem_wg_on{1};
+static std::atomic<int> g_stem_wg_ok{ 0 }, g_stem_wg_lacking{ 0 }, g_stem_wg_on{ 1 };
 
 int stem_pool_fits(int h, int w, int c, int k)
 {
@@ -745,8 +744,8 @@ cudaError_t stem_pool_launch(int kind, int n, int h, int w, const void *in, cons
                              const float *bias, const conv_q8 *q, void *out, cudaStream_t st)
 {
     const int s8 = kind == CONV_INT8;
-    if (n < 1 || !stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || !rgb || kind == CONV_FP32 ||
-        !rgb->rgb || !rgb->lut || !rgb->which)
+    if (n < 1 || !stem_pool_fits(h, w, 4, STEM_K) || s8 != (q != NULL) || !rgb || kind == CONV_FP32 || !rgb->rgb ||
+        !rgb->lut || !rgb->which)
         return cudaErrorInvalidValue;
     if ((((uintptr_t)in | (uintptr_t)rgb->rgb) & 15) != 0)
         return cudaErrorMisalignedAddress;  // the images are read in 16-byte chunks

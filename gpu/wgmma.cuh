@@ -97,21 +97,21 @@ __device__ __forceinline__ void wgmma_pin(int (&d)[R])
 #define WG_ACC32(c) WG_D32(c, 0)
 #define WG_ACC64(c) WG_D32(c, 0), WG_D32(c, 32)
 #define WG_ACC128(c) WG_D32(c, 0), WG_D32(c, 32), WG_D32(c, 64), WG_D32(c, 96)
-#define WG_REGS32 \
+#define WG_REGS32                                                            \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define WG_REGS64 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+#define WG_REGS64                                                                      \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WG_REGS128 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+#define WG_REGS128                                                                                 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define F_(x) "+f"(x)
@@ -123,28 +123,28 @@ struct wgmma_op;
 // DA, DB, P: the operand numbers of the descriptors and the flag. FP16
 // takes A/B scale and transpose immediates; INT8 has none.
 #ifdef RESNETD_WGMMA
-#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                             \
-    template <>                                                                                         \
-    struct wgmma_op<N, T> {                                                                             \
-        static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db)              \
-        {                                                                                               \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                  \
-                         "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" WG_REGS##NACC "}, %" DA ", %" DB \
-                         ", p" IMM ";\n}\n"                                                              \
-                         : WG_ACC##NACC(CONSTR)                                                         \
-                         : "l"(da), "l"(db), "r"(1));                                                   \
-        }                                                                                               \
+#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                                           \
+    template <>                                                                                                       \
+    struct wgmma_op<N, T> {                                                                                           \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db)                            \
+        {                                                                                                             \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                              \
+                         "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" WG_REGS##NACC "}, %" DA ", %" DB ", p" IMM \
+                                                                                         ";\n}\n"                     \
+                         : WG_ACC##NACC(CONSTR)                                                                       \
+                         : "l"(da), "l"(db), "r"(1));                                                                 \
+        }                                                                                                             \
     };
 #else
-#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                 \
-    template <>                                                                             \
-    struct wgmma_op<N, T> {                                                                 \
-        static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db)  \
-        {                                                                                   \
-            (void)d;                                                                        \
-            (void)da;                                                                       \
-            (void)db;                                                                       \
-        }                                                                                   \
+#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                \
+    template <>                                                                            \
+    struct wgmma_op<N, T> {                                                                \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db) \
+        {                                                                                  \
+            (void)d;                                                                       \
+            (void)da;                                                                      \
+            (void)db;                                                                      \
+        }                                                                                  \
     };
 #endif
 WGMMA_OP(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "32", "33", "34")
@@ -160,28 +160,28 @@ WGMMA_OP(256, 128, int, R_, "k32.s32.s8.s8", "", "128", "129", "130")
 template <int N, typename T>
 struct wgmma_rs;
 #ifdef RESNETD_WGMMA
-#define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                                       \
-    template <>                                                                                               \
-    struct wgmma_rs<N, T> {                                                                                   \
-        static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db)         \
-        {                                                                                                     \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                        \
-                         "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" WG_REGS##NACC "}, {%" A0 ", %" A1  \
-                         ", %" A2 ", %" A3 "}, %" DB ", p" IMM ";\n}\n"                                        \
-                         : WG_ACC##NACC(CONSTR)                                                               \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                      \
-        }                                                                                                     \
+#define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                               \
+    template <>                                                                                       \
+    struct wgmma_rs<N, T> {                                                                           \
+        static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db) \
+        {                                                                                             \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                              \
+                         "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" WG_REGS##NACC              \
+                         "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", p" IMM ";\n}\n"           \
+                         : WG_ACC##NACC(CONSTR)                                                       \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));              \
+        }                                                                                             \
     };
 #else
 #define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                               \
-    template <>                                                                                     \
-    struct wgmma_rs<N, T> {                                                                         \
+    template <>                                                                                       \
+    struct wgmma_rs<N, T> {                                                                           \
         static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db) \
-        {                                                                                           \
-            (void)d;                                                                                \
-            (void)a;                                                                                \
-            (void)db;                                                                               \
-        }                                                                                           \
+        {                                                                                             \
+            (void)d;                                                                                  \
+            (void)a;                                                                                  \
+            (void)db;                                                                                 \
+        }                                                                                             \
     };
 #endif
 WGMMA_RS(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "32", "33", "34", "35", "36", "37")

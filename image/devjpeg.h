@@ -31,18 +31,18 @@
 #include "image/preprocess.h"
 
 #ifdef __cplusplus
-extern "C" {   /* also included by the CUDA sources */
+extern "C" { /* also included by the CUDA sources */
 #endif
 
 /* Why an image is decoded on the CPU instead. */
 typedef enum {
     DEVJPEG_OK = 0,
-    DEVJPEG_UNSUPPORTED,    /* the hardware refuses the stream: progressive, arithmetic, 12-bit... */
-    DEVJPEG_TOO_LARGE,      /* over the device path's size limits */
-    DEVJPEG_NO_EOI,         /* no EOI marker at the end: possibly truncated, which the CPU reports */
-    DEVJPEG_BUSY,           /* every header parser in use (more checking threads than parsers) */
-    DEVJPEG_DEVICE_ERROR,   /* the device decode failed (stage's per-image fallback) */
-    DEVJPEG_SATURATED,      /* not a failure: the device decoder had a backlog and a CPU was free */
+    DEVJPEG_UNSUPPORTED, /* the hardware refuses the stream: progressive, arithmetic, 12-bit... */
+    DEVJPEG_TOO_LARGE, /* over the device path's size limits */
+    DEVJPEG_NO_EOI, /* no EOI marker at the end: possibly truncated, which the CPU reports */
+    DEVJPEG_BUSY, /* every header parser in use (more checking threads than parsers) */
+    DEVJPEG_DEVICE_ERROR, /* the device decode failed (stage's per-image fallback) */
+    DEVJPEG_SATURATED, /* not a failure: the device decoder had a backlog and a CPU was free */
     DEVJPEG_NREASONS
 } devjpeg_reason;
 

@@ -72,7 +72,7 @@ static int warm_up(devjpeg *d, engine *e, char *err, size_t errlen)
     }
     if (warm_jpeg(&jpeg, &len, err, errlen) != 0)
         goto done;
-    preprocess_info info = {.w = WARM_W, .h = WARM_H, .ycc = 1};
+    preprocess_info info = { .w = WARM_W, .h = WARM_H, .ycc = 1 };
     if (devjpeg_check(d, jpeg, len, &info) != DEVJPEG_OK) {
         snprintf(err, errlen, "device JPEG warm-up: the device refuses a baseline 4:2:0 JPEG");
         goto done;

@@ -40,7 +40,7 @@
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <stdio.h>   /* before jpeglib.h, which needs size_t and FILE */
+#include <stdio.h> /* before jpeglib.h, which needs size_t and FILE */
 #include <stdlib.h>
 #include <string.h>
 #include <jpeglib.h>
@@ -50,19 +50,19 @@
 #define PRECISION_BITS 22 /* Pillow's 32 - 8 - 2 */
 #define SCAN_LIMIT 500
 
-const float preprocess_mean[3] = {0.485f, 0.456f, 0.406f};
-const float preprocess_std[3] = {0.229f, 0.224f, 0.225f};
+const float preprocess_mean[3] = { 0.485f, 0.456f, 0.406f };
+const float preprocess_std[3] = { 0.229f, 0.224f, 0.225f };
 
 /* libjpeg reports errors through err->error_exit, which must not return:
  * we longjmp back into preprocess_jpeg with the status and message. */
 typedef struct jpeg_guard {
-    struct jpeg_error_mgr err;        /* first: libjpeg's cinfo->err points here */
+    struct jpeg_error_mgr err; /* first: libjpeg's cinfo->err points here */
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
-    preprocess_status status;         /* why we jumped */
+    preprocess_status status; /* why we jumped */
     char msg[JMSG_LENGTH_MAX + 128];
-    int last_scan;                    /* input_scan_number already counted */
-    uint64_t work, work_limit;        /* DCT blocks of the scans so far, and the cap */
+    int last_scan; /* input_scan_number already counted */
+    uint64_t work, work_limit; /* DCT blocks of the scans so far, and the cap */
     preprocess_ctx *p;
 } jpeg_guard;
 
@@ -72,15 +72,15 @@ struct preprocess_ctx {
     uint64_t max_pixels;
     size_t retain_bytes;
     int fast;
-    int (*stop)(void *cls);           /* optional: nonzero stops the decode */
+    int (*stop)(void *cls); /* optional: nonzero stops the decode */
     void *stop_cls;
-    uint8_t *pixels;   /* decoded image, [h][w][3] */
+    uint8_t *pixels; /* decoded image, [h][w][3] */
     size_t pixels_cap;
-    uint8_t *scratch;  /* resize coefficients + intermediate, see crop_plan */
+    uint8_t *scratch; /* resize coefficients + intermediate, see crop_plan */
     size_t scratch_cap;
-    uint8_t *cmyk;     /* CMYK/YCCK files: libjpeg's CMYK rows, [ROWS][w][4] */
+    uint8_t *cmyk; /* CMYK/YCCK files: libjpeg's CMYK rows, [ROWS][w][4] */
     size_t cmyk_cap;
-    atomic_size_t held;   /* the three caps + libjpeg's share during a decode */
+    atomic_size_t held; /* the three caps + libjpeg's share during a decode */
 };
 
 /* --- resize geometry: torchvision Resize(256) + CenterCrop(224) ---------- */
@@ -111,12 +111,12 @@ static void resize_geometry(int w, int h, int *rw, int *rh, int *left, int *top)
 typedef struct axis {
     int in_size, out_size;
     double scale, filterscale, support;
-    int ksize;         /* taps per output, Pillow's ceil(support) * 2 + 1 */
+    int ksize; /* taps per output, Pillow's ceil(support) * 2 + 1 */
 } axis;
 
 static axis axis_make(int in_size, int out_size)
 {
-    axis a = {.in_size = in_size, .out_size = out_size};
+    axis a = { .in_size = in_size, .out_size = out_size };
     a.scale = a.filterscale = (double)in_size / out_size;
     if (a.filterscale < 1.0)
         a.filterscale = 1.0;
@@ -169,8 +169,7 @@ static void axis_coeffs(const axis *a, int first, int count, int *bounds, int32_
                 if (ww != 0.0)
                     w /= ww;
             }
-            ki[x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PRECISION_BITS))
-                          : (int32_t)(0.5 + w * (1 << PRECISION_BITS));
+            ki[x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PRECISION_BITS)) : (int32_t)(0.5 + w * (1 << PRECISION_BITS));
         }
         bounds[2 * i] = xmin;
         bounds[2 * i + 1] = n > 0 ? n : 0;
@@ -192,7 +191,7 @@ static uint8_t clip8(int32_t v)
 typedef struct crop_plan {
     axis ax, ay;
     int left, top;
-    int row_first, rows;     /* source rows read by the vertical pass */
+    int row_first, rows; /* source rows read by the vertical pass */
     size_t off_ky, off_bx, off_by, off_tmp, bytes;
 } crop_plan;
 
@@ -320,7 +319,7 @@ static void on_error_exit(j_common_ptr c)
     preprocess_status s = PREP_ERR_CORRUPT;
     if (c->err->msg_code == JERR_OUT_OF_MEMORY)
         s = PREP_ERR_NOMEM;
-    else if (c->err->msg_code == JERR_NO_BACKING_STORE)   /* over max_memory_to_use */
+    else if (c->err->msg_code == JERR_NO_BACKING_STORE) /* over max_memory_to_use */
         s = PREP_ERR_TOO_LARGE;
     snprintf(msg, sizeof msg, "invalid JPEG data: %s", buf);
     guard_jump(c, s, s == PREP_ERR_CORRUPT ? msg : buf);
@@ -349,9 +348,10 @@ static void on_progress(j_common_ptr c)
             if (d->cur_comp_info[i])
                 g->work += (uint64_t)d->cur_comp_info[i]->width_in_blocks * d->cur_comp_info[i]->height_in_blocks;
         if (g->work > g->work_limit) {
-            snprintf(msg, sizeof msg, "decoding this JPEG (%ux%u, %d scans so far) needs more work than %d "
-                     "full passes over a max_pixels image", d->image_width, d->image_height, g->last_scan,
-                     PREPROCESS_WORK_PASSES);
+            snprintf(msg, sizeof msg,
+                     "decoding this JPEG (%ux%u, %d scans so far) needs more work than %d "
+                     "full passes over a max_pixels image",
+                     d->image_width, d->image_height, g->last_scan, PREPROCESS_WORK_PASSES);
             guard_jump(c, PREP_ERR_TOO_LARGE, msg);
         }
     }
@@ -468,8 +468,7 @@ static unsigned fast_denom(unsigned w, unsigned h)
     return 1;
 }
 
-static preprocess_status decode_fail(preprocess_ctx *p, preprocess_status s, char *err, size_t errlen,
-                                     const char *msg)
+static preprocess_status decode_fail(preprocess_ctx *p, preprocess_status s, char *err, size_t errlen, const char *msg)
 {
     jpeg_abort_decompress(&p->cinfo);
     release_oversized(p);
@@ -531,7 +530,7 @@ static preprocess_status check_header(j_decompress_ptr d, uint64_t max_pixels, c
 /* After a good header: the output format and scale. */
 static void setup_output(preprocess_ctx *p, j_decompress_ptr d)
 {
-    d->out_color_space = is_cmyk(d) ? JCS_CMYK : JCS_RGB;   /* libjpeg turns YCCK into CMYK */
+    d->out_color_space = is_cmyk(d) ? JCS_CMYK : JCS_RGB; /* libjpeg turns YCCK into CMYK */
     d->dct_method = JDCT_ISLOW;
     d->do_fancy_upsampling = TRUE;
     d->scale_num = 1;
@@ -539,7 +538,7 @@ static void setup_output(preprocess_ctx *p, j_decompress_ptr d)
     jpeg_calc_output_dimensions(d);
 }
 
-#define ROWS 16   /* scanlines per jpeg_read_scanlines */
+#define ROWS 16 /* scanlines per jpeg_read_scanlines */
 
 /* The bytes a decode of d's image holds: the output image, the resize
  * scratch, CMYK rows and libjpeg's coefficients. */
@@ -558,7 +557,7 @@ static size_t decode_bytes(j_decompress_ptr d)
 static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, unsigned n)
 {
     for (unsigned i = 0; i < n; i++, in += 4, out += 3) {
-        const int nk = in[3];   /* 255 - (255 - k) */
+        const int nk = in[3]; /* 255 - (255 - k) */
         for (int c = 0; c < 3; c++) {
             const int t = (255 - in[c]) * nk + 128;
             const int v = nk - (((t >> 8) + t) >> 8);
@@ -581,7 +580,7 @@ static preprocess_status jpeg_pass(preprocess_ctx *p, const uint8_t *jpeg, size_
     if (setjmp(p->g.jump))
         return decode_fail(p, p->g.status, err, errlen, p->g.msg);
     jpeg_mem_src(d, jpeg, (unsigned long)len);
-    (void)jpeg_read_header(d, TRUE);   /* a tables-only stream is an error (JERR_NO_IMAGE) */
+    (void)jpeg_read_header(d, TRUE); /* a tables-only stream is an error (JERR_NO_IMAGE) */
     if ((s = check_header(d, p->max_pixels, msg, sizeof msg)) != PREP_OK)
         return decode_fail(p, s, err, errlen, msg);
     setup_output(p, d);
@@ -596,8 +595,8 @@ static preprocess_status jpeg_pass(preprocess_ctx *p, const uint8_t *jpeg, size_
     unsigned sw = d->output_width, sh = d->output_height;
     /* A backstop: libjpeg refuses ("backing store") coefficient buffers past
      * what a max_pixels image with padded 4:4:4 components needs. */
-    d->mem->max_memory_to_use = (long)(p->max_pixels * 8 + (16u << 20) < LONG_MAX ?
-                                       p->max_pixels * 8 + (16u << 20) : LONG_MAX);
+    d->mem->max_memory_to_use = (long)(p->max_pixels * 8 + (16u << 20) < LONG_MAX ? p->max_pixels * 8 + (16u << 20)
+                                                                                  : LONG_MAX);
     const int cmyk = is_cmyk(d);
     if (grow(&p->pixels, &p->pixels_cap, (size_t)sw * sh * 3) != 0 ||
         grow(&p->scratch, &p->scratch_cap, preprocess_scratch_bytes((int)sw, (int)sh)) != 0 ||
@@ -609,7 +608,7 @@ static preprocess_status jpeg_pass(preprocess_ctx *p, const uint8_t *jpeg, size_
      * needs) plus libjpeg's coefficients for this one. */
     atomic_store(&p->held, p->pixels_cap + p->scratch_cap + p->cmyk_cap + coefficient_bytes(d));
 
-    (void)jpeg_start_decompress(d);    /* a progressive file's scans are all read here */
+    (void)jpeg_start_decompress(d); /* a progressive file's scans are all read here */
     while (d->output_scanline < sh) {
         JSAMPROW rows[ROWS];
         const unsigned y0 = d->output_scanline;
@@ -636,8 +635,8 @@ preprocess_status preprocess_header(preprocess_ctx *p, const uint8_t *jpeg, size
     return jpeg_pass(p, jpeg, len, info, NULL, err, errlen);
 }
 
-preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len,
-                                  uint8_t *out, char *err, size_t errlen)
+preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len, uint8_t *out, char *err,
+                                  size_t errlen)
 {
     return jpeg_pass(p, jpeg, len, NULL, out, err, errlen);
 }

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
-extern "C" {   /* also included by the CUDA sources */
+extern "C" { /* also included by the CUDA sources */
 #endif
 
 #define PREPROCESS_RESIZE 256
@@ -34,20 +34,20 @@ extern "C" {   /* also included by the CUDA sources */
 
 typedef enum {
     PREP_OK = 0,
-    PREP_ERR_EMPTY,        /* zero bytes */
-    PREP_ERR_NOT_JPEG,     /* no SOI marker: PNG, text, ... */
-    PREP_ERR_CORRUPT,      /* bad or truncated JPEG data */
-    PREP_ERR_TOO_LARGE,    /* width x height over the pixel limit, or over the work budget */
-    PREP_ERR_UNSUPPORTED,  /* a colour space we do not convert (two components, say) */
+    PREP_ERR_EMPTY, /* zero bytes */
+    PREP_ERR_NOT_JPEG, /* no SOI marker: PNG, text, ... */
+    PREP_ERR_CORRUPT, /* bad or truncated JPEG data */
+    PREP_ERR_TOO_LARGE, /* width x height over the pixel limit, or over the work budget */
+    PREP_ERR_UNSUPPORTED, /* a colour space we do not convert (two components, say) */
     PREP_ERR_NOMEM,
-    PREP_ERR_STOPPED,      /* the stop hook asked to stop (deadline, client gone) */
+    PREP_ERR_STOPPED, /* the stop hook asked to stop (deadline, client gone) */
 } preprocess_status;
 
 typedef struct preprocess_options {
-    uint64_t max_pixels;   /* 0: PREPROCESS_DEFAULT_MAX_PIXELS */
-    int fast;              /* DCT-domain downscale (1/2..1/8) of images at least 4x larger than
+    uint64_t max_pixels; /* 0: PREPROCESS_DEFAULT_MAX_PIXELS */
+    int fast; /* DCT-domain downscale (1/2..1/8) of images at least 4x larger than
                             * needed, to a shorter side >= 512: not bit-exact */
-    size_t retain_bytes;   /* buffers kept between images; 0: PREPROCESS_DEFAULT_RETAIN_BYTES */
+    size_t retain_bytes; /* buffers kept between images; 0: PREPROCESS_DEFAULT_RETAIN_BYTES */
 } preprocess_options;
 
 typedef struct preprocess_ctx preprocess_ctx;
@@ -57,8 +57,8 @@ void preprocess_destroy(preprocess_ctx *p);
 
 /* Decodes and crops one JPEG into out (224*224*3 bytes, HWC RGB). On error
  * writes a one-line reason to err. Never crashes on any input bytes. */
-preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len,
-                                  uint8_t *out, char *err, size_t errlen);
+preprocess_status preprocess_jpeg(preprocess_ctx *p, const uint8_t *jpeg, size_t len, uint8_t *out, char *err,
+                                  size_t errlen);
 
 /* A hook polled during every decode on p (per iMCU row and output row
  * group: every few milliseconds at most): nonzero stops the decode with
@@ -72,8 +72,8 @@ size_t preprocess_ctx_bytes(const preprocess_ctx *p);
 /* What preprocess_header reads. */
 typedef struct preprocess_info {
     int w, h;
-    int ycc;   /* YCbCr or greyscale, which libjpeg converts to RGB as JFIF says (not Adobe RGB) */
-    size_t decode_bytes;   /* what preprocess_jpeg would hold for it: image, scratch, coefficients */
+    int ycc; /* YCbCr or greyscale, which libjpeg converts to RGB as JFIF says (not Adobe RGB) */
+    size_t decode_bytes; /* what preprocess_jpeg would hold for it: image, scratch, coefficients */
 } preprocess_info;
 
 /* The checks preprocess_jpeg makes before decoding (SOI, header, colour

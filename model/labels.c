@@ -29,8 +29,10 @@ int labels_load(const char *path, int expect, labels *l, char *err, size_t errle
     if (len > 0 && text[len - 1] != '\n')
         lines++;
     if (lines != expect) {
-        snprintf(err, errlen, "%s: has %d lines, but the model has %d classes (one class name per line, "
-                 "in class-index order)", path, lines, expect);
+        snprintf(err, errlen,
+                 "%s: has %d lines, but the model has %d classes (one class name per line, "
+                 "in class-index order)",
+                 path, lines, expect);
         goto fail;
     }
     l->names = calloc((size_t)expect, sizeof *l->names);
@@ -51,8 +53,8 @@ int labels_load(const char *path, int expect, labels *l, char *err, size_t errle
         /* Labels are served in JSON, which must be UTF-8. */
         size_t bad = utf8_invalid_at(p, n);
         if (bad != n) {
-            snprintf(err, errlen, "%s:%d: not UTF-8 (byte 0x%02X at column %zu); save the file as UTF-8",
-                     path, i + 1, (unsigned char)p[bad], bad + 1);
+            snprintf(err, errlen, "%s:%d: not UTF-8 (byte 0x%02X at column %zu); save the file as UTF-8", path, i + 1,
+                     (unsigned char)p[bad], bad + 1);
             goto fail;
         }
         l->names[i] = p;

@@ -6,9 +6,9 @@
 #include <stddef.h>
 
 typedef struct labels {
-    char **names;   /* count entries */
+    char **names; /* count entries */
     int count;
-    char *text;     /* backing storage */
+    char *text; /* backing storage */
 } labels;
 
 /* Loads path; exactly `expect` (the model's class count) non-empty UTF-8

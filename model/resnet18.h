@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #define RESNET18_NUM_CONVS 20
-#define RESNET18_IMG 224          /* input height and width */
-#define RESNET18_FEATURES 512     /* channels into the FC layer */
+#define RESNET18_IMG 224 /* input height and width */
+#define RESNET18_FEATURES 512 /* channels into the FC layer */
 /* The class count is the loaded weights' (fc.weight is [classes][512]):
  * fine-tuned heads have any number. ImageNet's 1000 is only what synthetic
  * weights get; the bound keeps a corrupt header from asking for gigabytes. */
@@ -22,18 +22,18 @@
 
 /* Where a convolution reads its input or its residual from: an index into
  * the conv table (that conv's output), or one of these. */
-#define R18_IMAGE (-3)  /* the normalised input image */
-#define R18_POOL  (-1)  /* the stem's 3x3/2 maxpool output, 56x56x64 */
-#define R18_NONE  (-2)  /* no residual */
+#define R18_IMAGE (-3) /* the normalised input image */
+#define R18_POOL (-1) /* the stem's 3x3/2 maxpool output, 56x56x64 */
+#define R18_NONE (-2) /* no residual */
 typedef struct resnet18_conv_desc {
-    const char *name;   /* torchvision prefix, e.g. "layer2.0.conv1" */
-    const char *bn;     /* its BatchNorm prefix, e.g. "layer2.0.bn1" */
+    const char *name; /* torchvision prefix, e.g. "layer2.0.conv1" */
+    const char *bn; /* its BatchNorm prefix, e.g. "layer2.0.bn1" */
     int cin, cout, k, stride, pad;
-    int in_h;           /* input height (= width) at 224x224 */
-    int out_h;          /* output height (= width) */
-    int src;            /* this conv's input: a conv index, R18_IMAGE or R18_POOL */
-    int residual;       /* added before ReLU: a conv index, R18_POOL or R18_NONE */
-    int relu;           /* apply ReLU after bias (+ residual) */
+    int in_h; /* input height (= width) at 224x224 */
+    int out_h; /* output height (= width) */
+    int src; /* this conv's input: a conv index, R18_IMAGE or R18_POOL */
+    int residual; /* added before ReLU: a conv index, R18_POOL or R18_NONE */
+    int relu; /* apply ReLU after bias (+ residual) */
 } resnet18_conv_desc;
 
 /* conv 0 is the stem (7x7/2 + ReLU), followed by a 3x3/2 pad-1 maxpool. */
@@ -48,8 +48,8 @@ extern const resnet18_conv_desc resnet18_convs[RESNET18_NUM_CONVS];
 #define R18_T_POOL (RESNET18_NUM_CONVS + 1)
 typedef struct resnet18_tensors {
     int h[R18_NTENSORS], c[R18_NTENSORS];
-    int born[R18_NTENSORS];         /* the step that writes it */
-    int last_use[R18_NTENSORS];     /* the last step that reads it, -1 none */
+    int born[R18_NTENSORS]; /* the step that writes it */
+    int last_use[R18_NTENSORS]; /* the last step that reads it, -1 none */
 } resnet18_tensors;
 
 /* A conv table index, R18_IMAGE or R18_POOL as a tensor number. */
@@ -68,17 +68,17 @@ int resnet18_share_buffers(const resnet18_tensors *t, const int *order, int n, c
                            size_t *per_image);
 
 typedef struct resnet18_conv {
-    float *w;           /* [cout][k][k][cin], BN folded */
-    float *b;           /* [cout], BN folded */
+    float *w; /* [cout][k][k][cin], BN folded */
+    float *b; /* [cout], BN folded */
 } resnet18_conv;
 
 typedef struct resnet18_weights {
     resnet18_conv conv[RESNET18_NUM_CONVS];
-    int classes;        /* 1..RESNET18_MAX_CLASSES, from fc.weight's shape */
-    float *fc_w;        /* [classes][512] */
-    float *fc_b;        /* [classes] */
-    char sha256[65];    /* hex digest of the weights file, "" for synthetic */
-    int synthetic;      /* 1 when made by weights_synthetic() */
+    int classes; /* 1..RESNET18_MAX_CLASSES, from fc.weight's shape */
+    float *fc_w; /* [classes][512] */
+    float *fc_b; /* [classes] */
+    char sha256[65]; /* hex digest of the weights file, "" for synthetic */
+    int synthetic; /* 1 when made by weights_synthetic() */
 } resnet18_weights;
 
 /* Loads a safetensors file with torchvision's resnet18 names, validates

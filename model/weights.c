@@ -25,7 +25,7 @@
 #include "model/resnet18.h"
 #include "util/sha256.h"
 
-#define BN_EPS 1e-5        /* torchvision's BatchNorm2d default */
+#define BN_EPS 1e-5 /* torchvision's BatchNorm2d default */
 #define ST_MAX_DIMS 8
 
 /* safetensors dtypes with their element sizes. Only the first three can
@@ -36,35 +36,35 @@ static const struct {
     const char *name;
     uint64_t size;
 } st_dtypes[] = {
-    {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}, {"I64", 8}, {"U64", 8},
-    {"I32", 4}, {"U32", 4}, {"I16", 2}, {"U16", 2}, {"I8", 1}, {"U8", 1},
-    {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+    { "F32", 4 }, { "F16", 2 }, { "BF16", 2 }, { "F64", 8 },     { "I64", 8 },
+    { "U64", 8 }, { "I32", 4 }, { "U32", 4 },  { "I16", 2 },     { "U16", 2 },
+    { "I8", 1 },  { "U8", 1 },  { "BOOL", 1 }, { "F8_E4M3", 1 }, { "F8_E5M2", 1 },
 };
 #define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
 
 typedef struct st_tensor {
-    const char *name;               /* borrowed from the JSON header */
-    int dtype;                      /* index into st_dtypes */
+    const char *name; /* borrowed from the JSON header */
+    int dtype; /* index into st_dtypes */
     int ndim;
     uint64_t shape[ST_MAX_DIMS];
-    uint64_t begin, end;            /* byte range within the data area */
+    uint64_t begin, end; /* byte range within the data area */
 } st_tensor;
 
 typedef struct st_file {
     const char *path;
-    uint8_t *map;                   /* the whole file, read-only */
+    uint8_t *map; /* the whole file, read-only */
     size_t size;
-    const uint8_t *data;            /* the data area, after the header */
+    const uint8_t *data; /* the data area, after the header */
     uint64_t data_len;
     json_t *header;
-    st_tensor *t;                   /* every entry but __metadata__ */
+    st_tensor *t; /* every entry but __metadata__ */
     size_t n;
 } st_file;
 
 /* Formats "path: message" into err as one line (tensor names come from the
  * file and could hold control characters). Returns -1. */
-__attribute__((format(printf, 4, 5)))
-static int st_fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static int st_fail(char *err, size_t errlen, const char *path, const char *fmt,
+                                                         ...)
 {
     char msg[512];
     va_list ap;
@@ -130,10 +130,8 @@ static float st_value(const st_file *f, const st_tensor *t, uint64_t i)
     switch (t->dtype) {
     case DT_F32:
         return f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-    case DT_F16:
-        return f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-    default:
-        return bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    case DT_F16: return f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    default: return bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
     }
 }
 
@@ -173,8 +171,8 @@ static int st_parse_entry(st_file *f, const char *name, json_t *e, st_tensor *t,
     if (t->dtype < 0)
         return st_fail(err, errlen, path, "tensor %s: unknown dtype %s", name, json_string_value(dtype));
     if (!json_is_array(shape) || json_array_size(shape) > ST_MAX_DIMS)
-        return st_fail(err, errlen, path, "tensor %s: shape missing, not an array or over %d dimensions",
-                       name, ST_MAX_DIMS);
+        return st_fail(err, errlen, path, "tensor %s: shape missing, not an array or over %d dimensions", name,
+                       ST_MAX_DIMS);
     t->ndim = (int)json_array_size(shape);
     uint64_t count = 1, esize = st_dtypes[t->dtype].size;
     for (int i = 0; i < t->ndim; i++) {
@@ -187,15 +185,15 @@ static int st_parse_entry(st_file *f, const char *name, json_t *e, st_tensor *t,
     }
     if (!json_is_array(offs) || json_array_size(offs) != 2 || st_uint(json_array_get(offs, 0), &t->begin) != 0 ||
         st_uint(json_array_get(offs, 1), &t->end) != 0)
-        return st_fail(err, errlen, path, "tensor %s: data_offsets is not [begin, end] in non-negative integers",
-                       name);
+        return st_fail(err, errlen, path, "tensor %s: data_offsets is not [begin, end] in non-negative integers", name);
     if (t->begin > t->end)
-        return st_fail(err, errlen, path, "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] has begin > end",
-                       name, t->begin, t->end);
+        return st_fail(err, errlen, path, "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] has begin > end", name,
+                       t->begin, t->end);
     if (t->end > f->data_len)
         return st_fail(err, errlen, path,
                        "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] out of range (data area is %" PRIu64
-                       " bytes)", name, t->begin, t->end, f->data_len);
+                       " bytes)",
+                       name, t->begin, t->end, f->data_len);
     if (count * esize != t->end - t->begin) {
         char s[128];
         st_shape_str(t->shape, t->ndim, s, sizeof s);
@@ -272,11 +270,13 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
             kind = "an HDF5 file (Keras .h5)";
     }
     if (kind)
-        return st_fail(err, errlen, path, "not safetensors: this is %s; convert a torchvision/timm ResNet-18 "
-                       "checkpoint with: resnetd-convert FILE OUT.safetensors", kind);
+        return st_fail(err, errlen, path,
+                       "not safetensors: this is %s; convert a torchvision/timm ResNet-18 "
+                       "checkpoint with: resnetd-convert FILE OUT.safetensors",
+                       kind);
     if (hlen > f->size - 8)
-        return st_fail(err, errlen, path, "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
-                       hlen, f->size);
+        return st_fail(err, errlen, path, "header length %" PRIu64 " runs past the end of the file (%zu bytes)", hlen,
+                       f->size);
     json_error_t je;
     f->header = json_loadb((const char *)f->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!f->header)
@@ -291,7 +291,8 @@ static int st_open(st_file *f, const char *path, char *err, size_t errlen)
         return st_fail(err, errlen, path, "out of memory");
     const char *name;
     json_t *entry;
-    json_object_foreach(f->header, name, entry) {
+    json_object_foreach(f->header, name, entry)
+    {
         if (strcmp(name, "__metadata__") == 0)
             continue;
         if (st_parse_entry(f, name, entry, &f->t[f->n], err, errlen) != 0)
@@ -328,8 +329,8 @@ static const st_tensor *st_find(const st_file *f, const char *name, char *err, s
     return NULL;
 }
 
-static const st_tensor *st_expect(const st_file *f, const char *name, int ndim, const uint64_t *shape,
-                                  char *err, size_t errlen)
+static const st_tensor *st_expect(const st_file *f, const char *name, int ndim, const uint64_t *shape, char *err,
+                                  size_t errlen)
 {
     const st_tensor *t = st_find(f, name, err, errlen);
     if (!t)
@@ -357,9 +358,9 @@ static const st_tensor *st_expect(const st_file *f, const char *name, int ndim, 
  * transposing OIHW to KRSC on the way. */
 static int fold_conv(const st_file *f, const resnet18_conv_desc *d, resnet18_conv *out, char *err, size_t errlen)
 {
-    static const char *const bn_fields[4] = {"weight", "bias", "running_mean", "running_var"};
+    static const char *const bn_fields[4] = { "weight", "bias", "running_mean", "running_var" };
     const uint64_t cout = (uint64_t)d->cout, cin = (uint64_t)d->cin, k = (uint64_t)d->k;
-    const uint64_t wshape[4] = {cout, cin, k, k};
+    const uint64_t wshape[4] = { cout, cin, k, k };
     char name[128];
     snprintf(name, sizeof name, "%s.weight", d->name);
     const st_tensor *tw = st_expect(f, name, 4, wshape, err, errlen);
@@ -382,8 +383,8 @@ static int fold_conv(const st_file *f, const resnet18_conv_desc *d, resnet18_con
             if (st_finite(f, tbn[j], o, &bn[j], err, errlen) != 0)
                 return -1;
         if (bn[3] < 0)
-            return st_fail(err, errlen, f->path, "tensor %s: negative running_var %g at index %" PRIu64,
-                           tbn[3]->name, bn[3], o);
+            return st_fail(err, errlen, f->path, "tensor %s: negative running_var %g at index %" PRIu64, tbn[3]->name,
+                           bn[3], o);
         double scale = bn[0] / sqrt(bn[3] + BN_EPS);
         out->b[o] = (float)(bn[1] - bn[2] * scale);
         if (!isfinite(out->b[o]))
@@ -442,8 +443,8 @@ static int fc_classes(const st_file *f, int *classes, char *err, size_t errlen)
                        RESNET18_FEATURES);
     }
     if (t->shape[0] < 1 || t->shape[0] > RESNET18_MAX_CLASSES)
-        return st_fail(err, errlen, f->path, "tensor fc.weight: %" PRIu64 " classes, expected 1 to %d",
-                       t->shape[0], RESNET18_MAX_CLASSES);
+        return st_fail(err, errlen, f->path, "tensor fc.weight: %" PRIu64 " classes, expected 1 to %d", t->shape[0],
+                       RESNET18_MAX_CLASSES);
     *classes = (int)t->shape[0];
     return 0;
 }
@@ -459,8 +460,8 @@ int weights_load(const char *path, resnet18_weights *w, char *err, size_t errlen
             goto fail;
     if (fc_classes(&f, &w->classes, err, errlen) != 0)
         goto fail;
-    const uint64_t fc_w_shape[2] = {(uint64_t)w->classes, RESNET18_FEATURES};
-    const uint64_t fc_b_shape[1] = {(uint64_t)w->classes};
+    const uint64_t fc_w_shape[2] = { (uint64_t)w->classes, RESNET18_FEATURES };
+    const uint64_t fc_b_shape[1] = { (uint64_t)w->classes };
     if (!(w->fc_w = st_copy(&f, "fc.weight", 2, fc_w_shape, err, errlen)) ||
         !(w->fc_b = st_copy(&f, "fc.bias", 1, fc_b_shape, err, errlen)))
         goto fail;

@@ -23,7 +23,7 @@ typedef struct jpeg_file {
 typedef struct decode_pass {
     jpeg_file *files;
     int nfiles;
-    int images;                 /* decoded per pass: the files over and over */
+    int images; /* decoded per pass: the files over and over */
     atomic_int next;
     atomic_int errors;
 } decode_pass;
@@ -49,8 +49,7 @@ static void *decode_thread(void *p)
 static int has_jpeg_suffix(const char *name)
 {
     size_t n = strlen(name);
-    return (n > 4 && strcasecmp(name + n - 4, ".jpg") == 0) ||
-           (n > 5 && strcasecmp(name + n - 5, ".jpeg") == 0);
+    return (n > 4 && strcasecmp(name + n - 4, ".jpg") == 0) || (n > 5 && strcasecmp(name + n - 5, ".jpeg") == 0);
 }
 
 static int read_whole(const char *path, jpeg_file *f)
@@ -75,8 +74,7 @@ static int read_whole(const char *path, jpeg_file *f)
 }
 
 /* Loads every JPEG of dir, keeping those that decode. */
-static int load_jpegs(const char *dir, jpeg_file **out, int *nout, int *failed, char *err,
-                      size_t errlen)
+static int load_jpegs(const char *dir, jpeg_file **out, int *nout, int *failed, char *err, size_t errlen)
 {
     DIR *d = opendir(dir);
     if (!d) {
@@ -163,8 +161,8 @@ static int cpu_decode_ips(jpeg_file *files, int nfiles, int nt, int passes, cons
             snprintf(err, errlen, "out of memory");
             goto out;
         }
-    for (int p = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
-        decode_pass pass = {.files = files, .nfiles = nfiles, .images = nfiles};
+    for (int p = 0; p < 1 + passes; p++) { /* pass 0 warms up */
+        decode_pass pass = { .files = files, .nfiles = nfiles, .images = nfiles };
         while (pass.images < 24 * nt)
             pass.images += nfiles;
         atomic_init(&pass.next, 0);
@@ -289,7 +287,7 @@ static int bench_decode_gpu(const bench_decode_opts *o, jpeg_file *files, int nf
     /* Every accepted file at least once a pass, in whole batches. */
     int per_pass = nok > MIN_IMAGES_PER_PASS ? nok : MIN_IMAGES_PER_PASS;
     per_pass = (per_pass + B - 1) / B * B;
-    for (int p = 0, stage = 0; p < 1 + passes; p++) {   /* pass 0 warms up */
+    for (int p = 0, stage = 0; p < 1 + passes; p++) { /* pass 0 warms up */
         uint64_t t0 = clock_now_ns();
         for (int done = 0; done < per_pass;) {
             int i0 = done % nok, nfb = 0;
@@ -353,8 +351,7 @@ int bench_decode(const bench_decode_opts *o, decode_result *r, char *err, size_t
         rc = bench_decode_gpu(o, files, nfiles, r, err, errlen);
     } else {
         r->threads = o->threads;
-        rc = cpu_decode_ips(files, nfiles, o->threads, o->iters < 3 ? 3 : o->iters, NULL, &r->img_per_s, err,
-                            errlen);
+        rc = cpu_decode_ips(files, nfiles, o->threads, o->iters < 3 ? 3 : o->iters, NULL, &r->img_per_s, err, errlen);
     }
     for (int i = 0; i < nfiles; i++)
         free(files[i].data);

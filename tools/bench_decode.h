@@ -12,23 +12,23 @@
 #include "engine/engine.h"
 
 typedef struct bench_decode_opts {
-    const char *dir;            /* the JPEGs */
-    int threads;                /* CPU decode threads */
-    int gpu, exact;             /* --decode gpu / gpu-exact */
-    int batch;                  /* gpu: images per stage */
-    long memory_mib;            /* gpu: the arena; 0: the daemon's auto */
-    int iters;                  /* passes (at least 3) */
-    engine_config ecfg;         /* gpu: the CUDA engine whose slots are filled */
+    const char *dir; /* the JPEGs */
+    int threads; /* CPU decode threads */
+    int gpu, exact; /* --decode gpu / gpu-exact */
+    int batch; /* gpu: images per stage */
+    long memory_mib; /* gpu: the arena; 0: the daemon's auto */
+    int iters; /* passes (at least 3) */
+    engine_config ecfg; /* gpu: the CUDA engine whose slots are filled */
 } bench_decode_opts;
 
 typedef struct decode_result {
     int files;
-    int failed;                 /* files skipped because they do not decode */
-    int refused;                /* gpu: files the hardware refuses (decoded on the CPU by the daemon) */
+    int failed; /* files skipped because they do not decode */
+    int refused; /* gpu: files the hardware refuses (decoded on the CPU by the daemon) */
     int refused_by[DEVJPEG_NREASONS];
-    int images;                 /* gpu: images per timed pass */
+    int images; /* gpu: images per timed pass */
     int threads;
-    double img_per_s;           /* median over passes */
+    double img_per_s; /* median over passes */
     /* gpu: the CPU beside it (threads, the daemon's decode options in this
      * mode) on the files the hardware takes and on those it refuses, and
      * the mixed ceiling: the most img/s of this corpus both can decode */

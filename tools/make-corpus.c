@@ -23,7 +23,7 @@ typedef struct {
     uint64_t s;
 } rng;
 
-static double rnd(rng *r)   /* uniform [0, 1) */
+static double rnd(rng *r) /* uniform [0, 1) */
 {
     r->s ^= r->s << 13;
     r->s ^= r->s >> 7;
@@ -83,7 +83,7 @@ typedef struct {
 
 typedef struct {
     int ellipse;
-    double cx, cy, rx, ry, rgb[3], shade;   /* shade: vertical brightness slope */
+    double cx, cy, rx, ry, rgb[3], shade; /* shade: vertical brightness slope */
 } shape;
 
 /* Renders one image into rgb (w * h * 3 bytes). */
@@ -97,23 +97,29 @@ static int render(rng *r, int w, int h, uint8_t *rgb)
     blob blobs[MAX_BLOBS];
     int nb = 2 + (int)(rnd(r) * (MAX_BLOBS - 1));
     for (int i = 0; i < nb; i++) {
-        blobs[i] = (blob){.cx = rnd(r) * w, .cy = rnd(r) * h, .rx = rnd_range(r, 0.1, 0.5) * w,
-                          .ry = rnd_range(r, 0.1, 0.5) * h, .strength = rnd_range(r, 0.3, 0.8)};
+        blobs[i] = (blob){ .cx = rnd(r) * w,
+                           .cy = rnd(r) * h,
+                           .rx = rnd_range(r, 0.1, 0.5) * w,
+                           .ry = rnd_range(r, 0.1, 0.5) * h,
+                           .strength = rnd_range(r, 0.3, 0.8) };
         for (int c = 0; c < 3; c++)
             blobs[i].rgb[c] = rnd_range(r, 0, 255);
     }
     shape shapes[MAX_SHAPES];
     int ns = 4 + (int)(rnd(r) * (MAX_SHAPES - 3));
     for (int i = 0; i < ns; i++) {
-        shapes[i] = (shape){.ellipse = rnd(r) < 0.5, .cx = rnd(r) * w, .cy = rnd(r) * h,
-                            .rx = rnd_range(r, 0.03, 0.25) * w, .ry = rnd_range(r, 0.03, 0.25) * h,
-                            .shade = rnd_range(r, -60, 60)};
+        shapes[i] = (shape){ .ellipse = rnd(r) < 0.5,
+                             .cx = rnd(r) * w,
+                             .cy = rnd(r) * h,
+                             .rx = rnd_range(r, 0.03, 0.25) * w,
+                             .ry = rnd_range(r, 0.03, 0.25) * h,
+                             .shade = rnd_range(r, -60, 60) };
         for (int c = 0; c < 3; c++)
             shapes[i].rgb[c] = rnd_range(r, 10, 245);
     }
     noise oct[OCTAVES];
-    static const int cells[OCTAVES] = {48, 12, 3};
-    double amp[OCTAVES] = {rnd_range(r, 8, 20), rnd_range(r, 5, 12), rnd_range(r, 3, 8)};
+    static const int cells[OCTAVES] = { 48, 12, 3 };
+    double amp[OCTAVES] = { rnd_range(r, 8, 20), rnd_range(r, 5, 12), rnd_range(r, 3, 8) };
     double grain = rnd_range(r, 2, 5);
     for (int o = 0; o < OCTAVES; o++)
         if (noise_init(&oct[o], r, w, h, cells[o]) != 0) {
@@ -151,8 +157,8 @@ static int render(rng *r, int w, int h, uint8_t *rgb)
                 tex += amp[o] * noise_at(&oct[o], x, y);
             for (int c = 0; c < 3; c++) {
                 double g = grain * (rnd(r) + rnd(r) + rnd(r) - 1.5) * 2;
-                rgb[((size_t)y * (size_t)w + (size_t)x) * 3 + (size_t)c] =
-                    (uint8_t)clampd(px[c] + tex * (0.8 + 0.1 * c) + g + 0.5, 0, 255);
+                rgb[((size_t)y * (size_t)w + (size_t)x) * 3 + (size_t)c] = (uint8_t)clampd(
+                    px[c] + tex * (0.8 + 0.1 * c) + g + 0.5, 0, 255);
             }
         }
     }
@@ -172,11 +178,11 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"out", required_argument, NULL, 'o'},    {"count", required_argument, NULL, 'n'},
-        {"seed", required_argument, NULL, 's'},   {"min-mp", required_argument, NULL, 'a'},
-        {"max-mp", required_argument, NULL, 'b'}, {"progressive", required_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        { "out", required_argument, NULL, 'o' },    { "count", required_argument, NULL, 'n' },
+        { "seed", required_argument, NULL, 's' },   { "min-mp", required_argument, NULL, 'a' },
+        { "max-mp", required_argument, NULL, 'b' }, { "progressive", required_argument, NULL, 'p' },
+        { "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 }
+    };
     const char *out = NULL;
     long count = 200;
     unsigned long seed = 1;
@@ -212,7 +218,7 @@ int main(int argc, char **argv)
     /* One handle per mode: TurboJPEG 2.1 keeps a progressive compression's
      * scan script in the handle, and the next baseline image it writes is
      * corrupt ("bad Huffman code"). */
-    tjhandle tjs[2] = {tjInitCompress(), tjInitCompress()};
+    tjhandle tjs[2] = { tjInitCompress(), tjInitCompress() };
     if (!tjs[0] || !tjs[1]) {
         fprintf(stderr, "make-corpus: tjInitCompress: %s\n", tjGetErrorStr());
         if (tjs[0])
@@ -221,11 +227,11 @@ int main(int argc, char **argv)
             tjDestroy(tjs[1]);
         return 1;
     }
-    static const double aspects[] = {4.0 / 3, 3.0 / 2, 16.0 / 9, 1.0, 3.0 / 4, 2.0 / 3};
+    static const double aspects[] = { 4.0 / 3, 3.0 / 2, 16.0 / 9, 1.0, 3.0 / 4, 2.0 / 3 };
     double total_px = 0, total_bytes = 0;
     int rc = 0, nprog = 0;
     for (long i = 0; i < count && rc == 0; i++) {
-        rng r = {.s = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i + 1) * 0xBF58476D1CE4E5B9ull};
+        rng r = { .s = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i + 1) * 0xBF58476D1CE4E5B9ull };
         if (r.s == 0)
             r.s = 1;
         double mp = rnd_range(&r, min_mp, max_mp) * 1e6;
@@ -268,7 +274,7 @@ int main(int argc, char **argv)
     tjDestroy(tjs[0]);
     tjDestroy(tjs[1]);
     if (rc == 0)
-        printf("make-corpus: %ld images (%d progressive) in %s, mean %.2f MP, %.0f KB, %.2f bits/pixel\n", count,
-               nprog, out, total_px / count / 1e6, total_bytes / count / 1e3, 8 * total_bytes / total_px);
+        printf("make-corpus: %ld images (%d progressive) in %s, mean %.2f MP, %.0f KB, %.2f bits/pixel\n", count, nprog,
+               out, total_px / count / 1e6, total_bytes / count / 1e3, 8 * total_bytes / total_px);
     return rc;
 }

@@ -51,54 +51,54 @@
 
 typedef struct bench_opts {
     engine_config ecfg;
-    const char *weights;        /* path or "synthetic" */
-    const char *calibration;    /* INT8 calibration table, or NULL */
+    const char *weights; /* path or "synthetic" */
+    const char *calibration; /* INT8 calibration table, or NULL */
     int batches[BENCH_MAX_BATCHES];
     int nbatches;
     int iters;
     const char *decode_dir;
     int decode_only;
     int decode_threads;
-    int decode_gpu;             /* --decode gpu or gpu-exact */
-    int decode_exact;           /* --decode gpu-exact */
-    int decode_batch;           /* --decode gpu: images per stage */
-    long decode_memory_mib;     /* --decode gpu: the arena; 0: the daemon's auto */
+    int decode_gpu; /* --decode gpu or gpu-exact */
+    int decode_exact; /* --decode gpu-exact */
+    int decode_batch; /* --decode gpu: images per stage */
+    long decode_memory_mib; /* --decode gpu: the arena; 0: the daemon's auto */
     int json;
-    int layers;                 /* CUDA: per-layer times at each batch size */
-    int pipeline_batch;         /* >0: time the two-slot pipeline at this batch */
-    int gpus[ENGINE_MAX_DEVICES];   /* --gpus: CUDA devices to run at once */
-    int ngpus;                  /* 0: no multi-GPU rows */
-    int gpus_all;               /* --gpus all: every device */
+    int layers; /* CUDA: per-layer times at each batch size */
+    int pipeline_batch; /* >0: time the two-slot pipeline at this batch */
+    int gpus[ENGINE_MAX_DEVICES]; /* --gpus: CUDA devices to run at once */
+    int ngpus; /* 0: no multi-GPU rows */
+    int gpus_all; /* --gpus all: every device */
 } bench_opts;
 
 /* Engines on several GPUs at once, at one batch size. */
 typedef struct multi_result {
     int batch;
-    double one_img_per_s;       /* the first GPU alone */
-    double all_img_per_s;       /* every GPU at once */
+    double one_img_per_s; /* the first GPU alone */
+    double all_img_per_s; /* every GPU at once */
     int ngpus;
 } multi_result;
 
 /* One engine measurement: a batch size at one precision. */
 typedef struct engine_result {
     int batch;
-    double ms_per_batch;        /* median */
+    double ms_per_batch; /* median */
     double ms_min, ms_max;
     double img_per_s;
     double gflops;
-    double gpu_ms;              /* CUDA: median compute time of the graph alone, 0 elsewhere */
-    int programmatic;           /* CUDA: the graph launches its kernels programmatically */
-    double h2d_ms, d2h_ms;      /* CUDA: median copy times */
+    double gpu_ms; /* CUDA: median compute time of the graph alone, 0 elsewhere */
+    int programmatic; /* CUDA: the graph launches its kernels programmatically */
+    double h2d_ms, d2h_ms; /* CUDA: median copy times */
 } engine_result;
 
 /* The two-slot pipeline at one batch size, through the engine interface. */
 typedef struct pipeline_result {
     int batch;
-    double serial_ms;           /* per batch: submit + wait on one slot */
-    double overlap_ms;          /* per batch: two slots kept in flight */
-    double compute_ms;          /* CUDA: graph alone (0 elsewhere) */
-    double copy_ms;             /* CUDA: h2d + d2h */
-    double hidden;              /* fraction of copy time hidden: (serial - overlap) / copy */
+    double serial_ms; /* per batch: submit + wait on one slot */
+    double overlap_ms; /* per batch: two slots kept in flight */
+    double compute_ms; /* CUDA: graph alone (0 elsewhere) */
+    double copy_ms; /* CUDA: h2d + d2h */
+    double hidden; /* fraction of copy time hidden: (serial - overlap) / copy */
 } pipeline_result;
 
 #define BENCH_MAX_LAYERS 32
@@ -113,7 +113,7 @@ typedef struct layer_result {
 /* What the engine part measured, besides the per-batch rows. */
 typedef struct engine_extras {
     size_t device_bytes, pinned_bytes;
-    const char *int8_tile;      /* the CPU INT8 engine's GEMM tile, else NULL */
+    const char *int8_tile; /* the CPU INT8 engine's GEMM tile, else NULL */
     int has_pipeline;
     pipeline_result pipe;
     layer_result layers[BENCH_MAX_BATCHES];
@@ -214,9 +214,28 @@ static int parse_gpus(const char *arg, bench_opts *o)
     return 0;
 }
 
-enum { OPT_DEVICE = 256, OPT_PRECISION, OPT_WEIGHTS, OPT_BATCHES, OPT_ITERS, OPT_THREADS, OPT_DECODE_DIR,
-       OPT_DECODE_THREADS, OPT_DECODE_ONLY, OPT_JSON, OPT_HELP, OPT_LAYERS, OPT_PIPELINE, OPT_DECODE,
-       OPT_DECODE_BATCH, OPT_GPUS, OPT_CALIB, OPT_DETERMINISTIC, OPT_DECODE_MEMORY, OPT_GPU_TUNING };
+enum {
+    OPT_DEVICE = 256,
+    OPT_PRECISION,
+    OPT_WEIGHTS,
+    OPT_BATCHES,
+    OPT_ITERS,
+    OPT_THREADS,
+    OPT_DECODE_DIR,
+    OPT_DECODE_THREADS,
+    OPT_DECODE_ONLY,
+    OPT_JSON,
+    OPT_HELP,
+    OPT_LAYERS,
+    OPT_PIPELINE,
+    OPT_DECODE,
+    OPT_DECODE_BATCH,
+    OPT_GPUS,
+    OPT_CALIB,
+    OPT_DETERMINISTIC,
+    OPT_DECODE_MEMORY,
+    OPT_GPU_TUNING
+};
 
 /* One option c with its argument into o; 0, or -1 after saying why. */
 static int parse_one(int c, const char *arg, bench_opts *o)
@@ -236,17 +255,29 @@ static int parse_one(int c, const char *arg, bench_opts *o)
         fprintf(stderr, "resnetd-bench: --batches must be up to %d sizes in 1..%d, got '%s'\n", BENCH_MAX_BATCHES,
                 BENCH_MAX_BATCH, arg);
         return -1;
-    case OPT_ITERS: rc = int_arg("iters", arg, 1, 1000000, &v); o->iters = (int)v; return rc;
-    case OPT_THREADS: rc = int_arg("threads", arg, 0, 256, &v); o->ecfg.threads = (int)v; return rc;
+    case OPT_ITERS:
+        rc = int_arg("iters", arg, 1, 1000000, &v);
+        o->iters = (int)v;
+        return rc;
+    case OPT_THREADS:
+        rc = int_arg("threads", arg, 0, 256, &v);
+        o->ecfg.threads = (int)v;
+        return rc;
     case OPT_DECODE_DIR: o->decode_dir = arg; return 0;
-    case OPT_DECODE_THREADS: rc = int_arg("decode-threads", arg, 1, 256, &v); o->decode_threads = (int)v; return rc;
+    case OPT_DECODE_THREADS:
+        rc = int_arg("decode-threads", arg, 1, 256, &v);
+        o->decode_threads = (int)v;
+        return rc;
     case OPT_DECODE_ONLY: o->decode_only = 1; return 0;
     case OPT_DECODE: return parse_decode(arg, o);
     case OPT_DECODE_BATCH:
         rc = int_arg("decode-batch", arg, 1, BENCH_MAX_BATCH, &v);
         o->decode_batch = (int)v;
         return rc;
-    case OPT_DECODE_MEMORY: rc = int_arg("decode-memory", arg, 16, 65536, &v); o->decode_memory_mib = v; return rc;
+    case OPT_DECODE_MEMORY:
+        rc = int_arg("decode-memory", arg, 16, 65536, &v);
+        o->decode_memory_mib = v;
+        return rc;
     case OPT_JSON: o->json = 1; return 0;
     case OPT_LAYERS: o->layers = 1; return 0;
     case OPT_PIPELINE:
@@ -262,27 +293,27 @@ static int parse_one(int c, const char *arg, bench_opts *o)
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     static const struct option longopts[] = {
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"precision", required_argument, NULL, OPT_PRECISION},
-        {"gpu-tuning", required_argument, NULL, OPT_GPU_TUNING},
-        {"weights", required_argument, NULL, OPT_WEIGHTS},
-        {"batches", required_argument, NULL, OPT_BATCHES},
-        {"iters", required_argument, NULL, OPT_ITERS},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"decode-dir", required_argument, NULL, OPT_DECODE_DIR},
-        {"decode-threads", required_argument, NULL, OPT_DECODE_THREADS},
-        {"decode-only", no_argument, NULL, OPT_DECODE_ONLY},
-        {"decode", required_argument, NULL, OPT_DECODE},
-        {"decode-batch", required_argument, NULL, OPT_DECODE_BATCH},
-        {"decode-memory", required_argument, NULL, OPT_DECODE_MEMORY},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"layers", no_argument, NULL, OPT_LAYERS},
-        {"pipeline", required_argument, NULL, OPT_PIPELINE},
-        {"gpus", required_argument, NULL, OPT_GPUS},
-        {"calibration", required_argument, NULL, OPT_CALIB},
-        {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
+        { "device", required_argument, NULL, OPT_DEVICE },
+        { "precision", required_argument, NULL, OPT_PRECISION },
+        { "gpu-tuning", required_argument, NULL, OPT_GPU_TUNING },
+        { "weights", required_argument, NULL, OPT_WEIGHTS },
+        { "batches", required_argument, NULL, OPT_BATCHES },
+        { "iters", required_argument, NULL, OPT_ITERS },
+        { "threads", required_argument, NULL, OPT_THREADS },
+        { "decode-dir", required_argument, NULL, OPT_DECODE_DIR },
+        { "decode-threads", required_argument, NULL, OPT_DECODE_THREADS },
+        { "decode-only", no_argument, NULL, OPT_DECODE_ONLY },
+        { "decode", required_argument, NULL, OPT_DECODE },
+        { "decode-batch", required_argument, NULL, OPT_DECODE_BATCH },
+        { "decode-memory", required_argument, NULL, OPT_DECODE_MEMORY },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "layers", no_argument, NULL, OPT_LAYERS },
+        { "pipeline", required_argument, NULL, OPT_PIPELINE },
+        { "gpus", required_argument, NULL, OPT_GPUS },
+        { "calibration", required_argument, NULL, OPT_CALIB },
+        { "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
+        { "help", no_argument, NULL, OPT_HELP },
+        { NULL, 0, NULL, 0 },
     };
     memset(o, 0, sizeof *o);
     o->ecfg.device = ENGINE_DEVICE_AUTO;
@@ -408,8 +439,8 @@ static int bench_pipeline(engine *e, int batch, int iters, pipeline_result *r, c
 }
 
 /* Creates one engine sized for the largest batch and times every size. */
-static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_result *res,
-                        engine *info, engine_extras *x, char *err, size_t errlen)
+static int bench_engine(const bench_opts *o, const resnet18_weights *w, engine_result *res, engine *info,
+                        engine_extras *x, char *err, size_t errlen)
 {
     engine_config cfg = o->ecfg;
     cfg.max_batch = o->pipeline_batch;
@@ -577,8 +608,8 @@ static void print_multi(const multi_result *m, int n)
                m[i].ngpus, m[i].all_img_per_s, m[i].all_img_per_s / m[i].one_img_per_s);
 }
 
-static void print_table(const bench_opts *o, const engine *info, const engine_result *res,
-                        const engine_extras *x, const decode_result *dec)
+static void print_table(const bench_opts *o, const engine *info, const engine_result *res, const engine_extras *x,
+                        const decode_result *dec)
 {
     if (!o->decode_only) {
         int cuda = info->device == ENGINE_DEVICE_CUDA;
@@ -597,8 +628,7 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
             printf(" %10s %10s %10s %9s %9s %4s", "gpu ms", "gpu img/s", "gpu TFLOP/s", "h2d ms", "d2h ms", "pdl");
         printf("\n");
         for (int i = 0; i < o->nbatches; i++) {
-            printf("%6d %12.3f %10.1f %10.1f", res[i].batch, res[i].ms_per_batch, res[i].img_per_s,
-                   res[i].gflops);
+            printf("%6d %12.3f %10.1f %10.1f", res[i].batch, res[i].ms_per_batch, res[i].img_per_s, res[i].gflops);
             if (cuda && res[i].gpu_ms > 0)
                 printf(" %10.3f %10.1f %10.1f %9.3f %9.3f %4s", res[i].gpu_ms, res[i].batch * 1000.0 / res[i].gpu_ms,
                        res[i].batch / res[i].gpu_ms * 2.0 * resnet18_macs_per_image(info->classes) / 1e9, res[i].h2d_ms,
@@ -611,11 +641,12 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
         if (x->has_pipeline) {
             const pipeline_result *p = &x->pipe;
             printf("pipeline b=%d: serial %.3f ms/batch (%.0f img/s), two slots %.3f ms/batch (%.0f img/s), "
-                   "speed-up %.2fx", p->batch, p->serial_ms, p->batch * 1000.0 / p->serial_ms, p->overlap_ms,
+                   "speed-up %.2fx",
+                   p->batch, p->serial_ms, p->batch * 1000.0 / p->serial_ms, p->overlap_ms,
                    p->batch * 1000.0 / p->overlap_ms, p->serial_ms / p->overlap_ms);
             if (p->copy_ms > 0)
-                printf("; compute alone %.3f ms, copies %.3f ms, %.0f%% of copy time hidden", p->compute_ms,
-                       p->copy_ms, 100 * p->hidden);
+                printf("; compute alone %.3f ms, copies %.3f ms, %.0f%% of copy time hidden", p->compute_ms, p->copy_ms,
+                       100 * p->hidden);
             printf("\n");
         }
 #ifdef HAVE_CUDA
@@ -632,8 +663,8 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
 #endif
     }
     if (o->decode_dir && !o->decode_gpu)
-        printf("decode: %d files from %s, %d threads: %.1f img/s (median of %d passes)\n",
-               dec->files, o->decode_dir, dec->threads, dec->img_per_s, o->iters < 3 ? 3 : o->iters);
+        printf("decode: %d files from %s, %d threads: %.1f img/s (median of %d passes)\n", dec->files, o->decode_dir,
+               dec->threads, dec->img_per_s, o->iters < 3 ? 3 : o->iters);
     if (o->decode_dir && o->decode_gpu) {
         printf("decode (%s: nvJPEG hardware + resize/crop into the engine slot): %d files from %s, %d refused by "
                "the hardware",
@@ -644,14 +675,14 @@ static void print_table(const bench_opts *o, const engine *info, const engine_re
         printf("; batch %d, %d images per pass: %.1f img/s (median of %d passes)\n", o->decode_batch, dec->images,
                dec->img_per_s, o->iters < 3 ? 3 : o->iters);
         printf("decode (cpu beside it, %d threads%s): %.1f img/s on the files the hardware takes, %.1f on those it "
-               "refuses; mixed ceiling of this corpus, both together: %.1f img/s\n", dec->threads,
-               o->decode_exact ? "" : ", large photos DCT-scaled", dec->cpu_accepted_img_per_s,
+               "refuses; mixed ceiling of this corpus, both together: %.1f img/s\n",
+               dec->threads, o->decode_exact ? "" : ", large photos DCT-scaled", dec->cpu_accepted_img_per_s,
                dec->cpu_refused_img_per_s, dec->mixed_img_per_s);
     }
 }
 
-static int print_json(const bench_opts *o, const engine *info, const engine_result *res,
-                      const engine_extras *x, const decode_result *dec, const multi_result *multi, int nmulti)
+static int print_json(const bench_opts *o, const engine *info, const engine_result *res, const engine_extras *x,
+                      const decode_result *dec, const multi_result *multi, int nmulti)
 {
     json_t *root = json_object();
     if (!root)
@@ -671,13 +702,9 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "gpu_tuning", json_string(tuning));
         json_object_set_new(root, "iters", json_integer(o->iters));
         for (int i = 0; i < o->nbatches; i++) {
-            json_t *row = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",
-                                    "batch", res[i].batch,
-                                    "ms_per_batch", res[i].ms_per_batch,
-                                    "ms_min", res[i].ms_min,
-                                    "ms_max", res[i].ms_max,
-                                    "img_per_s", res[i].img_per_s,
-                                    "gflops", res[i].gflops);
+            json_t *row = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "batch", res[i].batch, "ms_per_batch",
+                                    res[i].ms_per_batch, "ms_min", res[i].ms_min, "ms_max", res[i].ms_max, "img_per_s",
+                                    res[i].img_per_s, "gflops", res[i].gflops);
             if (row && res[i].gpu_ms > 0) {
                 json_object_set_new(row, "gpu_ms", json_real(res[i].gpu_ms));
                 json_object_set_new(row, "gpu_img_per_s", json_real(res[i].batch * 1000.0 / res[i].gpu_ms));
@@ -692,37 +719,34 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "device_memory_bytes", json_integer((json_int_t)x->device_bytes));
         json_object_set_new(root, "pinned_memory_bytes", json_integer((json_int_t)x->pinned_bytes));
         if (x->has_pipeline)
-            json_object_set_new(root, "pipeline", json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}",
-                                                            "batch", x->pipe.batch,
-                                                            "serial_ms", x->pipe.serial_ms,
-                                                            "overlap_ms", x->pipe.overlap_ms,
-                                                            "compute_ms", x->pipe.compute_ms,
-                                                            "copy_ms", x->pipe.copy_ms,
-                                                            "copy_hidden", x->pipe.hidden));
+            json_object_set_new(root, "pipeline",
+                                json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "batch", x->pipe.batch, "serial_ms",
+                                          x->pipe.serial_ms, "overlap_ms", x->pipe.overlap_ms, "compute_ms",
+                                          x->pipe.compute_ms, "copy_ms", x->pipe.copy_ms, "copy_hidden",
+                                          x->pipe.hidden));
 #ifdef HAVE_CUDA
         if (x->nlayers > 0) {
             json_t *layers = json_array();
             for (int l = 0; l < x->nlayers; l++)
                 for (int j = 0; j < x->layers[l].n; j++) {
                     const gpu_layer_time *t = &x->layers[l].t[j];
-                    json_array_append_new(layers, json_pack("{s:i, s:s, s:f, s:s, s:i}", "batch",
-                                                            x->layers[l].batch, "name", t->name, "ms", t->ms,
-                                                            "tile", t->tile ? t->tile : "", "splits", t->splits));
+                    json_array_append_new(layers, json_pack("{s:i, s:s, s:f, s:s, s:i}", "batch", x->layers[l].batch,
+                                                            "name", t->name, "ms", t->ms, "tile",
+                                                            t->tile ? t->tile : "", "splits", t->splits));
                 }
             json_object_set_new(root, "layers", layers);
         }
 #endif
     }
     if (o->decode_dir) {
-        json_object_set_new(root, "decode", json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}",
-                                                      "dir", o->decode_dir,
-                                                      "backend", o->decode_exact ? "gpu-exact" : o->decode_gpu ? "gpu" : "cpu",
-                                                      "files", dec->files,
-                                                      "skipped", dec->failed,
-                                                      "refused", dec->refused,
-                                                      "threads", dec->threads,
-                                                      "batch", o->decode_gpu ? o->decode_batch : 0,
-                                                      "img_per_s", dec->img_per_s));
+        json_object_set_new(root, "decode",
+                            json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "dir", o->decode_dir, "backend",
+                                      o->decode_exact ? "gpu-exact"
+                                      : o->decode_gpu ? "gpu"
+                                                      : "cpu",
+                                      "files", dec->files, "skipped", dec->failed, "refused", dec->refused, "threads",
+                                      dec->threads, "batch", o->decode_gpu ? o->decode_batch : 0, "img_per_s",
+                                      dec->img_per_s));
         if (o->decode_gpu) {
             json_t *d = json_object_get(root, "decode");
             json_object_set_new(d, "cpu_accepted_img_per_s", json_real(dec->cpu_accepted_img_per_s));
@@ -753,10 +777,10 @@ int main(int argc, char **argv)
     bench_opts o;
     if (parse_args(argc, argv, &o) != 0)
         return 2;
-    char err[8192];   /* room for a full path in a message */
+    char err[8192]; /* room for a full path in a message */
     engine_result res[BENCH_MAX_BATCHES];
-    decode_result dec = {0};
-    engine info = {0};
+    decode_result dec = { 0 };
+    engine info = { 0 };
     static engine_extras extras;
     multi_result multi[BENCH_MAX_BATCHES];
     int nmulti = 0;
@@ -782,8 +806,14 @@ int main(int argc, char **argv)
         }
     }
     const bench_decode_opts dopt = {
-        .dir = o.decode_dir, .threads = o.decode_threads, .gpu = o.decode_gpu, .exact = o.decode_exact,
-        .batch = o.decode_batch, .memory_mib = o.decode_memory_mib, .iters = o.iters, .ecfg = o.ecfg,
+        .dir = o.decode_dir,
+        .threads = o.decode_threads,
+        .gpu = o.decode_gpu,
+        .exact = o.decode_exact,
+        .batch = o.decode_batch,
+        .memory_mib = o.decode_memory_mib,
+        .iters = o.iters,
+        .ecfg = o.ecfg,
     };
     if (o.decode_dir && bench_decode(&dopt, &dec, err, sizeof err) != 0) {
         fprintf(stderr, "resnetd-bench: decode: %s\n", err);

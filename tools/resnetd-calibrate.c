@@ -31,9 +31,9 @@
 
 typedef struct calibrate_opts {
     const char *weights, *images, *out;
-    const char *table;          /* check this table instead of making one */
-    const char *check;          /* held-out JPEGs for the check, or NULL */
-    double min_agreement;       /* percent; < 0: none */
+    const char *table; /* check this table instead of making one */
+    const char *check; /* held-out JPEGs for the check, or NULL */
+    double min_agreement; /* percent; < 0: none */
     calib_method method;
     double percentile;
     int threads;
@@ -44,43 +44,53 @@ typedef struct calibrate_opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: resnetd-calibrate --weights FILE|synthetic --images DIR --out TABLE.json [OPTION]...\n"
-            "       resnetd-calibrate --weights FILE|synthetic --table TABLE.json --check DIR [OPTION]...\n"
-            "Make the INT8 calibration table (per-tensor activation scales) of ResNet18 weights\n"
-            "from the JPEGs in DIR, for resnetd --precision int8 --calibration TABLE.json;\n"
-            "or check a table: INT8 against FP32 on held-out JPEGs.\n\n"
-            "  --weights FILE       safetensors weights (torchvision names); 'synthetic' for random\n"
-            "  --images DIR         calibration JPEGs (*.jpg, *.jpeg); a few hundred typical inputs\n"
-            "  --method M           entropy (KL divergence, TensorRT's; default) or percentile\n"
-            "  --percentile P       with --method percentile: the percentile of |x| (default 99.99)\n"
-            "  --out FILE           the table to write (JSON)\n"
-            "  --table FILE         check this table instead of making one (needs --check)\n"
-            "  --check DIR          run FP32 and INT8 on the JPEGs in DIR (not the calibration\n"
-            "                       images) and print top-1 agreement and the logits' rel L2\n"
-            "  --min-agreement PCT  with --check: exit 3 when top-1 agreement is below PCT percent\n"
-            "                       (a table made here is written all the same)\n"
-            "  --threads N          CPU engine threads (default: all cores)\n"
-            "  --help, --version\n");
+    fprintf(f, "Usage: resnetd-calibrate --weights FILE|synthetic --images DIR --out TABLE.json [OPTION]...\n"
+               "       resnetd-calibrate --weights FILE|synthetic --table TABLE.json --check DIR [OPTION]...\n"
+               "Make the INT8 calibration table (per-tensor activation scales) of ResNet18 weights\n"
+               "from the JPEGs in DIR, for resnetd --precision int8 --calibration TABLE.json;\n"
+               "or check a table: INT8 against FP32 on held-out JPEGs.\n\n"
+               "  --weights FILE       safetensors weights (torchvision names); 'synthetic' for random\n"
+               "  --images DIR         calibration JPEGs (*.jpg, *.jpeg); a few hundred typical inputs\n"
+               "  --method M           entropy (KL divergence, TensorRT's; default) or percentile\n"
+               "  --percentile P       with --method percentile: the percentile of |x| (default 99.99)\n"
+               "  --out FILE           the table to write (JSON)\n"
+               "  --table FILE         check this table instead of making one (needs --check)\n"
+               "  --check DIR          run FP32 and INT8 on the JPEGs in DIR (not the calibration\n"
+               "                       images) and print top-1 agreement and the logits' rel L2\n"
+               "  --min-agreement PCT  with --check: exit 3 when top-1 agreement is below PCT percent\n"
+               "                       (a table made here is written all the same)\n"
+               "  --threads N          CPU engine threads (default: all cores)\n"
+               "  --help, --version\n");
 }
 
 static int parse_args(int argc, char **argv, calibrate_opts *o)
 {
-    enum { OPT_WEIGHTS = 256, OPT_IMAGES, OPT_METHOD, OPT_PCT, OPT_OUT, OPT_TABLE, OPT_CHECK, OPT_MIN_AGREE,
-           OPT_THREADS, OPT_HELP, OPT_VERSION };
+    enum {
+        OPT_WEIGHTS = 256,
+        OPT_IMAGES,
+        OPT_METHOD,
+        OPT_PCT,
+        OPT_OUT,
+        OPT_TABLE,
+        OPT_CHECK,
+        OPT_MIN_AGREE,
+        OPT_THREADS,
+        OPT_HELP,
+        OPT_VERSION
+    };
     static const struct option longopts[] = {
-        {"weights", required_argument, NULL, OPT_WEIGHTS},
-        {"images", required_argument, NULL, OPT_IMAGES},
-        {"method", required_argument, NULL, OPT_METHOD},
-        {"percentile", required_argument, NULL, OPT_PCT},
-        {"out", required_argument, NULL, OPT_OUT},
-        {"table", required_argument, NULL, OPT_TABLE},
-        {"check", required_argument, NULL, OPT_CHECK},
-        {"min-agreement", required_argument, NULL, OPT_MIN_AGREE},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
+        { "weights", required_argument, NULL, OPT_WEIGHTS },
+        { "images", required_argument, NULL, OPT_IMAGES },
+        { "method", required_argument, NULL, OPT_METHOD },
+        { "percentile", required_argument, NULL, OPT_PCT },
+        { "out", required_argument, NULL, OPT_OUT },
+        { "table", required_argument, NULL, OPT_TABLE },
+        { "check", required_argument, NULL, OPT_CHECK },
+        { "min-agreement", required_argument, NULL, OPT_MIN_AGREE },
+        { "threads", required_argument, NULL, OPT_THREADS },
+        { "help", no_argument, NULL, OPT_HELP },
+        { "version", no_argument, NULL, OPT_VERSION },
+        { NULL, 0, NULL, 0 },
     };
     memset(o, 0, sizeof *o);
     o->method = CALIB_ENTROPY;
@@ -251,8 +261,7 @@ static long read_file(const char *path, uint8_t **buf)
 
 /* Preprocesses JPEGs files[*next..] of dir into dst (up to max images),
  * advancing *next. Returns the count, or -1 with a message printed. */
-static int load_batch(preprocess_ctx *pp, const char *dir, char **files, int nfiles, int *next, uint8_t *dst,
-                      int max)
+static int load_batch(preprocess_ctx *pp, const char *dir, char **files, int nfiles, int *next, uint8_t *dst, int max)
 {
     char err[1024];
     int n = 0;
@@ -265,8 +274,8 @@ static int load_batch(preprocess_ctx *pp, const char *dir, char **files, int nfi
             fprintf(stderr, "resnetd-calibrate: %s/%s: cannot read\n", dir, files[*next]);
             return -1;
         }
-        preprocess_status ps =
-            preprocess_jpeg(pp, buf, (size_t)len, dst + (size_t)n * RESNET18_INPUT_BYTES, err, sizeof err);
+        preprocess_status ps = preprocess_jpeg(pp, buf, (size_t)len, dst + (size_t)n * RESNET18_INPUT_BYTES, err,
+                                               sizeof err);
         free(buf);
         if (ps != PREP_OK) {
             fprintf(stderr, "resnetd-calibrate: %s: %s\n", path, err);
@@ -314,8 +323,7 @@ static void say_nonfinite_int8(const char *dir, const char *file)
 }
 
 /* Makes the table of o->images with the FP32 engine e into *t. */
-static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o,
-                     calib_table *t)
+static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o, calib_table *t)
 {
     char err[1024];
     int nfiles = 0, used = 0, rc = -1;
@@ -404,8 +412,12 @@ static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, con
         fprintf(stderr, "resnetd-calibrate: no JPEG files (*.jpg, *.jpeg) in %s\n", o->check);
         goto out;
     }
-    engine_config ec = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
-                        .max_batch = f32->max_batch, .nslots = 1, .threads = o->threads, .calib = t};
+    engine_config ec = { .device = ENGINE_DEVICE_CPU,
+                         .precision = ENGINE_PRECISION_INT8,
+                         .max_batch = f32->max_batch,
+                         .nslots = 1,
+                         .threads = o->threads,
+                         .calib = t };
     if (!(i8 = engine_create(w, &ec, err, sizeof err))) {
         fprintf(stderr, "resnetd-calibrate: %s\n", err);
         goto out;
@@ -490,9 +502,12 @@ int main(int argc, char **argv)
         return 1;
     if (o.table && toolopt_load_calibration("resnetd-calibrate", o.table, &w, o.weights, &t) != 0)
         goto out;
-    engine_config ec = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32,
-                        .max_batch = CALIBRATE_BATCH, .nslots = 1, .threads = o.threads};
-    preprocess_options popt = {.max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS};
+    engine_config ec = { .device = ENGINE_DEVICE_CPU,
+                         .precision = ENGINE_PRECISION_FP32,
+                         .max_batch = CALIBRATE_BATCH,
+                         .nslots = 1,
+                         .threads = o.threads };
+    preprocess_options popt = { .max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS };
     if (!(e = engine_create(&w, &ec, err, sizeof err))) {
         fprintf(stderr, "resnetd-calibrate: %s\n", err);
         goto out;
@@ -508,8 +523,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "resnetd-calibrate: %s\n", err);
             goto out;
         }
-        fprintf(stderr, "resnetd-calibrate: %d images, %s: wrote %s\n", t.images, calib_method_name(t.method),
-                o.out);
+        fprintf(stderr, "resnetd-calibrate: %d images, %s: wrote %s\n", t.images, calib_method_name(t.method), o.out);
     }
     status = o.check ? check(e, pp, &w, &t, &o) : 0;
     if (status < 0)

@@ -28,7 +28,7 @@
 
 typedef struct classify_opts {
     const char *weights, *labels, *dump_dir, *calibration;
-    int top_k;                  /* 0: the default, 5 or all classes of a smaller head */
+    int top_k; /* 0: the default, 5 or all classes of a smaller head */
     int json, logits, fast;
     unsigned long long max_pixels;
     engine_config ecfg;
@@ -70,24 +70,38 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 static int parse_args(int argc, char **argv, classify_opts *o)
 {
-    enum { OPT_WEIGHTS = 256, OPT_LABELS, OPT_TOPK, OPT_DEVICE, OPT_PRECISION, OPT_JSON, OPT_LOGITS,
-           OPT_DUMP, OPT_FAST, OPT_MAXPIX, OPT_THREADS, OPT_CALIB, OPT_HELP, OPT_VERSION };
+    enum {
+        OPT_WEIGHTS = 256,
+        OPT_LABELS,
+        OPT_TOPK,
+        OPT_DEVICE,
+        OPT_PRECISION,
+        OPT_JSON,
+        OPT_LOGITS,
+        OPT_DUMP,
+        OPT_FAST,
+        OPT_MAXPIX,
+        OPT_THREADS,
+        OPT_CALIB,
+        OPT_HELP,
+        OPT_VERSION
+    };
     static const struct option longopts[] = {
-        {"weights", required_argument, NULL, OPT_WEIGHTS},
-        {"labels", required_argument, NULL, OPT_LABELS},
-        {"top-k", required_argument, NULL, OPT_TOPK},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"precision", required_argument, NULL, OPT_PRECISION},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"logits", no_argument, NULL, OPT_LOGITS},
-        {"dump-input", required_argument, NULL, OPT_DUMP},
-        {"fast", no_argument, NULL, OPT_FAST},
-        {"max-pixels", required_argument, NULL, OPT_MAXPIX},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"calibration", required_argument, NULL, OPT_CALIB},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
+        { "weights", required_argument, NULL, OPT_WEIGHTS },
+        { "labels", required_argument, NULL, OPT_LABELS },
+        { "top-k", required_argument, NULL, OPT_TOPK },
+        { "device", required_argument, NULL, OPT_DEVICE },
+        { "precision", required_argument, NULL, OPT_PRECISION },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "logits", no_argument, NULL, OPT_LOGITS },
+        { "dump-input", required_argument, NULL, OPT_DUMP },
+        { "fast", no_argument, NULL, OPT_FAST },
+        { "max-pixels", required_argument, NULL, OPT_MAXPIX },
+        { "threads", required_argument, NULL, OPT_THREADS },
+        { "calibration", required_argument, NULL, OPT_CALIB },
+        { "help", no_argument, NULL, OPT_HELP },
+        { "version", no_argument, NULL, OPT_VERSION },
+        { NULL, 0, NULL, 0 },
     };
     memset(o, 0, sizeof *o);
     o->max_pixels = PREPROCESS_DEFAULT_MAX_PIXELS;
@@ -178,7 +192,7 @@ static int dump_input(const char *dir, const char *file, const uint8_t *img)
         return -1;
     }
     preprocess_normalize_chw(img, chw);
-    const size_t shape[3] = {3, RESNET18_IMG, RESNET18_IMG};
+    const size_t shape[3] = { 3, RESNET18_IMG, RESNET18_IMG };
     if (npy_write_f32(path, chw, 3, shape, err, sizeof err) != 0) {
         fprintf(stderr, "resnetd-classify: %s\n", err);
         return -1;
@@ -187,8 +201,8 @@ static int dump_input(const char *dir, const char *file, const uint8_t *img)
 }
 
 /* top has room for o->top_k entries. */
-static void print_result(const classify_opts *o, const labels *lb, const char *file, const float *logits,
-                         int classes, topk_entry *top)
+static void print_result(const classify_opts *o, const labels *lb, const char *file, const float *logits, int classes,
+                         topk_entry *top)
 {
     int k = topk_softmax(logits, classes, o->top_k, top);
     if (!o->json) {
@@ -295,7 +309,7 @@ int main(int argc, char **argv)
         return 2;
     int nfiles;
     char **files = expand_args(argc - optind, argv + optind, &nfiles);
-    if (!files)   /* a directory unreadable or without JPEGs, or out of memory */
+    if (!files) /* a directory unreadable or without JPEGs, or out of memory */
         return 1;
     char err[1024];
     int status = 0;
@@ -345,7 +359,7 @@ int main(int argc, char **argv)
         status = 1;
         goto out;
     }
-    preprocess_options popt = {.max_pixels = o.max_pixels, .fast = o.fast};
+    preprocess_options popt = { .max_pixels = o.max_pixels, .fast = o.fast };
     pp = preprocess_create(&popt);
     if (!pp) {
         fprintf(stderr, "resnetd-classify: cannot create the JPEG decoder\n");
@@ -388,8 +402,7 @@ int main(int argc, char **argv)
             goto out;
         }
         for (int i = 0; i < n; i++)
-            print_result(&o, &lb, files[batch_file[i]], e->logits[0] + (size_t)i * (size_t)e->classes, e->classes,
-                         top);
+            print_result(&o, &lb, files[batch_file[i]], e->logits[0] + (size_t)i * (size_t)e->classes, e->classes, top);
     }
 out:
     if (fflush(stdout) != 0)

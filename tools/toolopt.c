@@ -31,18 +31,18 @@ int toolopt_tuning(const char *prog, const char *arg, engine_config *c)
 
 int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w)
 {
-    char err[8192];   /* room for two full paths */
+    char err[8192]; /* room for two full paths */
     int rc = strcmp(path, "synthetic") == 0 ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, w, err, sizeof err)
-                                             : weights_load(path, w, err, sizeof err);
+                                            : weights_load(path, w, err, sizeof err);
     if (rc != 0)
         fprintf(stderr, "%s: %s\n", prog, err);
     return rc != 0 ? -1 : 0;
 }
 
-int toolopt_load_calibration(const char *prog, const char *path, const resnet18_weights *w,
-                             const char *weights_path, calib_table *t)
+int toolopt_load_calibration(const char *prog, const char *path, const resnet18_weights *w, const char *weights_path,
+                             calib_table *t)
 {
-    char err[8192];   /* room for two full paths */
+    char err[8192]; /* room for two full paths */
     if (calib_load(path, t, err, sizeof err) == 0 &&
         calib_check_weights(t, path, w, weights_path, err, sizeof err) == 0)
         return 0;

@@ -25,8 +25,8 @@ int toolopt_load_weights(const char *prog, const char *path, resnet18_weights *w
 
 /* The calibration table at path into t, checked against w (loaded from
  * weights_path); 0, or -1 after saying why. */
-int toolopt_load_calibration(const char *prog, const char *path, const resnet18_weights *w,
-                             const char *weights_path, calib_table *t);
+int toolopt_load_calibration(const char *prog, const char *path, const resnet18_weights *w, const char *weights_path,
+                             calib_table *t);
 
 /* The median of v[0..n-1] (sorts v). */
 double toolopt_median(double *v, int n);

@@ -12,6 +12,9 @@ static inline uint64_t clock_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t clock_now_us(void) { return clock_now_ns() / 1000u; }
+static inline uint64_t clock_now_us(void)
+{
+    return clock_now_ns() / 1000u;
+}
 
 #endif

@@ -29,7 +29,9 @@ int npy_write_f32(const char *path, const float *data, int ndim, const size_t *s
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+    unsigned char magic[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)
+    };
     int ok = fwrite(magic, 1, 10, f) == 10 && fwrite(hdr, 1, hlen, f) == hlen &&
              fwrite(data, sizeof(float), count, f) == count;
     if (fclose(f) != 0)

@@ -8,11 +8,11 @@
 #define NPY_MAX_DIMS 4
 
 typedef struct npy_array {
-    char dtype[8];            /* "<f4", "|u1" */
+    char dtype[8]; /* "<f4", "|u1" */
     int ndim;
     size_t shape[NPY_MAX_DIMS];
-    size_t count;             /* product of shape */
-    void *data;               /* malloc'd */
+    size_t count; /* product of shape */
+    void *data; /* malloc'd */
 } npy_array;
 
 int npy_write_f32(const char *path, const float *data, int ndim, const size_t *shape, char *err, size_t errlen);

@@ -54,8 +54,8 @@ static void sha256_block(uint32_t h[8], const uint8_t p[64])
 
 void sha256_init(sha256_ctx *c)
 {
-    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    static const uint32_t iv[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
     memcpy(c->h, iv, sizeof iv);
     c->len = 0;
     c->nbuf = 0;
@@ -85,7 +85,7 @@ void sha256_update(sha256_ctx *c, const void *data, size_t len)
 void sha256_final(sha256_ctx *c, uint8_t digest[32])
 {
     uint64_t bits = c->len * 8;
-    uint8_t pad[72] = {0x80};
+    uint8_t pad[72] = { 0x80 };
     /* Pad to 56 mod 64, then the message length in bits, big-endian. */
     size_t npad = (c->nbuf < 56 ? 56 : 120) - c->nbuf;
     for (int i = 0; i < 8; i++)

@@ -7,10 +7,10 @@
 #include <stdint.h>
 
 typedef struct sha256_ctx {
-    uint32_t h[8];      /* chaining state */
-    uint64_t len;       /* bytes hashed so far */
-    uint8_t buf[64];    /* partial block */
-    size_t nbuf;        /* bytes in buf */
+    uint32_t h[8]; /* chaining state */
+    uint64_t len; /* bytes hashed so far */
+    uint8_t buf[64]; /* partial block */
+    size_t nbuf; /* bytes in buf */
 } sha256_ctx;
 
 void sha256_init(sha256_ctx *c);

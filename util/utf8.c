@@ -9,21 +9,21 @@ size_t utf8_sequence(const unsigned char *s, size_t n)
     if (c < 0x80)
         return 1;
     size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;   /* allowed range of the second byte */
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
     if (c >= 0xC2 && c <= 0xDF)
         len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
         if (c == 0xE0)
-            lo = 0xA0;                    /* overlong */
+            lo = 0xA0; /* overlong */
         else if (c == 0xED)
-            hi = 0x9F;                    /* surrogates */
+            hi = 0x9F; /* surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         len = 4;
         if (c == 0xF0)
-            lo = 0x90;                    /* overlong */
+            lo = 0x90; /* overlong */
         else if (c == 0xF4)
-            hi = 0x8F;                    /* past U+10FFFF */
+            hi = 0x8F; /* past U+10FFFF */
     } else
         return 0;
     if (n < len || s[1] < lo || s[1] > hi)

@@ -11,19 +11,18 @@
 const char answer_memory_full[] =
     "the request bodies being received fill the server's body memory (body_memory_bytes); retry later";
 
-static const char oom_body[] =
-    "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
+static const char oom_body[] = "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
 
 /* Answers r with body (malloc'd JSON or text, the layer's from here; NULL
  * after an allocation failure: a 500) and records its status. */
 int answer_body(server *s, request *r, http_conn *c, int status, char *body, size_t len, const char *ctype,
-                     int retry_after, const char *allow, int close_conn)
+                int retry_after, const char *allow, int close_conn)
 {
     if (!body) {
         status = 500;
         ctype = "application/json";
         len = sizeof oom_body - 1;
-        body = strdup(oom_body);   /* NULL again: the 500 goes without a body */
+        body = strdup(oom_body); /* NULL again: the 500 goes without a body */
     }
     char hl[32];
     if (body && r->answer_header_len > 0)
@@ -61,12 +60,11 @@ static metrics_reject_reason reject_reason(int status, const char *code)
         return METRICS_REJECT_BAD_INPUT;
     if (status == 501 || status == 505)
         return METRICS_REJECT_BAD_INPUT;
-    return METRICS_REJECT_COUNT;   /* not a rejection: 500, 503 while draining */
+    return METRICS_REJECT_COUNT; /* not a rejection: 500, 503 while draining */
 }
 
-int answer_error(server *s, request *r, http_conn *c, int status,
-                                  const char *code, const char *message, int retry_after, const char *allow,
-                                  int close_conn)
+int answer_error(server *s, request *r, http_conn *c, int status, const char *code, const char *message,
+                 int retry_after, const char *allow, int close_conn)
 {
     metrics_reject_reason why = reject_reason(status, code);
     if (why != METRICS_REJECT_COUNT)

@@ -117,8 +117,8 @@ int classify_begin(server *s, request *r, http_conn *c, const http_head *h)
         return answer_error(s, r, c, 415, "unsupported_media_type", msg, 0, NULL, 1);
     }
     if (rc == -2)
-        return answer_error(s, r, c, 400, "invalid_multipart", "multipart/form-data without a valid boundary",
-                            0, NULL, 1);
+        return answer_error(s, r, c, 400, "invalid_multipart", "multipart/form-data without a valid boundary", 0, NULL,
+                            1);
     return body_begin(s, r, c, h);
 }
 
@@ -145,8 +145,8 @@ int classify_v2_begin(server *s, request *r, http_conn *c, const http_head *h)
         if (strcasecmp(h->headers[i].name, "Inference-Header-Content-Length") == 0 &&
             strcmp(h->headers[i].value, hl) != 0)
             /* Two framings of one body: refused, as two Content-Lengths are. */
-            return answer_error(s, r, c, 400, "bad_request", "more than one Inference-Header-Content-Length", 0,
-                                NULL, 1);
+            return answer_error(s, r, c, 400, "bad_request", "more than one Inference-Header-Content-Length", 0, NULL,
+                                1);
     if (hl && (r->v2_header_len = v2_parse_header_length(hl, (size_t)s->max_body_bytes)) < 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "Inference-Header-Content-Length '%.60s' is not a length up to max_body_bytes", hl);
@@ -154,7 +154,6 @@ int classify_v2_begin(server *s, request *r, http_conn *c, const http_head *h)
     }
     return body_begin(s, r, c, h);
 }
-
 
 int classify_body(server *s, request *r, const char *data, size_t n)
 {
@@ -193,12 +192,13 @@ int classify_refuse_body(server *s, request *r, http_conn *c, int *rc)
     if (r->too_large) {
         snprintf(msg, sizeof msg, "request body is over the limit of %ld bytes", s->max_body_bytes);
         *rc = answer_error(s, r, c, 413, "too_large", msg, 0, NULL, 1);
-    } else if (r->over_budget) {   /* its body was dropped: checked before the empty body */
+    } else if (r->over_budget) { /* its body was dropped: checked before the empty body */
         *rc = answer_error(s, r, c, 503, "memory_full", answer_memory_full, 1, NULL, 0);
     } else if (r->len == 0) {
-        *rc = answer_error(s, r, c, 400, "empty_body", r->v2_route != V2_NOT_V2
-                           ? "the request body is empty; send the inference request JSON"
-                           : "the request body is empty; send the JPEG bytes", 0, NULL, 0);
+        *rc = answer_error(s, r, c, 400, "empty_body",
+                           r->v2_route != V2_NOT_V2 ? "the request body is empty; send the inference request JSON"
+                                                    : "the request body is empty; send the JPEG bytes",
+                           0, NULL, 0);
     } else {
         return 0;
     }
@@ -210,7 +210,8 @@ int classify_refuse_body(server *s, request *r, http_conn *c, int *rc)
 static int submit_images(server *s, request *r, http_conn *c, int n)
 {
     if (queue_reserve(s->q, n, r->slots) != 0)
-        return answer_error(s, r, c, 503, "queue_full", "the queue is full; retry later", answer_retry_after(s), NULL, 0);
+        return answer_error(s, r, c, 503, "queue_full", "the queue is full; retry later", answer_retry_after(s), NULL,
+                            0);
 
     r->nimages = n;
     r->accepted = 1;
@@ -232,13 +233,12 @@ int classify_submit(server *s, request *r, http_conn *c)
         r->parts[0].len = r->len;
         n = 1;
     } else {
-        n = request_parse_multipart(r->body, r->len, r->boundary, "image", r->parts, REQUEST_MAX_IMAGES,
-                                    why, sizeof why);
+        n = request_parse_multipart(r->body, r->len, r->boundary, "image", r->parts, REQUEST_MAX_IMAGES, why,
+                                    sizeof why);
         if (n < 0)
             return answer_error(s, r, c, 400, "invalid_multipart", why, 0, NULL, 0);
         if (n == 0)
-            return answer_error(s, r, c, 400, "missing_image", "multipart request has no 'image' field",
-                                0, NULL, 0);
+            return answer_error(s, r, c, 400, "missing_image", "multipart request has no 'image' field", 0, NULL, 0);
     }
     if (n > answer_max_images(s)) {
         snprintf(msg, sizeof msg, "%d images in one request; the limit is %d", n, answer_max_images(s));
@@ -254,7 +254,6 @@ int classify_submit(server *s, request *r, http_conn *c)
         return answer_body(s, r, c, 500, NULL, 0, NULL, 0, NULL, 0);
     return submit_images(s, r, c, n);
 }
-
 
 /* A complete v2 inference request: parsed here, then queued like a
  * /classify request's images. */
@@ -292,7 +291,6 @@ int classify_v2_submit(server *s, request *r, http_conn *c)
     return submit_images(s, r, c, n);
 }
 
-
 /* The connection waits (the HTTP layer's turn is over) until the decode
  * stage or the pipeline wakes it; a refused request (drain timeout) is
  * failed 503 by the stage. */
@@ -306,7 +304,7 @@ void classify_suspend(server *s, request *r, http_conn *c)
 int classify_answer(server *s, request *r, http_conn *c)
 {
     atomic_fetch_sub(&s->suspended, 1);
-    r->state = REQ_ANSWERED;   /* out of the pipeline, even if queuing the answer fails */
+    r->state = REQ_ANSWERED; /* out of the pipeline, even if queuing the answer fails */
     if (r->fail_status == 499) {
         /* The client left while queued: nothing to send; close. */
         r->state = REQ_ANSWERED;
@@ -324,11 +322,11 @@ int classify_answer(server *s, request *r, http_conn *c)
     if (r->v2) {
         const labels *labs[REQUEST_MAX_IMAGES];
         for (int i = 0; i < r->nimages; i++)
-            labs[i] = &r->models[i]->lab;   /* each image's: a reload may fall between its batches */
+            labs[i] = &r->models[i]->lab; /* each image's: a reload may fall between its batches */
         char *body = v2_response_infer(r->v2, r->logits, r->classes, labs, &len, &r->answer_header_len);
         r->output_us = clock_now_us() - t0;
-        return answer_body(s, r, c, 200, body, len, r->answer_header_len ? "application/octet-stream"
-                                                                        : "application/json", 0, NULL, 0);
+        return answer_body(s, r, c, 200, body, len,
+                           r->answer_header_len ? "application/octet-stream" : "application/json", 0, NULL, 0);
     }
     char *body = response_classify(s->svc, r, t0 - r->start_us, &len);
     r->output_us = clock_now_us() - t0;

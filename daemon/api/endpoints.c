@@ -1,5 +1,5 @@
 /* The GET endpoints and the repository extension (daemon/api/endpoints.h). */
-#include <config.h>  /* autoconf's (PACKAGE_VERSION), not daemon/config_table.h */
+#include <config.h> /* autoconf's (PACKAGE_VERSION), not daemon/config_table.h */
 #include <jansson.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,8 +51,7 @@ int endpoint_get(server *s, request *r, http_conn *c)
     case ROUTE_V2_SERVER:
         body = v2_response_server(PACKAGE_VERSION, &len);
         return answer_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
-    case ROUTE_V2_LIVE:
-        return answer_empty(s, r, c);
+    case ROUTE_V2_LIVE: return answer_empty(s, r, c);
     case ROUTE_V2_READY:
     case ROUTE_V2_MODEL_READY:
         if (!is_ready(s, &why)) {
@@ -65,7 +64,7 @@ int endpoint_get(server *s, request *r, http_conn *c)
         int pref[64], gpus[ENGINE_MAX_DEVICES], ngpus = 0;
         char perr[160];
         int npref = config_preferred_sizes(s->svc->preferred_batch_sizes, pref, 64, perr, sizeof perr);
-        if (npref < 0)   /* checked at start-up */
+        if (npref < 0) /* checked at start-up */
             npref = 0;
         int gpu = strcmp(s->svc->device, "cuda") == 0;
         for (const char *p = s->svc->engines; gpu && p && (p = strstr(p, "cuda:")) && ngpus < ENGINE_MAX_DEVICES;) {
@@ -74,8 +73,8 @@ int endpoint_get(server *s, request *r, http_conn *c)
         }
         char backend[64];
         snprintf(backend, sizeof backend, "resnetd_%s", s->svc->device);
-        body = v2_response_config(answer_classes(s), s->svc->max_batch_size, pref, npref, s->svc->max_queue_delay_us, backend,
-                                  gpu, gpus, ngpus, &len);
+        body = v2_response_config(answer_classes(s), s->svc->max_batch_size, pref, npref, s->svc->max_queue_delay_us,
+                                  backend, gpu, gpus, ngpus, &len);
         return answer_body(s, r, c, 200, body, len, "application/json", 0, NULL, 0);
     }
     case ROUTE_V2_STATS:
@@ -106,10 +105,14 @@ int endpoint_get(server *s, request *r, http_conn *c)
         metrics_set_connections(http_connections(http_server_of(c)), http_dropped_slow(http_server_of(c)));
         http_counters hc;
         http_counters_get(http_server_of(c), &hc);
-        metrics_set_admission(&(metrics_admission){
-            .refused_limit = hc.refused_limit, .refused_client = hc.refused_client, .refused_fds = hc.refused_fds,
-            .evicted = hc.evicted, .not_http = hc.not_http, .incomplete_head = hc.incomplete_head,
-            .first_byte_timeout = hc.first_byte_timeout, .pending = hc.pending });
+        metrics_set_admission(&(metrics_admission){ .refused_limit = hc.refused_limit,
+                                                    .refused_client = hc.refused_client,
+                                                    .refused_fds = hc.refused_fds,
+                                                    .evicted = hc.evicted,
+                                                    .not_http = hc.not_http,
+                                                    .incomplete_head = hc.incomplete_head,
+                                                    .first_byte_timeout = hc.first_byte_timeout,
+                                                    .pending = hc.pending });
         metrics_set_body_memory(budget_used(s->bodies), budget_cap(s->bodies));
         body = metrics_render(&len);
         return answer_body(s, r, c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, NULL, 0);
@@ -160,7 +163,7 @@ int endpoint_load_check(server *s, request *r, http_conn *c)
     request_drop_body(r);
     if (atomic_load(&s->draining))
         return answer_error(s, r, c, 503, "shutting_down", "the server is shutting down", 1, NULL, 0);
-    if (!atomic_load(&s->warm))   /* the engines are still being warmed up */
+    if (!atomic_load(&s->warm)) /* the engines are still being warmed up */
         return answer_error(s, r, c, 503, "not_ready", "the server is starting; load once it is ready", 1, NULL, 0);
     r->state = REQ_SUBMITTING;
     return 0;
@@ -183,7 +186,8 @@ void endpoint_load_suspend(server *s, request *r)
     r->state = REQ_QUEUED;
     atomic_fetch_add(&s->suspended, 1);
     if (reloader_request(s->reload, load_done, r) != 0)
-        load_done(r, RELOAD_REFUSED, "a reload is refused now: the server is stopping, or 64 load requests are waiting");
+        load_done(r, RELOAD_REFUSED,
+                  "a reload is refused now: the server is stopping, or 64 load requests are waiting");
 }
 
 int endpoint_load_answer(server *s, request *r, http_conn *c)
@@ -215,8 +219,8 @@ int endpoint_index_answer(server *s, request *r, http_conn *c)
         json_t *j = json_loadb((const char *)r->body, r->len, 0, &jerr);
         if (!json_is_object(j)) {
             json_decref(j);
-            return answer_error(s, r, c, 400, "bad_request", "the index request's body must be a JSON object", 0,
-                                NULL, 0);
+            return answer_error(s, r, c, 400, "bad_request", "the index request's body must be a JSON object", 0, NULL,
+                                0);
         }
         only_ready = json_is_true(json_object_get(j, "ready"));
         json_decref(j);

@@ -7,10 +7,14 @@
 #include "engine/engine.h"
 #include "engine/engine_registry.h"
 
-typedef int nvml_return;                  /* nvmlReturn_t; 0: NVML_SUCCESS */
-typedef struct nvml_device *nvml_device;  /* nvmlDevice_t */
-typedef struct { unsigned int gpu, memory; } nvml_utilization;                  /* percent */
-typedef struct { unsigned long long total, free, used; } nvml_memory;           /* bytes */
+typedef int nvml_return; /* nvmlReturn_t; 0: NVML_SUCCESS */
+typedef struct nvml_device *nvml_device; /* nvmlDevice_t */
+typedef struct {
+    unsigned int gpu, memory;
+} nvml_utilization; /* percent */
+typedef struct {
+    unsigned long long total, free, used;
+} nvml_memory; /* bytes */
 
 static struct {
     void *lib;
@@ -18,8 +22,8 @@ static struct {
     nvml_return (*shutdown)(void);
     nvml_return (*by_pci)(const char *, nvml_device *);
     nvml_return (*utilization)(nvml_device, nvml_utilization *);
-    nvml_return (*power)(nvml_device, unsigned int *);             /* mW */
-    nvml_return (*energy)(nvml_device, unsigned long long *);      /* mJ since the driver loaded */
+    nvml_return (*power)(nvml_device, unsigned int *); /* mW */
+    nvml_return (*energy)(nvml_device, unsigned long long *); /* mJ since the driver loaded */
     nvml_return (*memory)(nvml_device, nvml_memory *);
     int n;
     nvml_device dev[METRICS_MAX_GPUS];

@@ -34,8 +34,7 @@ typedef atomic_ullong counter;
 
 /* 100 us .. 10 s covers a warm CPU batch as well as a request that timed out. */
 static const double duration_bounds[] = {
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 #define DURATION_NB (sizeof duration_bounds / sizeof duration_bounds[0])
 
@@ -49,38 +48,53 @@ typedef struct {
     const char *help;
     const double *bounds;
     int nbounds;
-    int sum_is_ns;                        /* sum in ns (seconds) or plain units */
+    int sum_is_ns; /* sum in ns (seconds) or plain units */
     counter buckets[HIST_MAX_BUCKETS + 1]; /* last one: above every bound */
     counter sum;
 } histogram;
 
-_Static_assert(DURATION_NB <= HIST_MAX_BUCKETS && BATCH_NB <= HIST_MAX_BUCKETS,
-               "histogram bucket table too small");
+_Static_assert(DURATION_NB <= HIST_MAX_BUCKETS && BATCH_NB <= HIST_MAX_BUCKETS, "histogram bucket table too small");
 
-static histogram hist_request = {
-    "resnetd_request_duration_seconds",
-    "Time from request arrival to its response, for every HTTP request.",
-    duration_bounds, DURATION_NB, 1, {0}, 0 };
-static histogram hist_queue = {
-    "resnetd_queue_duration_seconds",
-    "Time an image waited in the batch queue before its batch started.",
-    duration_bounds, DURATION_NB, 1, {0}, 0 };
-static histogram hist_decode = {
-    "resnetd_decode_duration_seconds",
-    "Time to decode one JPEG and produce its 224x224 crop.",
-    duration_bounds, DURATION_NB, 1, {0}, 0 };
+static histogram hist_request = { "resnetd_request_duration_seconds",
+                                  "Time from request arrival to its response, for every HTTP request.",
+                                  duration_bounds,
+                                  DURATION_NB,
+                                  1,
+                                  { 0 },
+                                  0 };
+static histogram hist_queue = { "resnetd_queue_duration_seconds",
+                                "Time an image waited in the batch queue before its batch started.",
+                                duration_bounds,
+                                DURATION_NB,
+                                1,
+                                { 0 },
+                                0 };
+static histogram hist_decode = { "resnetd_decode_duration_seconds",
+                                 "Time to decode one JPEG and produce its 224x224 crop.",
+                                 duration_bounds,
+                                 DURATION_NB,
+                                 1,
+                                 { 0 },
+                                 0 };
 static histogram hist_gpu_preprocess = {
     "resnetd_gpu_preprocess_duration_seconds",
     "GPU time to decode, resize and crop one batch's JPEGs (nvJPEG hardware decoder), per batch.",
-    duration_bounds, DURATION_NB, 1, {0}, 0 };
-static histogram hist_infer = {
-    "resnetd_inference_duration_seconds",
-    "Time for the engine to run one batch, submit to logits.",
-    duration_bounds, DURATION_NB, 1, {0}, 0 };
+    duration_bounds,
+    DURATION_NB,
+    1,
+    { 0 },
+    0
+};
+static histogram hist_infer = { "resnetd_inference_duration_seconds",
+                                "Time for the engine to run one batch, submit to logits.",
+                                duration_bounds,
+                                DURATION_NB,
+                                1,
+                                { 0 },
+                                0 };
 static histogram hist_batch = {
-    "resnetd_batch_size",
-    "Number of images in each batch sent to the engine.",
-    batch_bounds, BATCH_NB, 0, {0}, 0 };
+    "resnetd_batch_size", "Number of images in each batch sent to the engine.", batch_bounds, BATCH_NB, 0, { 0 }, 0
+};
 
 static void hist_observe(histogram *h, double v, uint64_t sum_add)
 {
@@ -123,12 +137,9 @@ static counter requests_by_code[CODE_MAX - CODE_MIN + 1];
 static counter requests_bad_code; /* outside 100..599: a bug, but counted */
 
 static const char *const reject_names[METRICS_REJECT_COUNT] = {
-    [METRICS_REJECT_QUEUE_FULL] = "queue_full",
-    [METRICS_REJECT_TIMEOUT] = "timeout",
-    [METRICS_REJECT_TOO_LARGE] = "too_large",
-    [METRICS_REJECT_BAD_INPUT] = "bad_input",
-    [METRICS_REJECT_CLIENT_GONE] = "client_gone",
-    [METRICS_REJECT_MEMORY_FULL] = "memory_full",
+    [METRICS_REJECT_QUEUE_FULL] = "queue_full",   [METRICS_REJECT_TIMEOUT] = "timeout",
+    [METRICS_REJECT_TOO_LARGE] = "too_large",     [METRICS_REJECT_BAD_INPUT] = "bad_input",
+    [METRICS_REJECT_CLIENT_GONE] = "client_gone", [METRICS_REJECT_MEMORY_FULL] = "memory_full",
     [METRICS_REJECT_SLOW_CLIENT] = "slow_client",
 };
 static counter rejected[METRICS_REJECT_COUNT];
@@ -144,7 +155,9 @@ static counter decode_fallbacks[DEVJPEG_NREASONS];
 #define DECODE_COSTS 4
 static counter decode_cost_ps[DECODE_COSTS];
 static const char *const decode_cost_labels[DECODE_COSTS] = {
-    "path=\"gpu\"", "path=\"cpu\",size=\"under_1mp\"", "path=\"cpu\",size=\"1_to_4mp\"",
+    "path=\"gpu\"",
+    "path=\"cpu\",size=\"under_1mp\"",
+    "path=\"cpu\",size=\"1_to_4mp\"",
     "path=\"cpu\",size=\"4mp_and_over\"",
 };
 
@@ -168,8 +181,8 @@ static atomic_int engines;
 static counter engine_batches[MAX_ENGINES], engine_images[MAX_ENGINES];
 static atomic_llong engine_in_flight[MAX_ENGINES];
 static counter model_version;
-static counter model_loaded_ms;     /* unix time of the served model's load, ms */
-static counter model_loads[2];      /* [0] failed, [1] ok */
+static counter model_loaded_ms; /* unix time of the served model's load, ms */
+static counter model_loads[2]; /* [0] failed, [1] ok */
 
 #define LABEL_MAX 128
 static char build_version[LABEL_MAX] = "unknown";
@@ -193,17 +206,28 @@ void metrics_init(const char *version, const char *device, const char *precision
 void metrics_observe_request(int http_status, double seconds)
 {
     if (http_status >= CODE_MIN && http_status <= CODE_MAX)
-        atomic_fetch_add_explicit(&requests_by_code[http_status - CODE_MIN], 1,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&requests_by_code[http_status - CODE_MIN], 1, memory_order_relaxed);
     else
         atomic_fetch_add_explicit(&requests_bad_code, 1, memory_order_relaxed);
     hist_observe_seconds(&hist_request, seconds);
 }
 
-void metrics_observe_queue(double seconds) { hist_observe_seconds(&hist_queue, seconds); }
-void metrics_observe_decode(double seconds) { hist_observe_seconds(&hist_decode, seconds); }
-void metrics_observe_infer(double seconds) { hist_observe_seconds(&hist_infer, seconds); }
-void metrics_observe_gpu_preprocess(double seconds) { hist_observe_seconds(&hist_gpu_preprocess, seconds); }
+void metrics_observe_queue(double seconds)
+{
+    hist_observe_seconds(&hist_queue, seconds);
+}
+void metrics_observe_decode(double seconds)
+{
+    hist_observe_seconds(&hist_decode, seconds);
+}
+void metrics_observe_infer(double seconds)
+{
+    hist_observe_seconds(&hist_infer, seconds);
+}
+void metrics_observe_gpu_preprocess(double seconds)
+{
+    hist_observe_seconds(&hist_gpu_preprocess, seconds);
+}
 
 void metrics_add_decoded(metrics_decode_backend b, int n)
 {
@@ -294,7 +318,7 @@ int metrics_engine(const char *label)
     if (id < 0 && n < MAX_ENGINES) {
         snprintf(engine_label[n], sizeof engine_label[n], "%s", label);
         id = n;
-        atomic_store(&engines, n + 1);   /* published after the label is written */
+        atomic_store(&engines, n + 1); /* published after the label is written */
     }
     pthread_mutex_unlock(&engines_mu);
     return id;
@@ -342,7 +366,8 @@ typedef struct {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void buf_printf(buf *b, const char *fmt, ...)
+static void
+buf_printf(buf *b, const char *fmt, ...)
 {
     if (b->failed)
         return;
@@ -443,8 +468,7 @@ static int is_fixed_code(int code)
 
 static void render_requests(buf *b)
 {
-    render_header(b, "resnetd_requests_total", "counter",
-                  "HTTP requests answered, by status code.");
+    render_header(b, "resnetd_requests_total", "counter", "HTTP requests answered, by status code.");
     for (int code = CODE_MIN; code <= CODE_MAX; code++) {
         unsigned long long n = load(&requests_by_code[code - CODE_MIN]);
         if (n > 0 || is_fixed_code(code))
@@ -458,9 +482,9 @@ static void render_requests(buf *b)
 /* Fields of /proc/self/stat the process_* metrics need (proc(5) numbering). */
 typedef struct {
     unsigned long long utime, stime; /* 14, 15: clock ticks */
-    unsigned long long starttime;    /* 22: ticks after boot */
-    unsigned long long vsize;        /* 23: bytes */
-    long long rss;                   /* 24: pages */
+    unsigned long long starttime; /* 22: ticks after boot */
+    unsigned long long vsize; /* 23: bytes */
+    long long rss; /* 24: pages */
 } proc_stat;
 
 static int read_proc_stat(proc_stat *ps)
@@ -479,8 +503,8 @@ static int read_proc_stat(proc_stat *ps)
         return -1;
     int n = sscanf(p + 1,
                    " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u" /* 3..13 */
-                   " %llu %llu %*d %*d %*d %*d %*d %*d"          /* 14..21 */
-                   " %llu %llu %lld",                            /* 22..24 */
+                   " %llu %llu %*d %*d %*d %*d %*d %*d" /* 14..21 */
+                   " %llu %llu %lld", /* 22..24 */
                    &ps->utime, &ps->stime, &ps->starttime, &ps->vsize, &ps->rss);
     return n == 5 ? 0 : -1;
 }
@@ -526,22 +550,17 @@ static void render_process(buf *b)
     long ticks = sysconf(_SC_CLK_TCK);
     long page = sysconf(_SC_PAGESIZE);
     if (read_proc_stat(&ps) == 0 && ticks > 0 && page > 0) {
-        render_header(b, "process_cpu_seconds_total", "counter",
-                      "Total user and system CPU time spent in seconds.");
-        buf_printf(b, "process_cpu_seconds_total %.2f\n",
-                   (double)(ps.utime + ps.stime) / (double)ticks);
-        render_header(b, "process_resident_memory_bytes", "gauge",
-                      "Resident memory size in bytes.");
+        render_header(b, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+        buf_printf(b, "process_cpu_seconds_total %.2f\n", (double)(ps.utime + ps.stime) / (double)ticks);
+        render_header(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
         buf_printf(b, "process_resident_memory_bytes %lld\n", ps.rss * (long long)page);
-        render_header(b, "process_virtual_memory_bytes", "gauge",
-                      "Virtual memory size in bytes.");
+        render_header(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
         buf_printf(b, "process_virtual_memory_bytes %llu\n", ps.vsize);
         unsigned long long btime;
         if (read_boot_time(&btime) == 0) {
             render_header(b, "process_start_time_seconds", "gauge",
                           "Start time of the process since unix epoch in seconds.");
-            buf_printf(b, "process_start_time_seconds %.2f\n",
-                       (double)btime + (double)ps.starttime / (double)ticks);
+            buf_printf(b, "process_start_time_seconds %.2f\n", (double)btime + (double)ps.starttime / (double)ticks);
         }
     }
     long fds = count_open_fds();
@@ -551,8 +570,7 @@ static void render_process(buf *b)
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        render_header(b, "process_max_fds", "gauge",
-                      "Maximum number of open file descriptors.");
+        render_header(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
         if (rl.rlim_cur == RLIM_INFINITY)
             buf_printf(b, "process_max_fds +Inf\n");
         else
@@ -569,21 +587,19 @@ static void render_classified(buf *b)
     render_header(b, "resnetd_rejected_total", "counter",
                   "Requests rejected before or instead of classification, by reason.");
     for (int r = 0; r < METRICS_REJECT_COUNT; r++)
-        buf_printf(b, "resnetd_rejected_total{reason=\"%s\"} %llu\n",
-                   reject_names[r], load(&rejected[r]));
+        buf_printf(b, "resnetd_rejected_total{reason=\"%s\"} %llu\n", reject_names[r], load(&rejected[r]));
 
     render_header(b, "resnetd_decoded_images_total", "counter",
                   "JPEGs decoded, by decoder: cpu (libjpeg-turbo) or hardware (the GPU's nvJPEG decoder).");
     for (int i = 0; i < METRICS_DECODE_NBACKENDS; i++)
-        buf_printf(b, "resnetd_decoded_images_total{backend=\"%s\"} %llu\n", backend_names[i],
-                   load(&decoded[i]));
+        buf_printf(b, "resnetd_decoded_images_total{backend=\"%s\"} %llu\n", backend_names[i], load(&decoded[i]));
 
     render_header(b, "resnetd_decode_fallbacks_total", "counter",
                   "JPEGs decoded on the CPU although GPU decoding is on, by reason.");
     for (int r = DEVJPEG_OK + 1; r < DEVJPEG_NREASONS; r++)
-        buf_printf(b, "resnetd_decode_fallbacks_total{reason=\"%s\"} %llu\n",
-                   devjpeg_reason_name((devjpeg_reason)r), load(&decode_fallbacks[r]));
-    if (load(&decode_cost_ps[0])) {   /* GPU decoding on: the router's measured costs */
+        buf_printf(b, "resnetd_decode_fallbacks_total{reason=\"%s\"} %llu\n", devjpeg_reason_name((devjpeg_reason)r),
+                   load(&decode_fallbacks[r]));
+    if (load(&decode_cost_ps[0])) { /* GPU decoding on: the router's measured costs */
         render_header(b, "resnetd_decode_cost_seconds_per_megapixel", "gauge",
                       "Measured decode time per megapixel that routes JPEGs between the GPU and the CPU: one GPU "
                       "decoder, and one CPU thread by image size.");
@@ -597,18 +613,13 @@ static void render_classified(buf *b)
 static void render_connections(buf *b)
 {
     render_header(b, "resnetd_queue_depth", "gauge", "Images waiting in the batch queue.");
-    buf_printf(b, "resnetd_queue_depth %lld\n",
-               atomic_load_explicit(&queue_depth, memory_order_relaxed));
-    render_header(b, "resnetd_batches_in_flight", "gauge",
-                  "Batches submitted to the engine and not yet finished.");
-    buf_printf(b, "resnetd_batches_in_flight %lld\n",
-               atomic_load_explicit(&batches_in_flight, memory_order_relaxed));
-    render_header(b, "resnetd_ready", "gauge",
-                  "1 when the daemon is ready to serve (/readyz answers 200), else 0.");
+    buf_printf(b, "resnetd_queue_depth %lld\n", atomic_load_explicit(&queue_depth, memory_order_relaxed));
+    render_header(b, "resnetd_batches_in_flight", "gauge", "Batches submitted to the engine and not yet finished.");
+    buf_printf(b, "resnetd_batches_in_flight %lld\n", atomic_load_explicit(&batches_in_flight, memory_order_relaxed));
+    render_header(b, "resnetd_ready", "gauge", "1 when the daemon is ready to serve (/readyz answers 200), else 0.");
     buf_printf(b, "resnetd_ready %d\n", atomic_load_explicit(&ready, memory_order_relaxed));
     render_header(b, "resnetd_connections", "gauge", "Client connections open, in any state.");
-    buf_printf(b, "resnetd_connections %lld\n",
-               atomic_load_explicit(&connections_open, memory_order_relaxed));
+    buf_printf(b, "resnetd_connections %lld\n", atomic_load_explicit(&connections_open, memory_order_relaxed));
     render_header(b, "resnetd_slow_connections_dropped_total", "counter",
                   "Connections closed for not sending a request's headers within header_timeout_s "
                   "(idle kept-alive ones included) or a body below min_body_rate.");
@@ -623,8 +634,7 @@ static void render_connections(buf *b)
                   "Connections answered 503 and closed at admission: no slot within a second (connection_limit), "
                   "the address over client_connection_limit, or the process out of file descriptors.");
     buf_printf(b, "resnetd_connections_refused_total{reason=\"connection_limit\"} %llu\n", adm.refused_limit);
-    buf_printf(b, "resnetd_connections_refused_total{reason=\"client_connection_limit\"} %llu\n",
-               adm.refused_client);
+    buf_printf(b, "resnetd_connections_refused_total{reason=\"client_connection_limit\"} %llu\n", adm.refused_client);
     buf_printf(b, "resnetd_connections_refused_total{reason=\"no_descriptors\"} %llu\n", adm.refused_fds);
     render_header(b, "resnetd_connections_closed_total", "counter",
                   "Connections closed at admission: evicted (no complete head, for a waiting request or a full "
@@ -632,8 +642,7 @@ static void render_connections(buf *b)
                   "not_http (400: the first bytes were not HTTP), incomplete_head (400: the client ended its "
                   "side mid-head).");
     buf_printf(b, "resnetd_connections_closed_total{reason=\"evicted\"} %llu\n", adm.evicted);
-    buf_printf(b, "resnetd_connections_closed_total{reason=\"first_byte_timeout\"} %llu\n",
-               adm.first_byte_timeout);
+    buf_printf(b, "resnetd_connections_closed_total{reason=\"first_byte_timeout\"} %llu\n", adm.first_byte_timeout);
     buf_printf(b, "resnetd_connections_closed_total{reason=\"not_http\"} %llu\n", adm.not_http);
     buf_printf(b, "resnetd_connections_closed_total{reason=\"incomplete_head\"} %llu\n", adm.incomplete_head);
 }
@@ -647,10 +656,9 @@ static void render_memory(buf *b)
     render_header(b, "resnetd_body_memory_limit_bytes", "gauge",
                   "The body memory budget (body_memory_bytes); past it requests get 503.");
     buf_printf(b, "resnetd_body_memory_limit_bytes %llu\n", load(&body_memory_limit_bytes));
-    render_header(b, "resnetd_gpu_memory_bytes", "gauge",
-                  "Device memory held by the engine in bytes (0 on CPU).");
+    render_header(b, "resnetd_gpu_memory_bytes", "gauge", "Device memory held by the engine in bytes (0 on CPU).");
     buf_printf(b, "resnetd_gpu_memory_bytes %llu\n", load(&gpu_memory_bytes));
-    if (gpu_probe) {   /* NVML, where there is an NVIDIA driver (daemon/api/gputel.h) */
+    if (gpu_probe) { /* NVML, where there is an NVIDIA driver (daemon/api/gputel.h) */
         metrics_gpu_reading g[METRICS_MAX_GPUS];
         int n = gpu_probe(g, METRICS_MAX_GPUS);
         render_gpu_series(b, g, n, "resnetd_gpu_utilization_ratio", "gauge",
@@ -708,8 +716,7 @@ char *metrics_render(size_t *len)
         return NULL;
     b.data[0] = '\0';
 
-    render_header(&b, "resnetd_build_info", "gauge",
-                  "Always 1; labels give the version, device and precision.");
+    render_header(&b, "resnetd_build_info", "gauge", "Always 1; labels give the version, device and precision.");
     buf_printf(&b, "resnetd_build_info{version=\"");
     render_label_value(&b, build_version);
     buf_printf(&b, "\",device=\"");

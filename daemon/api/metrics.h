@@ -13,16 +13,12 @@ typedef enum {
     METRICS_REJECT_TOO_LARGE,
     METRICS_REJECT_BAD_INPUT,
     METRICS_REJECT_CLIENT_GONE,
-    METRICS_REJECT_MEMORY_FULL,     /* the body memory budget is full */
-    METRICS_REJECT_SLOW_CLIENT,     /* dropped below the minimum transfer rate */
+    METRICS_REJECT_MEMORY_FULL, /* the body memory budget is full */
+    METRICS_REJECT_SLOW_CLIENT, /* dropped below the minimum transfer rate */
     METRICS_REJECT_COUNT
 } metrics_reject_reason;
 
-typedef enum {
-    METRICS_DECODE_CPU,
-    METRICS_DECODE_HARDWARE,
-    METRICS_DECODE_NBACKENDS
-} metrics_decode_backend;
+typedef enum { METRICS_DECODE_CPU, METRICS_DECODE_HARDWARE, METRICS_DECODE_NBACKENDS } metrics_decode_backend;
 
 /* Once at start-up, before any other call. */
 void metrics_init(const char *version, const char *device, const char *precision);
@@ -30,16 +26,16 @@ void metrics_init(const char *version, const char *device, const char *precision
 /* A finished HTTP request: resnetd_requests_total{code} and the
  * request-duration histogram (seconds). */
 void metrics_observe_request(int http_status, double seconds);
-void metrics_observe_queue(double seconds);   /* per image: enqueue -> batch start */
-void metrics_observe_decode(double seconds);  /* per image: JPEG -> 224x224 crop */
-void metrics_observe_infer(double seconds);   /* per batch: submit -> logits */
+void metrics_observe_queue(double seconds); /* per image: enqueue -> batch start */
+void metrics_observe_decode(double seconds); /* per image: JPEG -> 224x224 crop */
+void metrics_observe_infer(double seconds); /* per batch: submit -> logits */
 void metrics_observe_gpu_preprocess(double seconds); /* per batch: device decode + resize */
-void metrics_add_decoded(metrics_decode_backend b, int n);  /* resnetd_decoded_images_total{backend} */
+void metrics_add_decoded(metrics_decode_backend b, int n); /* resnetd_decoded_images_total{backend} */
 /* resnetd_decode_fallbacks_total{reason}: n images decoded on the CPU
  * although the device decoder is on. */
 void metrics_add_decode_fallback(devjpeg_reason r, int n);
-void metrics_observe_batch(int size);         /* batch-size histogram */
-void metrics_add_images(int n);               /* resnetd_images_total */
+void metrics_observe_batch(int size); /* batch-size histogram */
+void metrics_add_images(int n); /* resnetd_images_total */
 void metrics_reject(metrics_reject_reason r); /* resnetd_rejected_total{reason} */
 void metrics_set_queue_depth(long n);
 void metrics_add_batches_in_flight(int delta);
@@ -60,10 +56,10 @@ void metrics_set_body_memory(size_t used, size_t cap);
  * reported. */
 #define METRICS_MAX_GPUS 16
 typedef struct metrics_gpu_reading {
-    char gpu[16];               /* the CUDA ordinal, as the engine label's */
-    double utilization;         /* 0..1 of the last sample period */
+    char gpu[16]; /* the CUDA ordinal, as the engine label's */
+    double utilization; /* 0..1 of the last sample period */
     double power_watts;
-    double energy_joules;       /* since the driver loaded */
+    double energy_joules; /* since the driver loaded */
     double memory_used_bytes, memory_total_bytes;
 } metrics_gpu_reading;
 

@@ -1,6 +1,6 @@
 /* Request state and the parsers for client input. Everything here treats
  * its input as hostile: lengths are checked before every read. */
-#define _GNU_SOURCE  /* memmem */
+#define _GNU_SOURCE /* memmem */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +44,7 @@ int request_append(request *r, const uint8_t *data, size_t n)
         if (r->expect && need <= r->expect && cap > r->expect)
             cap = r->expect;
         if (r->max_len && need <= r->max_len && cap > r->max_len)
-            cap = r->max_len;   /* else a chunked body near the limit would ask the budget for twice it */
+            cap = r->max_len; /* else a chunked body near the limit would ask the budget for twice it */
         if (r->budget && budget_try_acquire(r->budget, cap - r->cap) != 0)
             return -2;
         uint8_t *b = realloc(r->body, cap);
@@ -122,7 +122,7 @@ static int find_param(const char *ct, const char *name, char *out, size_t outlen
                 if (*p == '\\' && p[1])
                     p++;
                 else if (*p == '\0' || (unsigned char)*p < 0x20)
-                    return -1;       /* unterminated, or a control character */
+                    return -1; /* unterminated, or a control character */
                 if (len + 1 < outlen)
                     out[len] = *p;
                 else
@@ -196,7 +196,7 @@ int request_parse_top_k(const char *s, int max, int *k)
         if (!isdigit((unsigned char)*p))
             return -1;
         v = v * 10 + (*p - '0');
-        if (v > max)   /* also stops before a long digit string overflows */
+        if (v > max) /* also stops before a long digit string overflows */
             return -1;
     }
     if (v < 1)
@@ -207,7 +207,7 @@ int request_parse_top_k(const char *s, int max, int *k)
 
 static const uint8_t *find_bytes(const uint8_t *hay, size_t haylen, const char *needle, size_t nlen)
 {
-    if (haylen < nlen)   /* also keeps a NULL hay (an empty body) away from memmem */
+    if (haylen < nlen) /* also keeps a NULL hay (an empty body) away from memmem */
         return NULL;
     return memmem(hay, haylen, needle, nlen);
 }
@@ -274,7 +274,7 @@ int request_parse_multipart(const uint8_t *body, size_t len, const char *boundar
         const uint8_t *hdr_end = find_bytes(p, (size_t)(end - p), "\r\n\r\n", 4);
         const uint8_t *content;
         if (end - p >= 2 && p[0] == '\r' && p[1] == '\n') {
-            hdr_end = p;             /* a part with no headers */
+            hdr_end = p; /* a part with no headers */
             content = p + 2;
         } else if (hdr_end) {
             content = hdr_end + 4;

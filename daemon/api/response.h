@@ -12,12 +12,12 @@
 /* What the service is, for every 200 answer and /v1/models/resnet18; the
  * model itself (weights, labels) may change with a reload: served_model. */
 typedef struct response_service {
-    const char *device;         /* "cpu", "cuda" */
-    int device_index;           /* the first engine's */
-    const char *engines;        /* every engine's device: "cpu", "cuda:0,cuda:1" */
-    const char *precision;      /* "fp32", "fp16" */
-    const char *decode;         /* where JPEGs are decoded: "gpu", "cpu" */
-    int deterministic;          /* the engines' logits are batch invariant (engine.deterministic) */
+    const char *device; /* "cpu", "cuda" */
+    int device_index; /* the first engine's */
+    const char *engines; /* every engine's device: "cpu", "cuda:0,cuda:1" */
+    const char *precision; /* "fp32", "fp16" */
+    const char *decode; /* where JPEGs are decoded: "gpu", "cpu" */
+    int deterministic; /* the engines' logits are batch invariant (engine.deterministic) */
     int max_batch_size;
     long max_queue_delay_us;
     const char *preferred_batch_sizes;

@@ -28,7 +28,7 @@
  * HTTP threads never decode: a connection stays on one thread, and
  * decoding there left threads idle while others had a backlog. Every
  * request is freed in on_done, which also counts it. */
-#include <config.h>  /* autoconf's (PACKAGE_VERSION), not daemon/config_table.h */
+#include <config.h> /* autoconf's (PACKAGE_VERSION), not daemon/config_table.h */
 #include <errno.h>
 #include <jansson.h>
 #include <netdb.h>
@@ -57,10 +57,9 @@
 #include "util/clock.h"
 #include "util/utf8.h"
 
-
 static const struct {
     const char *path;
-    const char *allow;      /* methods, as the Allow header lists them */
+    const char *allow; /* methods, as the Allow header lists them */
 } routes[] = {
     [ROUTE_CLASSIFY] = { "/classify", "POST" },
     [ROUTE_HEALTHZ] = { "/healthz", "GET, HEAD" },
@@ -99,7 +98,7 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
 {
     const char *url = h->path, *method = h->method;
     r->state = REQ_RECEIVING;
-    r->v2_route = v2_route_of(url);   /* before any answer: /v2 errors have the protocol's body */
+    r->v2_route = v2_route_of(url); /* before any answer: /v2 errors have the protocol's body */
     r->route = -1;
     for (int i = 0; i < ROUTE_V2_SERVER; i++)
         if (strcmp(url, routes[i].path) == 0)
@@ -110,23 +109,27 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
     if (strcmp(url, routes[ROUTE_INDEX].path) == 0)
         r->route = ROUTE_INDEX;
     static const int v2_routes[] = {
-        [V2_SERVER_META] = ROUTE_V2_SERVER, [V2_LIVE] = ROUTE_V2_LIVE, [V2_READY] = ROUTE_V2_READY,
-        [V2_MODEL_META] = ROUTE_V2_MODEL, [V2_MODEL_READY] = ROUTE_V2_MODEL_READY, [V2_INFER] = ROUTE_V2_INFER,
-        [V2_MODEL_CONFIG] = ROUTE_V2_CONFIG, [V2_MODEL_STATS] = ROUTE_V2_STATS, [V2_STATS] = ROUTE_V2_STATS_ALL,
+        [V2_SERVER_META] = ROUTE_V2_SERVER,
+        [V2_LIVE] = ROUTE_V2_LIVE,
+        [V2_READY] = ROUTE_V2_READY,
+        [V2_MODEL_META] = ROUTE_V2_MODEL,
+        [V2_MODEL_READY] = ROUTE_V2_MODEL_READY,
+        [V2_INFER] = ROUTE_V2_INFER,
+        [V2_MODEL_CONFIG] = ROUTE_V2_CONFIG,
+        [V2_MODEL_STATS] = ROUTE_V2_STATS,
+        [V2_STATS] = ROUTE_V2_STATS_ALL,
     };
     switch (r->v2_route) {
-    case V2_NOT_V2:
-        break;
+    case V2_NOT_V2: break;
     case V2_UNKNOWN_MODEL: {
         char msg[200];
-        snprintf(msg, sizeof msg, "unknown model or version: %.120s (this server has " V2_MODEL_NAME " version "
-                 V2_MODEL_VERSION ")", url);
+        snprintf(msg, sizeof msg,
+                 "unknown model or version: %.120s (this server has " V2_MODEL_NAME " version " V2_MODEL_VERSION ")",
+                 url);
         return answer_error(s, r, c, 404, "not_found", msg, 0, NULL, has_body(h));
     }
-    case V2_UNKNOWN_PATH:
-        break;   /* 404 below, unless it is the load or the index */
-    default:
-        r->route = v2_routes[r->v2_route];
+    case V2_UNKNOWN_PATH: break; /* 404 below, unless it is the load or the index */
+    default: r->route = v2_routes[r->v2_route];
     }
     if (r->route < 0) {
         char msg[160];
@@ -139,8 +142,7 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
         char msg[160];
         snprintf(msg, sizeof msg, "%.20s is not allowed on %s; use %s", method, routes[r->route].path,
                  routes[r->route].allow);
-        return answer_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow,
-                            is_post || has_body(h));
+        return answer_error(s, r, c, 405, "method_not_allowed", msg, 0, routes[r->route].allow, is_post || has_body(h));
     }
     if (!takes_body(r->route) && has_body(h)) {
         /* Answered unread, so a GET never costs body memory. */
@@ -151,8 +153,8 @@ static int route(server *s, request *r, http_conn *c, const http_head *h)
     if (!takes_body(r->route))
         return endpoint_get(s, r, c);
     if (r->route == ROUTE_LOAD || r->route == ROUTE_INDEX)
-        return 0;   /* a load's or an index's body is read as it comes */
-    r->inference = 1;   /* counted in Triton's statistics, whatever its outcome */
+        return 0; /* a load's or an index's body is read as it comes */
+    r->inference = 1; /* counted in Triton's statistics, whatever its outcome */
     return r->route == ROUTE_CLASSIFY ? classify_begin(s, r, c, h) : classify_v2_begin(s, r, c, h);
 }
 
@@ -162,7 +164,7 @@ static request *new_request(server *s, http_conn *c)
     if (!r)
         return NULL;
     r->conn = c;
-    r->route = -1;   /* until route() names one: a refused head has none */
+    r->route = -1; /* until route() names one: a refused head has none */
     r->fd = http_fd(c);
     r->budget = s->bodies;
     r->max_len = (size_t)s->max_body_bytes;
@@ -207,7 +209,7 @@ static void *on_request(void *cls, http_conn *c, const http_head *h)
     atomic_fetch_add(&s->active, 1);
     if (s->alog)
         log_begin(s, r, h);
-    if (h->status) {   /* refused by the HTTP layer: answered unread */
+    if (h->status) { /* refused by the HTTP layer: answered unread */
         r->state = REQ_RECEIVING;
         r->v2_route = v2_route_of(h->path);
         answer_error(s, r, c, h->status, h->code, h->message, 0, NULL, 1);
@@ -234,9 +236,10 @@ static void on_body(void *cls, http_conn *c, void *req, const char *data, size_t
         if (!small)
             classify_refuse_body(s, r, c, &rc);
         else
-            answer_error(s, r, c, 413, "too_large", r->route == ROUTE_LOAD
-                         ? "the load request's body is larger than 64 KiB"
-                         : "the index request's body is larger than 64 KiB", 0, NULL, 1);
+            answer_error(s, r, c, 413, "too_large",
+                         r->route == ROUTE_LOAD ? "the load request's body is larger than 64 KiB"
+                                                : "the index request's body is larger than 64 KiB",
+                         0, NULL, 1);
     }
 }
 
@@ -301,16 +304,21 @@ static void on_done(void *cls, void *req, http_end how)
         stats_request(code == 200, total_us * 1000, r->nimages, r->queue_us * 1000,
                       (r->decode_us + r->gpu_decode_us) * 1000, r->infer_us * 1000, r->output_us * 1000);
     if (s->alog) {
-        accesslog_entry e = { .peer = r->log_peer, .method = r->log_method, .path = r->log_path, .status = code,
-                              .bytes_in = r->bytes_in, .bytes_out = delivered ? r->bytes_out : 0,
-                              .images = code == 200 ? r->nimages : 0, .latency_ms = (double)total_us / 1e3,
+        accesslog_entry e = { .peer = r->log_peer,
+                              .method = r->log_method,
+                              .path = r->log_path,
+                              .status = code,
+                              .bytes_in = r->bytes_in,
+                              .bytes_out = delivered ? r->bytes_out : 0,
+                              .images = code == 200 ? r->nimages : 0,
+                              .latency_ms = (double)total_us / 1e3,
                               .id = r->log_id };
         accesslog_write(s->alog, &e);
     }
     atomic_fetch_sub(&s->active, 1);
     /* Slots reserved but never handed on; a request still counted as
      * waiting in the pipeline (the HTTP layer stopping). */
-    if (r->state == REQ_SUBMITTING && r->route != ROUTE_LOAD)   /* /classify and v2 infer reserve slots */
+    if (r->state == REQ_SUBMITTING && r->route != ROUTE_LOAD) /* /classify and v2 infer reserve slots */
         queue_release(s->q, r->slots, r->nimages);
     else if (r->state == REQ_QUEUED)
         atomic_fetch_sub(&s->suspended, 1);
@@ -327,8 +335,8 @@ static void on_done(void *cls, void *req, http_end how)
 /* ---- lifecycle ---------------------------------------------------------- */
 
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
-                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, const http_tls *tls,
-                     char *err, size_t errlen)
+                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, const http_tls *tls, char *err,
+                     size_t errlen)
 {
     char host[256];
     int port;
@@ -469,6 +477,6 @@ void server_stop(server *s)
     decode_stage_refuse(s->decode);
     http_stop(s->http);
     decode_stage_stop(s->decode);
-    accesslog_close(s->alog);   /* after every request ended: their lines are queued */
+    accesslog_close(s->alog); /* after every request ended: their lines are queued */
     free(s);
 }

@@ -31,8 +31,8 @@ typedef struct server server;
  * record and route by (with dj). Request bodies are charged to `bodies`
  * (past its cap: 503). */
 server *server_start(const config *cfg, const response_service *svc, queue *q, infer *const *inf, int ninf,
-                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, const http_tls *tls,
-                     char *err, size_t errlen);
+                     reloader *reload, devjpeg *dj, decode_route *route, budget *bodies, const http_tls *tls, char *err,
+                     size_t errlen);
 
 /* The bound port (useful with port 0). */
 int server_port(const server *s);

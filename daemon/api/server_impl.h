@@ -18,17 +18,29 @@
 typedef struct server server;
 
 enum {
-    ROUTE_CLASSIFY, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS, ROUTE_MODEL,
-    ROUTE_V2_SERVER, ROUTE_V2_LIVE, ROUTE_V2_READY, ROUTE_V2_MODEL, ROUTE_V2_MODEL_READY, ROUTE_V2_INFER,
-    ROUTE_V2_CONFIG, ROUTE_V2_STATS, ROUTE_V2_STATS_ALL,
-    ROUTE_LOAD, ROUTE_INDEX,
+    ROUTE_CLASSIFY,
+    ROUTE_HEALTHZ,
+    ROUTE_READYZ,
+    ROUTE_METRICS,
+    ROUTE_MODEL,
+    ROUTE_V2_SERVER,
+    ROUTE_V2_LIVE,
+    ROUTE_V2_READY,
+    ROUTE_V2_MODEL,
+    ROUTE_V2_MODEL_READY,
+    ROUTE_V2_INFER,
+    ROUTE_V2_CONFIG,
+    ROUTE_V2_STATS,
+    ROUTE_V2_STATS_ALL,
+    ROUTE_LOAD,
+    ROUTE_INDEX,
 };
 
 struct server {
     http_server *http;
     const response_service *svc;
     queue *q;
-    infer *const *inf;      /* one per engine (device = cuda:all: one per GPU) */
+    infer *const *inf; /* one per engine (device = cuda:all: one per GPU) */
     int ninf;
     reloader *reload;
     decode_stage *decode;
@@ -36,13 +48,13 @@ struct server {
     long max_body_bytes;
     long max_pixels;
     long request_timeout_ms;
-    accesslog *alog;        /* or NULL */
+    accesslog *alog; /* or NULL */
     atomic_ullong request_ids;
     int port;
     atomic_int warm;
     atomic_int draining;
     atomic_long active;
-    atomic_long suspended;  /* requests whose images are in the pipeline */
+    atomic_long suspended; /* requests whose images are in the pipeline */
 };
 
 #endif

@@ -33,7 +33,8 @@ void stats_request(int ok, uint64_t total_ns, int images, uint64_t queue_ns, uin
     atomic_fetch_add_explicit(&inference_count, (unsigned long long)images, memory_order_relaxed);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    atomic_store_explicit(&last_inference_ms, (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000,
+    atomic_store_explicit(&last_inference_ms,
+                          (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000,
                           memory_order_relaxed);
     /* Last, released: a reader that sees the success sees the rest. */
     atomic_fetch_add_explicit(&success.ns, total_ns, memory_order_relaxed);
@@ -69,13 +70,13 @@ char *stats_render(const char *name, const char *version, size_t *len)
                                                  (json_int_t)atomic_load(&batch_infer[b].count), "ns", (json_int_t)0));
     }
     json_t *zero = json_pack("{s:I, s:I}", "count", (json_int_t)0, "ns", (json_int_t)0);
-    json_t *model = json_pack(
-        "{s:s, s:s, s:I, s:I, s:I, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:O, s:O}, s:o}", "name", name, "version", version,
-        "last_inference", (json_int_t)atomic_load(&last_inference_ms), "inference_count",
-        (json_int_t)atomic_load(&inference_count), "execution_count", (json_int_t)atomic_load(&execution_count),
-        "inference_stats", "success", succ, "fail", duration_json(&fail), "queue",
-        duration_json(&queue), "compute_input", duration_json(&input), "compute_infer", duration_json(&infer),
-        "compute_output", duration_json(&output), "cache_hit", zero, "cache_miss", zero, "batch_stats", batches);
+    json_t *model = json_pack("{s:s, s:s, s:I, s:I, s:I, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:O, s:O}, s:o}", "name",
+                              name, "version", version, "last_inference", (json_int_t)atomic_load(&last_inference_ms),
+                              "inference_count", (json_int_t)atomic_load(&inference_count), "execution_count",
+                              (json_int_t)atomic_load(&execution_count), "inference_stats", "success", succ, "fail",
+                              duration_json(&fail), "queue", duration_json(&queue), "compute_input",
+                              duration_json(&input), "compute_infer", duration_json(&infer), "compute_output",
+                              duration_json(&output), "cache_hit", zero, "cache_miss", zero, "batch_stats", batches);
     json_decref(zero);
     return json_dump_line(json_pack("{s:[o]}", "model_stats", model), len);
 }

@@ -110,7 +110,7 @@ typedef struct parse {
     const char *code;
     char *err;
     size_t errlen;
-    size_t values;          /* JSON values in the document, at most */
+    size_t values; /* JSON values in the document, at most */
 } parse;
 
 /* Records the first failure; returns -1 for `return fail(...)`. */
@@ -135,8 +135,8 @@ static int charge(parse *p, size_t n)
     if (!v->budget)
         return 0;
     if (n > budget_cap(v->budget))
-        return fail(p, 413, "too_large", "the request needs %zu bytes of memory, more than body_memory_bytes (%zu)",
-                    n, budget_cap(v->budget));
+        return fail(p, 413, "too_large", "the request needs %zu bytes of memory, more than body_memory_bytes (%zu)", n,
+                    budget_cap(v->budget));
     if (budget_try_acquire(v->budget, n) != 0)
         return fail(p, 503, "memory_full", "the server's body memory (body_memory_bytes) is full; retry later");
     v->charged += n;
@@ -184,7 +184,8 @@ static int walk(parse *p, const json_t *a, int depth, size_t *count, size_t max,
         return fail(p, 400, "bad_request", "input data: arrays nested deeper than %d", MAX_DIMS);
     size_t i;
     const json_t *e;
-    json_array_foreach(a, i, e) {
+    json_array_foreach(a, i, e)
+    {
         if (json_is_array(e)) {
             if (walk(p, e, depth + 1, count, max, leaf, cls) != 0)
                 return -1;
@@ -250,9 +251,10 @@ static int check_shape(parse *p, const json_t *shape, size_t *elements)
                         inputs[v->kind].name, i);
         d[i] = json_integer_value(e);
     }
-    const char *want = v->kind == V2_IN_TENSOR ? "[N,3,224,224]" : v->kind == V2_IN_PIXELS ? "[N,H,W,3]"
-                                                                                             : "[N] or [N,1]";
-    int ok = v->kind == V2_IN_TENSOR ? nd == 4 && d[1] == 3 && d[2] == RESNET18_IMG && d[3] == RESNET18_IMG
+    const char *want = v->kind == V2_IN_TENSOR   ? "[N,3,224,224]"
+                       : v->kind == V2_IN_PIXELS ? "[N,H,W,3]"
+                                                 : "[N] or [N,1]";
+    int ok = v->kind == V2_IN_TENSOR   ? nd == 4 && d[1] == 3 && d[2] == RESNET18_IMG && d[3] == RESNET18_IMG
              : v->kind == V2_IN_PIXELS ? nd == 4 && d[3] == 3
                                        : nd == 1 || (nd == 2 && d[1] == 1);
     if (!ok)
@@ -268,8 +270,10 @@ static int check_shape(parse *p, const json_t *shape, size_t *elements)
         if (d[1] < 1 || d[2] < 1)
             return fail(p, 400, "bad_request", "input 'pixels': H and W must be at least 1");
         if (d[1] > INT32_MAX || d[2] > INT32_MAX || (uint64_t)d[1] * (uint64_t)d[2] > p->lim->max_pixels)
-            return fail(p, 413, "too_large", "input 'pixels': %" PRId64 "x%" PRId64 " is more than max_pixels "
-                        "(%" PRIu64 ")", d[2], d[1], p->lim->max_pixels);
+            return fail(p, 413, "too_large",
+                        "input 'pixels': %" PRId64 "x%" PRId64 " is more than max_pixels "
+                        "(%" PRIu64 ")",
+                        d[2], d[1], p->lim->max_pixels);
         v->h = (int)d[1];
         v->w = (int)d[2];
         *elements = (size_t)v->n * (size_t)v->h * (size_t)v->w * 3;
@@ -291,15 +295,15 @@ static int split_bytes(parse *p, const uint8_t *data, size_t len, request_part *
                      (uint32_t)data[off + 3] << 24;
         off += 4;
         if (n > len - off)
-            return fail(p, 400, "bad_request", "input 'jpeg': element %d says %" PRIu32 " bytes, %zu remain", i,
-                        n, len - off);
+            return fail(p, 400, "bad_request", "input 'jpeg': element %d says %" PRIu32 " bytes, %zu remain", i, n,
+                        len - off);
         parts[i].data = data + off;
         parts[i].len = n;
         off += n;
     }
     if (off != len)
-        return fail(p, 400, "bad_request", "input 'jpeg': %zu bytes of binary data after its %d elements",
-                    len - off, p->v->n);
+        return fail(p, 400, "bad_request", "input 'jpeg': %zu bytes of binary data after its %d elements", len - off,
+                    p->v->n);
     return 0;
 }
 
@@ -312,8 +316,8 @@ static int read_data(parse *p, const json_t *data, const uint8_t *bin, size_t bi
     if (bin) {
         size_t want = v->kind == V2_IN_TENSOR ? elements * sizeof(float) : elements;
         if (v->kind != V2_IN_JPEG && binlen != want)
-            return fail(p, 400, "bad_request", "input '%s': binary_data_size is %zu bytes; its shape needs %zu",
-                        name, binlen, want);
+            return fail(p, 400, "bad_request", "input '%s': binary_data_size is %zu bytes; its shape needs %zu", name,
+                        binlen, want);
         if (v->kind == V2_IN_JPEG)
             return split_bytes(p, bin, binlen, parts);
         if (v->kind == V2_IN_PIXELS) {
@@ -389,12 +393,14 @@ static int parse_input(parse *p, const json_t *in, const uint8_t *bin, size_t bi
         if (strcmp(json_string_value(name), inputs[i].name) == 0)
             k = i;
     if (k < 0)
-        return fail(p, 400, "bad_request", "unknown input '%.100s'; " V2_MODEL_NAME " takes 'input' (FP32), "
-                    "'pixels' (UINT8) or 'jpeg' (BYTES)", json_string_value(name));
+        return fail(p, 400, "bad_request",
+                    "unknown input '%.100s'; " V2_MODEL_NAME " takes 'input' (FP32), "
+                    "'pixels' (UINT8) or 'jpeg' (BYTES)",
+                    json_string_value(name));
     v->kind = (v2_input_kind)k;
     if (strcmp(json_string_value(dt), inputs[k].datatype) != 0)
-        return fail(p, 400, "bad_request", "input '%s' has datatype %s, not %.40s", inputs[k].name,
-                    inputs[k].datatype, json_string_value(dt));
+        return fail(p, 400, "bad_request", "input '%s' has datatype %s, not %.40s", inputs[k].name, inputs[k].datatype,
+                    json_string_value(dt));
     size_t elements = 0;
     if (check_shape(p, json_object_get(in, "shape"), &elements) != 0)
         return -1;
@@ -412,12 +418,14 @@ static int parse_input(parse *p, const json_t *in, const uint8_t *bin, size_t bi
             return fail(p, 400, "bad_request", "input '%s': binary_data_size must be a whole number >= 0",
                         inputs[k].name);
         if (!bin)
-            return fail(p, 400, "bad_request", "input '%s' has binary_data_size but the request has no "
-                        "Inference-Header-Content-Length header", inputs[k].name);
+            return fail(p, 400, "bad_request",
+                        "input '%s' has binary_data_size but the request has no "
+                        "Inference-Header-Content-Length header",
+                        inputs[k].name);
         if ((uint64_t)json_integer_value(bds) != binlen)
-            return fail(p, 400, "bad_request", "input '%s': binary_data_size is %" JSON_INTEGER_FORMAT
-                        " but %zu bytes follow the JSON header", inputs[k].name, json_integer_value(bds),
-                        binlen);
+            return fail(p, 400, "bad_request",
+                        "input '%s': binary_data_size is %" JSON_INTEGER_FORMAT " but %zu bytes follow the JSON header",
+                        inputs[k].name, json_integer_value(bds), binlen);
         return read_data(p, NULL, bin, binlen, elements, parts);
     }
     if (bin && binlen > 0)
@@ -441,7 +449,8 @@ static int parse_outputs(parse *p, const json_t *outs, int binary_default)
         return fail(p, 400, "bad_request", "'outputs' names more than the model's %d outputs", V2_NOUTPUTS);
     size_t i;
     const json_t *o;
-    json_array_foreach(outs, i, o) {
+    json_array_foreach(outs, i, o)
+    {
         const json_t *name = json_is_object(o) ? json_object_get(o, "name") : NULL;
         if (!json_is_string(name))
             return fail(p, 400, "bad_request", "an output needs a 'name' (string)");
@@ -450,8 +459,10 @@ static int parse_outputs(parse *p, const json_t *outs, int binary_default)
             if (strcmp(json_string_value(name), output_names[j]) == 0)
                 k = j;
         if (k < 0)
-            return fail(p, 400, "bad_request", "unknown output '%.100s'; " V2_MODEL_NAME " has 'logits' and "
-                        "'probabilities'", json_string_value(name));
+            return fail(p, 400, "bad_request",
+                        "unknown output '%.100s'; " V2_MODEL_NAME " has 'logits' and "
+                        "'probabilities'",
+                        json_string_value(name));
         for (int j = 0; j < v->noutputs; j++)
             if (v->outputs[j].kind == (v2_output_kind)k)
                 return fail(p, 400, "bad_request", "output '%s' is requested twice", output_names[k]);
@@ -492,15 +503,16 @@ static int parse_document(parse *p, const json_t *root, const uint8_t *bin, size
     if (!json_is_array(ins) || json_array_size(ins) == 0)
         return fail(p, 400, "bad_request", "'inputs' must be a non-empty array");
     if (json_array_size(ins) > 1)
-        return fail(p, 400, "bad_request", V2_MODEL_NAME " takes exactly one input per request: 'input', "
-                    "'pixels' or 'jpeg'");
+        return fail(p, 400, "bad_request",
+                    V2_MODEL_NAME " takes exactly one input per request: 'input', "
+                                  "'pixels' or 'jpeg'");
     if (parse_input(p, json_array_get(ins, 0), bin, binlen, parts) != 0)
         return -1;
     return parse_outputs(p, json_object_get(root, "outputs"), binary_default);
 }
 
-int v2_parse_infer(const uint8_t *body, size_t len, long header_len, const v2_limits *lim, budget *b,
-                   v2_infer *v, request_part *parts, const char **code, char *err, size_t errlen)
+int v2_parse_infer(const uint8_t *body, size_t len, long header_len, const v2_limits *lim, budget *b, v2_infer *v,
+                   request_part *parts, const char **code, char *err, size_t errlen)
 {
     *v = (v2_infer){ .budget = b };
     parse p = { .lim = lim, .v = v, .err = err, .errlen = errlen };
@@ -508,8 +520,8 @@ int v2_parse_infer(const uint8_t *body, size_t len, long header_len, const v2_li
     const uint8_t *bin = NULL;
     if (header_len >= 0) {
         if ((size_t)header_len > len || header_len == 0) {
-            fail(&p, 400, "bad_request", "Inference-Header-Content-Length is %ld; the body has %zu bytes",
-                 header_len, len);
+            fail(&p, 400, "bad_request", "Inference-Header-Content-Length is %ld; the body has %zu bytes", header_len,
+                 len);
             goto out;
         }
         hlen = (size_t)header_len;
@@ -570,25 +582,23 @@ char *v2_response_error(const char *message, size_t *len)
 char *v2_response_server(const char *version, size_t *len)
 {
     return json_dump_line(json_pack("{s:s, s:s, s:[s,s,s,s,s]}", "name", "resnetd", "version", version, "extensions",
-                          "classification", "binary_tensor_data", "model_repository", "statistics",
-                          "model_configuration"), len);
+                                    "classification", "binary_tensor_data", "model_repository", "statistics",
+                                    "model_configuration"),
+                          len);
 }
 
 char *v2_response_model(int classes, const char *platform, size_t *len)
 {
-    return json_dump_line(json_pack("{s:s, s:[s], s:s, s:[{s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i]}],"
-                          " s:[{s:s,s:s,s:[i,i]}, {s:s,s:s,s:[i,i]}]}",
-                          "name", V2_MODEL_NAME, "versions", V2_MODEL_VERSION, "platform", platform,
-                          "inputs",
-                          "name", inputs[V2_IN_TENSOR].name, "datatype", inputs[V2_IN_TENSOR].datatype, "shape",
-                          -1, 3, RESNET18_IMG, RESNET18_IMG,
-                          "name", inputs[V2_IN_PIXELS].name, "datatype", inputs[V2_IN_PIXELS].datatype, "shape",
-                          -1, -1, -1, 3,
-                          "name", inputs[V2_IN_JPEG].name, "datatype", inputs[V2_IN_JPEG].datatype, "shape", -1,
-                          "outputs",
-                          "name", output_names[V2_OUT_LOGITS], "datatype", "FP32", "shape", -1, classes,
-                          "name", output_names[V2_OUT_PROBABILITIES], "datatype", "FP32", "shape", -1, classes),
-                len);
+    return json_dump_line(
+        json_pack("{s:s, s:[s], s:s, s:[{s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i,i,i,i]}, {s:s,s:s,s:[i]}],"
+                  " s:[{s:s,s:s,s:[i,i]}, {s:s,s:s,s:[i,i]}]}",
+                  "name", V2_MODEL_NAME, "versions", V2_MODEL_VERSION, "platform", platform, "inputs", "name",
+                  inputs[V2_IN_TENSOR].name, "datatype", inputs[V2_IN_TENSOR].datatype, "shape", -1, 3, RESNET18_IMG,
+                  RESNET18_IMG, "name", inputs[V2_IN_PIXELS].name, "datatype", inputs[V2_IN_PIXELS].datatype, "shape",
+                  -1, -1, -1, 3, "name", inputs[V2_IN_JPEG].name, "datatype", inputs[V2_IN_JPEG].datatype, "shape", -1,
+                  "outputs", "name", output_names[V2_OUT_LOGITS], "datatype", "FP32", "shape", -1, classes, "name",
+                  output_names[V2_OUT_PROBABILITIES], "datatype", "FP32", "shape", -1, classes),
+        len);
 }
 
 char *v2_response_config(int classes, int max_batch, const int *preferred, int npreferred, long max_queue_delay_us,
@@ -613,17 +623,13 @@ char *v2_response_config(int classes, int max_batch, const int *preferred, int n
                   " s:[{s:s, s:s, s:[i]}, {s:s, s:s, s:[i]}],"
                   " s:{s:o, s:I}, s:[o]}",
                   "name", V2_MODEL_NAME, "platform", "", "backend", backend, "max_batch_size", max_batch,
-                  "version_policy", "latest", "num_versions", 1,
-                  "input",
-                  "name", inputs[V2_IN_TENSOR].name, "data_type", "TYPE_FP32", "dims", 3, RESNET18_IMG, RESNET18_IMG,
-                  "name", inputs[V2_IN_PIXELS].name, "data_type", "TYPE_UINT8", "dims", -1, -1, 3,
-                  "name", inputs[V2_IN_JPEG].name, "data_type", "TYPE_STRING", "dims", 1, "reshape", "shape",
-                  "output",
-                  "name", output_names[V2_OUT_LOGITS], "data_type", "TYPE_FP32", "dims", classes,
-                  "name", output_names[V2_OUT_PROBABILITIES], "data_type", "TYPE_FP32", "dims", classes,
-                  "dynamic_batching", "preferred_batch_size", pref, "max_queue_delay_microseconds",
-                  (json_int_t)max_queue_delay_us,
-                  "instance_group", group),
+                  "version_policy", "latest", "num_versions", 1, "input", "name", inputs[V2_IN_TENSOR].name,
+                  "data_type", "TYPE_FP32", "dims", 3, RESNET18_IMG, RESNET18_IMG, "name", inputs[V2_IN_PIXELS].name,
+                  "data_type", "TYPE_UINT8", "dims", -1, -1, 3, "name", inputs[V2_IN_JPEG].name, "data_type",
+                  "TYPE_STRING", "dims", 1, "reshape", "shape", "output", "name", output_names[V2_OUT_LOGITS],
+                  "data_type", "TYPE_FP32", "dims", classes, "name", output_names[V2_OUT_PROBABILITIES], "data_type",
+                  "TYPE_FP32", "dims", classes, "dynamic_batching", "preferred_batch_size", pref,
+                  "max_queue_delay_microseconds", (json_int_t)max_queue_delay_us, "instance_group", group),
         len);
 }
 
@@ -721,8 +727,8 @@ static json_t *output_json(const v2_infer *v, const v2_output *o, const float *l
     if (bin->oom)
         goto oom;
     if (o->binary) {
-        if (json_object_set_new(j, "parameters", json_pack("{s:I}", "binary_data_size",
-                                                           (json_int_t)(bin->len - start))) != 0)
+        if (json_object_set_new(j, "parameters",
+                                json_pack("{s:I}", "binary_data_size", (json_int_t)(bin->len - start))) != 0)
             goto oom;
     } else if (json_object_set_new(j, "data", data) != 0) {
         data = NULL;
@@ -735,8 +741,8 @@ oom:
     return NULL;
 }
 
-char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *const *labs,
-                        size_t *len, size_t *json_len)
+char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *const *labs, size_t *len,
+                        size_t *json_len)
 {
     bytes bin = { 0 };
     char *out = NULL;

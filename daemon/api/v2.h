@@ -30,18 +30,18 @@
 #define V2_MODEL_VERSION "1"
 
 typedef enum {
-    V2_NOT_V2,          /* not under /v2 */
-    V2_SERVER_META,     /* /v2 */
-    V2_LIVE,            /* /v2/health/live */
-    V2_READY,           /* /v2/health/ready */
-    V2_MODEL_META,      /* /v2/models/resnet18[/versions/1] */
-    V2_MODEL_READY,     /* .../ready */
-    V2_INFER,           /* .../infer */
-    V2_MODEL_CONFIG,    /* .../config: Triton's model configuration */
-    V2_MODEL_STATS,     /* .../stats: Triton's statistics extension */
-    V2_STATS,           /* /v2/models/stats: the same, every model */
-    V2_UNKNOWN_MODEL,   /* a model or version that is not served: 404 */
-    V2_UNKNOWN_PATH,    /* anything else under /v2: 404 */
+    V2_NOT_V2, /* not under /v2 */
+    V2_SERVER_META, /* /v2 */
+    V2_LIVE, /* /v2/health/live */
+    V2_READY, /* /v2/health/ready */
+    V2_MODEL_META, /* /v2/models/resnet18[/versions/1] */
+    V2_MODEL_READY, /* .../ready */
+    V2_INFER, /* .../infer */
+    V2_MODEL_CONFIG, /* .../config: Triton's model configuration */
+    V2_MODEL_STATS, /* .../stats: Triton's statistics extension */
+    V2_STATS, /* /v2/models/stats: the same, every model */
+    V2_UNKNOWN_MODEL, /* a model or version that is not served: 404 */
+    V2_UNKNOWN_PATH, /* anything else under /v2: 404 */
 } v2_route;
 
 /* Which v2 endpoint url names. */
@@ -52,28 +52,28 @@ typedef enum { V2_OUT_LOGITS, V2_OUT_PROBABILITIES, V2_NOUTPUTS } v2_output_kind
 
 typedef struct v2_output {
     v2_output_kind kind;
-    int binary;             /* answered as binary data, not a JSON array */
-    int classification;     /* top K as "score:index:label"; 0: the FP32 tensor */
+    int binary; /* answered as binary data, not a JSON array */
+    int classification; /* top K as "score:index:label"; 0: the FP32 tensor */
 } v2_output;
 
 typedef struct v2_limits {
-    int max_images;         /* N above this: 413 */
-    uint64_t max_pixels;    /* H*W above this: 413 */
-    int classes;            /* the model's class count (classification clamps to it) */
+    int max_images; /* N above this: 413 */
+    uint64_t max_pixels; /* H*W above this: 413 */
+    int classes; /* the model's class count (classification clamps to it) */
 } v2_limits;
 
 typedef struct v2_infer {
-    char *id;               /* the request's "id", echoed; NULL if none */
+    char *id; /* the request's "id", echoed; NULL if none */
     v2_input_kind kind;
-    int n;                  /* images */
-    int h, w;               /* V2_IN_PIXELS: every image's size */
-    const uint8_t *pixels;  /* V2_IN_PIXELS: [n][h][w][3] */
-    float *tensor;          /* V2_IN_TENSOR: [n][3][224][224], owned (aligned) */
-    uint8_t *owned;         /* pixels or JPEG bytes converted from JSON */
+    int n; /* images */
+    int h, w; /* V2_IN_PIXELS: every image's size */
+    const uint8_t *pixels; /* V2_IN_PIXELS: [n][h][w][3] */
+    float *tensor; /* V2_IN_TENSOR: [n][3][224][224], owned (aligned) */
+    uint8_t *owned; /* pixels or JPEG bytes converted from JSON */
     int noutputs;
     v2_output outputs[V2_NOUTPUTS];
     budget *budget;
-    size_t charged;         /* bytes of owned and tensor charged to budget */
+    size_t charged; /* bytes of owned and tensor charged to budget */
 } v2_infer;
 
 /* Parses an inference request body. header_len is the
@@ -83,8 +83,8 @@ typedef struct v2_infer {
  * is charged to b too. Returns 0, or an HTTP status (400, 413, 503) with a
  * stable code ("bad_request", "too_large", "too_many_images",
  * "memory_full", "internal") and a message; v is then empty. */
-int v2_parse_infer(const uint8_t *body, size_t len, long header_len, const v2_limits *lim, budget *b,
-                   v2_infer *v, request_part *parts, const char **code, char *err, size_t errlen);
+int v2_parse_infer(const uint8_t *body, size_t len, long header_len, const v2_limits *lim, budget *b, v2_infer *v,
+                   request_part *parts, const char **code, char *err, size_t errlen);
 
 /* Frees what v owns and gives its bytes back to the budget. */
 void v2_infer_free(v2_infer *v);
@@ -119,7 +119,7 @@ char *v2_response_model(int classes, const char *platform, size_t *len);
  * image i's labels (NULL: none): the JSON document, then each binary
  * output's bytes in output order. *json_len is the JSON's length when any
  * output is binary (the Inference-Header-Content-Length to send), else 0. */
-char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *const *labs,
-                        size_t *len, size_t *json_len);
+char *v2_response_infer(const v2_infer *v, const float *logits, int classes, const labels *const *labs, size_t *len,
+                        size_t *json_len);
 
 #endif

@@ -16,7 +16,7 @@ struct accesslog {
     int fd;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    char *buf, *out;            /* [BUF_BYTES] each: filled by requests; being written */
+    char *buf, *out; /* [BUF_BYTES] each: filled by requests; being written */
     size_t len;
     unsigned long long dropped; /* lines not queued since the last report */
     int stopping;
@@ -30,7 +30,7 @@ static void write_all(int fd, const char *p, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return;   /* a full disk: the lines are lost, the daemon serves on */
+            return; /* a full disk: the lines are lost, the daemon serves on */
         p += w;
         n -= (size_t)w;
     }
@@ -122,10 +122,10 @@ void accesslog_write(accesslog *a, const accesslog_entry *e)
     char when[64];
     snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
              tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ts.tv_nsec / 1000000) % 1000);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:f, s:s}", "time", when, "peer", e->peer,
-                          "method", e->method, "path", e->path, "status", e->status, "bytes_in",
-                          (json_int_t)e->bytes_in, "bytes_out", (json_int_t)e->bytes_out, "images", e->images,
-                          "latency_ms", e->latency_ms, "id", e->id);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:f, s:s}", "time", when, "peer", e->peer, "method",
+                          e->method, "path", e->path, "status", e->status, "bytes_in", (json_int_t)e->bytes_in,
+                          "bytes_out", (json_int_t)e->bytes_out, "images", e->images, "latency_ms", e->latency_ms, "id",
+                          e->id);
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);
     if (!s) {
@@ -135,7 +135,7 @@ void accesslog_write(accesslog *a, const accesslog_entry *e)
         return;
     }
     size_t n = strlen(s);
-    s[n] = '\n';   /* json_dumps leaves room: the terminator becomes the newline */
+    s[n] = '\n'; /* json_dumps leaves room: the terminator becomes the newline */
     queue_line(a, s, n + 1);
     free(s);
 }

@@ -14,13 +14,13 @@
 typedef struct accesslog accesslog;
 
 typedef struct accesslog_entry {
-    const char *peer;           /* "ADDR:PORT" */
+    const char *peer; /* "ADDR:PORT" */
     const char *method, *path;
     int status;
     uint64_t bytes_in, bytes_out;
     int images;
     double latency_ms;
-    const char *id;             /* the client's X-Request-Id, or the daemon's own */
+    const char *id; /* the client's X-Request-Id, or the daemon's own */
 } accesslog_entry;
 
 /* Opens (creating, mode 0640) path for appending and starts the writer;

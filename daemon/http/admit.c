@@ -28,20 +28,20 @@
 #include "daemon/log.h"
 #include "util/clock.h"
 
-#define PRESSURE_TIMEOUT_US 1000000     /* the first byte (and the head, http.c) under pressure */
-#define SLOT_WAIT_US 1000000            /* a request waits this long for a slot, then 503 */
+#define PRESSURE_TIMEOUT_US 1000000 /* the first byte (and the head, http.c) under pressure */
+#define SLOT_WAIT_US 1000000 /* a request waits this long for a slot, then 503 */
 #define RETRY_AFTER_S 1
-#define ACCEPT_BATCH 256                /* accepts per wake-up: the other events get their turn */
-#define PEEK_BYTES 512                  /* of the first bytes checked */
-#define TICK_MS 100                     /* timeouts are checked this often while any wait */
+#define ACCEPT_BATCH 256 /* accepts per wake-up: the other events get their turn */
+#define PEEK_BYTES 512 /* of the first bytes checked */
+#define TICK_MS 100 /* timeouts are checked this often while any wait */
 
 enum { PEND_SPARE, PEND_WAITING, PEND_READY };
 
 typedef struct pend {
     int fd;
-    int state;                  /* which list it is on */
+    int state; /* which list it is on */
     admit_client *cl;
-    uint64_t since_us;          /* accepted; once ready, when its bytes came */
+    uint64_t since_us; /* accepted; once ready, when its bytes came */
     struct sockaddr_storage addr;
     socklen_t alen;
     struct pend *prev, *next;
@@ -53,7 +53,7 @@ typedef struct plist {
 } plist;
 
 struct admit_client {
-    unsigned char key[17];      /* the family's byte, then the address */
+    unsigned char key[17]; /* the family's byte, then the address */
     int klen;
     long count;
     admit_client *next;
@@ -67,13 +67,13 @@ struct admit {
     int running;
     atomic_int stop, quiesce, listening;
     pend *slots;
-    plist spare, waiting, ready;    /* the thread's only */
-    atomic_long pending;            /* waiting + ready, for other threads */
-    atomic_long evicting;           /* evicted, not yet closed */
-    atomic_int wanted;              /* requests wait for a slot: a close wakes the thread */
-    uint64_t logged_us;             /* the last accept error logged */
+    plist spare, waiting, ready; /* the thread's only */
+    atomic_long pending; /* waiting + ready, for other threads */
+    atomic_long evicting; /* evicted, not yet closed */
+    atomic_int wanted; /* requests wait for a slot: a close wakes the thread */
+    uint64_t logged_us; /* the last accept error logged */
 
-    pthread_mutex_t mu;             /* the address table */
+    pthread_mutex_t mu; /* the address table */
     admit_client **buckets;
     size_t nbuckets;
     admit_client *cpool, *cspare;
@@ -136,7 +136,7 @@ static int client_key(const struct sockaddr *addr, unsigned char key[17])
 
 static admit_client **bucket(admit *a, const unsigned char *key, int klen)
 {
-    uint32_t h = 2166136261u;   /* FNV-1a */
+    uint32_t h = 2166136261u; /* FNV-1a */
     for (int i = 0; i < klen; i++)
         h = (h ^ key[i]) * 16777619u;
     return &a->buckets[h & (a->nbuckets - 1)];
@@ -170,7 +170,7 @@ static admit_client *client_acquire(admit *a, const struct sockaddr *addr, int *
     }
     if (c && a->l.client_limit > 0 && c->count >= a->l.client_limit) {
         *over = 1;
-        c = NULL;   /* it holds others: not freed */
+        c = NULL; /* it holds others: not freed */
     } else if (c) {
         c->count++;
     }
@@ -257,7 +257,7 @@ static void refuse(admit *a, int fd, int plain, int status, const char *code, co
                    atomic_ullong *counter)
 {
     if (counter)
-        atomic_fetch_add(counter, 1);   /* before the client can see the answer */
+        atomic_fetch_add(counter, 1); /* before the client can see the answer */
     if (plain) {
         char buf[1024];
         size_t n = admit_error_answer(buf, sizeof buf, status, code, message, 0, status == 503 ? RETRY_AFTER_S : 0);
@@ -299,7 +299,7 @@ static const char *not_http(const unsigned char *b, size_t n, int tls)
     if (b[0] == 0x16)
         return "a TLS handshake on a plain HTTP port: use http://";
     size_t i = 0;
-    while (i + 1 < n && b[i] == '\r' && b[i + 1] == '\n')   /* empty lines before a request are allowed */
+    while (i + 1 < n && b[i] == '\r' && b[i + 1] == '\n') /* empty lines before a request are allowed */
         i += 2;
     size_t method = i;
     for (; i < n && b[i] != ' '; i++)
@@ -332,20 +332,19 @@ static void take(admit *a, int fd, const struct sockaddr_storage *addr, socklen_
     admit_client *cl = client_acquire(a, (const struct sockaddr *)addr, &over);
     if (over) {
         refuse(a, fd, plain, 503, "client_connection_limit",
-               "this address has client_connection_limit connections open or opening; retry later",
-               &a->refused_client);
+               "this address has client_connection_limit connections open or opening; retry later", &a->refused_client);
         return;
     }
     if (!cl) {
         refuse(a, fd, plain, 503, "connection_limit", "too many connections; retry later", &a->refused_limit);
         return;
     }
-    if (!a->spare.head && a->waiting.head) {   /* the table is full: its oldest silent one goes */
-        atomic_fetch_add(&a->evicted, 1);   /* counted before the client can see the close */
+    if (!a->spare.head && a->waiting.head) { /* the table is full: its oldest silent one goes */
+        atomic_fetch_add(&a->evicted, 1); /* counted before the client can see the close */
         pend_free(a, &a->waiting, a->waiting.head);
     }
     pend *p = a->spare.head;
-    if (!p) {   /* full of requests waiting for a slot */
+    if (!p) { /* full of requests waiting for a slot */
         client_release(a, cl);
         refuse(a, fd, plain, 503, "connection_limit", "too many connections; retry later", &a->refused_limit);
         return;
@@ -413,7 +412,7 @@ static void readable(admit *a, pend *p)
     ssize_t n = recv(p->fd, b, sizeof b, MSG_PEEK);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
-    if (n <= 0) {   /* closed before a byte: nothing to answer */
+    if (n <= 0) { /* closed before a byte: nothing to answer */
         pend_free(a, &a->waiting, p);
         return;
     }
@@ -459,7 +458,7 @@ static void hand_over_ready(admit *a)
         struct sockaddr_storage addr = p->addr;
         socklen_t alen = p->alen;
         p->fd = -1;
-        p->cl = NULL;   /* the connection keeps its count until admit_closed */
+        p->cl = NULL; /* the connection keeps its count until admit_closed */
         pend_free(a, &a->ready, p);
         if (a->ops.hand_over(a->ops.cls, fd, (struct sockaddr *)&addr, alen) != 0)
             client_release(a, cl);
@@ -498,7 +497,7 @@ static void *admit_main(void *arg)
                     log_error("eventfd: %s", strerror(errno));
             } else {
                 pend *p = tag;
-                if (p->state == PEND_WAITING)   /* not freed or moved earlier in this batch */
+                if (p->state == PEND_WAITING) /* not freed or moved earlier in this batch */
                     readable(a, p);
             }
         }
@@ -578,7 +577,7 @@ int admit_start(admit **slot, int lfd, const admit_limits *l, const admit_ops *o
     if (a->ep < 0 || a->wake < 0 || a->reserve < 0 || epoll_ctl(a->ep, EPOLL_CTL_ADD, lfd, &le) != 0 ||
         epoll_ctl(a->ep, EPOLL_CTL_ADD, a->wake, &we) != 0) {
         snprintf(err, errlen, "the acceptor's epoll set: %s", strerror(errno));
-        a->lfd = -1;   /* the caller's still */
+        a->lfd = -1; /* the caller's still */
         admit_free(a);
         return -1;
     }
@@ -616,7 +615,7 @@ void admit_stop(admit *a)
     }
     while (a->waiting.head)
         pend_free(a, &a->waiting, a->waiting.head);
-    while (a->ready.head) {   /* they sent a request: it is answered */
+    while (a->ready.head) { /* they sent a request: it is answered */
         pend *p = a->ready.head;
         int fd = p->fd;
         p->fd = -1;

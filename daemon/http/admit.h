@@ -23,14 +23,14 @@
 #include <sys/socket.h>
 
 typedef struct admit admit;
-typedef struct admit_client admit_client;   /* one address's count */
+typedef struct admit_client admit_client; /* one address's count */
 
 typedef struct admit_limits {
-    long connection_limit;      /* open (handed over) at once */
-    long client_limit;          /* per address, pending and open; 0: none */
-    long pending_limit;         /* waiting for first bytes or a slot */
+    long connection_limit; /* open (handed over) at once */
+    long client_limit; /* per address, pending and open; 0: none */
+    long pending_limit; /* waiting for first bytes or a slot */
     uint64_t header_timeout_us; /* the first byte's bound without pressure */
-    int tls;                    /* the listener speaks HTTPS */
+    int tls; /* the listener speaks HTTPS */
 } admit_limits;
 
 typedef struct admit_ops {

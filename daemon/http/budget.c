@@ -14,8 +14,8 @@ int budget_try_acquire(budget *b, size_t n)
     do {
         if (n > b->cap || used > b->cap - n)
             return -1;
-    } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + n, memory_order_relaxed,
-                                                    memory_order_relaxed));
+    } while (
+        !atomic_compare_exchange_weak_explicit(&b->used, &used, used + n, memory_order_relaxed, memory_order_relaxed));
     return 0;
 }
 

@@ -14,8 +14,8 @@
 #include <stddef.h>
 
 typedef struct budget {
-    atomic_size_t used;     /* bytes currently acquired */
-    size_t cap;             /* used never exceeds this */
+    atomic_size_t used; /* bytes currently acquired */
+    size_t cap; /* used never exceeds this */
 } budget;
 
 void budget_init(budget *b, size_t cap);

@@ -1,8 +1,7 @@
 /* The slow-client decision (conn.h). */
 #include "daemon/http/conn.h"
 
-conn_verdict conn_judge(const conn_limits *l, conn_phase phase, uint64_t since_us, uint64_t body_bytes,
-                        uint64_t now_us)
+conn_verdict conn_judge(const conn_limits *l, conn_phase phase, uint64_t since_us, uint64_t body_bytes, uint64_t now_us)
 {
     uint64_t elapsed = now_us > since_us ? now_us - since_us : 0;
     if (phase == CONN_HEADERS)

@@ -16,20 +16,20 @@
 #include <stdint.h>
 
 typedef enum {
-    CONN_HEADERS,           /* waiting for a request's headers */
-    CONN_BODY,              /* reading a request body */
-    CONN_SERVER,            /* the server's turn: processing or answering */
+    CONN_HEADERS, /* waiting for a request's headers */
+    CONN_BODY, /* reading a request body */
+    CONN_SERVER, /* the server's turn: processing or answering */
 } conn_phase;
 
 typedef enum {
     CONN_OK,
-    CONN_SLOW_HEADERS,      /* headers not complete within header_timeout */
-    CONN_SLOW_BODY,         /* body below min_rate */
+    CONN_SLOW_HEADERS, /* headers not complete within header_timeout */
+    CONN_SLOW_BODY, /* body below min_rate */
 } conn_verdict;
 
 typedef struct conn_limits {
     uint64_t header_timeout_us;
-    uint64_t min_rate;      /* body bytes per second; 0: no minimum */
+    uint64_t min_rate; /* body bytes per second; 0: no minimum */
 } conn_limits;
 
 /* A connection in phase since since_us that has received body_bytes in

@@ -55,43 +55,43 @@
 #include "daemon/log.h"
 #include "util/clock.h"
 
-#define SCAN_INTERVAL_US 200000     /* slow clients outlive their bound by at most this */
-#define EOF_SCANS 3                 /* an abandoned upload is closed after 0.4-0.6 s */
-#define PRESSURE_HEAD_US 1000000    /* under pressure a head is due within this */
-#define EVICT_MIN_US 250000         /* see evictable */
-#define EVICT_BATCH 32              /* evictions per call */
-#define DISCARD_MAX (64u << 20)     /* body bytes dropped after an answer, over HTTPS */
+#define SCAN_INTERVAL_US 200000 /* slow clients outlive their bound by at most this */
+#define EOF_SCANS 3 /* an abandoned upload is closed after 0.4-0.6 s */
+#define PRESSURE_HEAD_US 1000000 /* under pressure a head is due within this */
+#define EVICT_MIN_US 250000 /* see evictable */
+#define EVICT_BATCH 32 /* evictions per call */
+#define DISCARD_MAX (64u << 20) /* body bytes dropped after an answer, over HTTPS */
 
 struct http_conn {
     http_server *s;
     struct MHD_Connection *mc;
     int fd;
-    http_conn *prev, *next;     /* the server's connections (under its mutex) */
+    http_conn *prev, *next; /* the server's connections (under its mutex) */
 
     /* The request, on the connection's thread only. */
-    void *req;                  /* the handler's, from request() to done() */
+    void *req; /* the handler's, from request() to done() */
     int in_request;
     int answered, drop, body_ended, defer;
-    int in_head, head_body;     /* in request(); the request announced a body */
-    struct MHD_Response *pending;   /* answered in request() without a body: queued on the next call */
+    int in_head, head_body; /* in request(); the request announced a body */
+    struct MHD_Response *pending; /* answered in request() without a body: queued on the next call */
     unsigned pending_status;
-    int pending_at_end;         /* pending was answered mid-body (HTTPS): queued when the body ends */
+    int pending_at_end; /* pending was answered mid-body (HTTPS): queued when the body ends */
     uint64_t discarded;
-    int raw_sent;               /* answered on the socket directly: delivered */
-    int v2;                     /* an Open Inference Protocol path: its error form */
-    uint64_t rx_base, tx_base;  /* tcp_counts when the connection last waited for a head */
-    admit_client *cl;           /* its address's count */
+    int raw_sent; /* answered on the socket directly: delivered */
+    int v2; /* an Open Inference Protocol path: its error form */
+    uint64_t rx_base, tx_base; /* tcp_counts when the connection last waited for a head */
+    admit_client *cl; /* its address's count */
 
-    pthread_mutex_t mu;         /* guards the rest: shared with http_wake and the reaper */
+    pthread_mutex_t mu; /* guards the rest: shared with http_wake and the reaper */
     int suspended, woken;
     conn_phase phase;
     uint64_t since_us, body_bytes;
-    uint64_t body_len;          /* the announced Content-Length; 0: none or chunked */
-    int eof_scans;              /* scans that saw the client's end of file, body_bytes unchanged */
+    uint64_t body_len; /* the announced Content-Length; 0: none or chunked */
+    int eof_scans; /* scans that saw the client's end of file, body_bytes unchanged */
     uint64_t eof_bytes;
-    int slow;                   /* shut down by the reaper */
-    int evicted;                /* shut down for admission */
-    int incomplete;             /* the client ended its side mid-request: answered 400 */
+    int slow; /* shut down by the reaper */
+    int evicted; /* shut down for admission */
+    int incomplete; /* the client ended its side mid-request: answered 400 */
 };
 
 struct http_server {
@@ -100,11 +100,11 @@ struct http_server {
     struct MHD_Daemon *d;
     int lfd, port;
     admit *adm;
-    atomic_long handover;       /* given to libmicrohttpd, not yet started */
+    atomic_long handover; /* given to libmicrohttpd, not yet started */
     atomic_ullong incomplete_head;
     atomic_int quiesced;
     atomic_int next_worker;
-    pthread_mutex_t mu;         /* guards conns and stop */
+    pthread_mutex_t mu; /* guards conns and stop */
     pthread_cond_t cv;
     http_conn *conns;
     int stop;
@@ -183,18 +183,22 @@ static int respond_raw(http_conn *c, const http_response *r)
         snprintf(allow, sizeof allow, "Allow: %s\r\n", r->allow);
     if (r->extra_name && r->extra_value)
         snprintf(extra, sizeof extra, "%s: %s\r\n", r->extra_name, r->extra_value);
-    int n = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s%s"
-                     "Connection: close\r\n\r\n", r->status, reason && *reason ? reason : "Error",
-                     r->content_type ? r->content_type : "application/octet-stream", r->body ? r->len : 0,
-                     retry, allow, extra);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s%s"
+                     "Connection: close\r\n\r\n",
+                     r->status, reason && *reason ? reason : "Error",
+                     r->content_type ? r->content_type : "application/octet-stream", r->body ? r->len : 0, retry, allow,
+                     extra);
     int rc = n > 0 && (size_t)n < sizeof head && admit_send(c->fd, head, (size_t)n) == 0 &&
-             (!r->body || admit_send(c->fd, r->body, r->len) == 0) ? 0 : -1;
+                     (!r->body || admit_send(c->fd, r->body, r->len) == 0)
+                 ? 0
+                 : -1;
     free(r->body);
     shutdown(c->fd, SHUT_WR);
     c->answered = 1;
     c->drop = rc != 0;
     pthread_mutex_lock(&c->mu);
-    c->raw_sent = rc == 0;   /* the body is still read (and dropped), then the connection closes */
+    c->raw_sent = rc == 0; /* the body is still read (and dropped), then the connection closes */
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -232,7 +236,7 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
         while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
             n--;
         if (h->trimmed_len + n + 1 > sizeof h->trimmed)
-            return MHD_YES;   /* past what a head can hold: left out */
+            return MHD_YES; /* past what a head can hold: left out */
         char *t = h->trimmed + h->trimmed_len;
         memcpy(t, value, n);
         t[n] = '\0';
@@ -307,8 +311,7 @@ static void read_framing(http_head *h)
     }
 }
 
-static void read_head(struct MHD_Connection *mc, const char *url, const char *method, const char *version,
-                      http_head *h)
+static void read_head(struct MHD_Connection *mc, const char *url, const char *method, const char *version, http_head *h)
 {
     memset(h, 0, sizeof *h);
     h->method = method;
@@ -390,7 +393,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         c->discarded += n;
         return c->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
     }
-    if (c->raw_sent)   /* its body has ended: the answer went, the connection closes */
+    if (c->raw_sent) /* its body has ended: the answer went, the connection closes */
         return MHD_NO;
     if (c->pending) {
         struct MHD_Response *resp = c->pending;
@@ -445,7 +448,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     *ctx = NULL;
     if (!c)
         return;
-    if (c->pending) {   /* the connection closed before the next call */
+    if (c->pending) { /* the connection closed before the next call */
         MHD_destroy_response(c->pending);
         c->pending = NULL;
     }
@@ -466,8 +469,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     set_phase(c, CONN_HEADERS);
     if (tcp_counts(c->fd, &c->rx_base, &c->tx_base) != 0)
         c->rx_base = UINT64_MAX;
-    s->h.done(s->h.cls, req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->raw_sent ? HTTP_END_DELIVERED
-                             : incomplete ? HTTP_END_INCOMPLETE : slow ? HTTP_END_SLOW : HTTP_END_GONE);
+    s->h.done(s->h.cls, req,
+              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || c->raw_sent ? HTTP_END_DELIVERED
+              : incomplete                                              ? HTTP_END_INCOMPLETE
+              : slow                                                    ? HTTP_END_SLOW
+                                                                        : HTTP_END_GONE);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx,
@@ -480,7 +486,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
         if (!c || !ci || pthread_mutex_init(&c->mu, NULL) != 0) {
             atomic_fetch_sub(&s->handover, 1);
             free(c);
-            *socket_ctx = NULL;   /* its requests are refused: on_access closes it */
+            *socket_ctx = NULL; /* its requests are refused: on_access closes it */
             const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
             if (ai && ai->client_addr)
                 admit_closed(s->adm, admit_client_of(s->adm, ai->client_addr), 0);
@@ -500,7 +506,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
         s->conns = c;
         pthread_mutex_unlock(&s->mu);
         atomic_fetch_add(&s->nconns, 1);
-        atomic_fetch_sub(&s->handover, 1);   /* after: open_conns never reads one too few */
+        atomic_fetch_sub(&s->handover, 1); /* after: open_conns never reads one too few */
         *socket_ctx = c;
         return;
     }
@@ -517,7 +523,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     if (unanswered && !s->l.tls && c->rx_base != UINT64_MAX && tcp_counts(c->fd, &rx, &tx) == 0 &&
         rx >= c->rx_base + 2 && tx == c->tx_base && client_left(c->fd)) {
         c->v2 = 0;
-        atomic_fetch_add(&s->incomplete_head, 1);   /* before the client can read the answer */
+        atomic_fetch_add(&s->incomplete_head, 1); /* before the client can read the answer */
         (void)answer_incomplete(c, "the client ended its side before the request head was complete");
     }
     /* Still open here (libmicrohttpd closes the socket later), so the
@@ -563,7 +569,7 @@ static void *reaper_main(void *arg)
             if (!c->slow && !c->evicted && !c->suspended &&
                 conn_judge(&lim, c->phase, c->since_us, c->body_bytes, now) != CONN_OK) {
                 c->slow = 1;
-                atomic_fetch_add(&s->dropped_slow, 1);   /* before the client can see the close */
+                atomic_fetch_add(&s->dropped_slow, 1); /* before the client can see the close */
                 shutdown(c->fd, SHUT_RDWR);
             } else if (!c->slow && !c->evicted && !c->suspended && c->phase == CONN_BODY &&
                        (c->body_bytes < c->body_len || c->raw_sent) && client_left(c->fd)) {
@@ -610,7 +616,7 @@ static int hand_over(void *cls, int fd, const struct sockaddr *addr, socklen_t a
 {
     http_server *s = cls;
     atomic_fetch_add(&s->handover, 1);
-    if (MHD_add_connection(s->d, fd, addr, alen) != MHD_YES) {   /* it closed fd */
+    if (MHD_add_connection(s->d, fd, addr, alen) != MHD_YES) { /* it closed fd */
         atomic_fetch_sub(&s->handover, 1);
         return -1;
     }
@@ -632,7 +638,7 @@ static long evict(void *cls, long n)
     uint64_t picked_since[EVICT_BATCH];
     long k = 0, done = 0;
     if (n > EVICT_BATCH)
-        n = EVICT_BATCH;   /* the rest on the acceptor's next turn */
+        n = EVICT_BATCH; /* the rest on the acceptor's next turn */
     uint64_t now = clock_now_us();
     pthread_mutex_lock(&s->mu);
     /* One pass keeps the n oldest, sorted by insertion. */
@@ -654,9 +660,9 @@ static long evict(void *cls, long n)
     for (long i = 0; i < k; i++) {
         http_conn *c = pick[i];
         pthread_mutex_lock(&c->mu);
-        if (evictable(c, now)) {   /* its head may have come meanwhile */
+        if (evictable(c, now)) { /* its head may have come meanwhile */
             c->evicted = 1;
-            admit_evicting(s->adm);   /* before its close can report */
+            admit_evicting(s->adm); /* before its close can report */
             shutdown(c->fd, SHUT_RDWR);
             done++;
         }
@@ -697,8 +703,8 @@ static int bound_port(int fd)
     return -1;
 }
 
-http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const http_limits *l,
-                        const http_handler *h, char *err, size_t errlen)
+http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const http_limits *l, const http_handler *h,
+                        char *err, size_t errlen)
 {
     http_server *s = calloc(1, sizeof *s);
     if (!s) {
@@ -738,30 +744,27 @@ http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const ht
     }
     /* Without TLS the option list ends where the certificate's begin. */
     const char *cert = l->tls ? l->tls->cert_pem : "", *key = l->tls ? l->tls->key_pem : "";
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
-                            MHD_OPTION_STRICT_FOR_CLIENT, 1,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->l.threads > 1 ? s->l.threads : 0),
-                            MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-                            MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, l->conn_memory,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, s,
-                            l->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert,
-                            MHD_OPTION_HTTPS_MEM_KEY, key,
-                            MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_access, s, MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(s->l.threads > 1 ? s->l.threads : 0), MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, l->conn_memory,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, s, l->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert,
+        MHD_OPTION_HTTPS_MEM_KEY, key, MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, errlen, "libmicrohttpd could not start on the socket%s",
                  l->tls ? " (is the key the certificate's, both PEM, the key unencrypted?)" : "");
         goto fail;
     }
-    admit_limits al = { .connection_limit = l->connection_limit, .client_limit = l->client_limit,
+    admit_limits al = { .connection_limit = l->connection_limit,
+                        .client_limit = l->client_limit,
                         .pending_limit = l->pending_limit > 0 ? l->pending_limit : l->connection_limit,
-                        .header_timeout_us = l->header_timeout_us, .tls = l->tls != NULL };
+                        .header_timeout_us = l->header_timeout_us,
+                        .tls = l->tls != NULL };
     admit_ops ops = { .cls = s, .open = open_conns, .hand_over = hand_over, .evict = evict };
     if (admit_start(&s->adm, s->lfd, &al, &ops, err, errlen) != 0)
         goto fail;
-    s->lfd = -1;   /* admission's */
+    s->lfd = -1; /* admission's */
     if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
         snprintf(err, errlen, "cannot start the slow-client thread");
         goto fail;
@@ -783,9 +786,8 @@ int http_respond(http_conn *c, const http_response *r)
     int mid_body = !c->in_head && !c->body_ended;
     if (mid_body && !c->s->l.tls)
         return respond_raw(c, r);
-    struct MHD_Response *resp =
-        r->body ? MHD_create_response_from_buffer_with_free_callback(r->len, r->body, free)
-                : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp = r->body ? MHD_create_response_from_buffer_with_free_callback(r->len, r->body, free)
+                                        : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     c->answered = 1;
     if (!resp) {
         free(r->body);
@@ -814,7 +816,7 @@ int http_respond(http_conn *c, const http_response *r)
         set_phase(c, CONN_SERVER);
         return 0;
     }
-    if (ok && mid_body) {   /* HTTPS: libmicrohttpd queues it once the body has ended */
+    if (ok && mid_body) { /* HTTPS: libmicrohttpd queues it once the body has ended */
         c->pending = resp;
         c->pending_status = (unsigned)r->status;
         c->pending_at_end = 1;
@@ -880,10 +882,14 @@ void http_counters_get(http_server *s, http_counters *out)
     admit_counters a = { 0 };
     if (s->adm)
         admit_counters_get(s->adm, &a);
-    *out = (http_counters){ .refused_limit = a.refused_limit, .refused_client = a.refused_client,
-                            .refused_fds = a.refused_fds, .evicted = a.evicted,
-                            .first_byte_timeout = a.first_byte_timeout, .not_http = a.not_http,
-                            .incomplete_head = atomic_load(&s->incomplete_head), .pending = a.pending };
+    *out = (http_counters){ .refused_limit = a.refused_limit,
+                            .refused_client = a.refused_client,
+                            .refused_fds = a.refused_fds,
+                            .evicted = a.evicted,
+                            .first_byte_timeout = a.first_byte_timeout,
+                            .not_http = a.not_http,
+                            .incomplete_head = atomic_load(&s->incomplete_head),
+                            .pending = a.pending };
 }
 
 void http_quiesce(http_server *s)
@@ -905,9 +911,9 @@ void http_stop(http_server *s)
         pthread_join(s->reaper, NULL);
     }
     if (s->adm)
-        admit_stop(s->adm);   /* before libmicrohttpd: nothing is handed over after */
+        admit_stop(s->adm); /* before libmicrohttpd: nothing is handed over after */
     if (s->d)
-        MHD_stop_daemon(s->d);   /* its connections' closes still reach admission */
+        MHD_stop_daemon(s->d); /* its connections' closes still reach admission */
     admit_free(s->adm);
     if (s->lfd >= 0)
         close(s->lfd);

@@ -44,8 +44,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define HTTP_MAX_HEADERS 100   /* headers kept; more are ignored */
-#define HTTP_MAX_ARGS 32       /* query arguments kept; more are ignored */
+#define HTTP_MAX_HEADERS 100 /* headers kept; more are ignored */
+#define HTTP_MAX_ARGS 32 /* query arguments kept; more are ignored */
 
 typedef struct http_field {
     const char *name;
@@ -55,19 +55,19 @@ typedef struct http_field {
 /* A request's head, valid during the request callback. */
 typedef struct http_head {
     const char *method;
-    const char *path;       /* percent-decoded (the unescape function) */
-    int minor;              /* HTTP/1.minor: 0 or 1 */
+    const char *path; /* percent-decoded (the unescape function) */
+    int minor; /* HTTP/1.minor: 0 or 1 */
     int nheaders;
     http_field headers[HTTP_MAX_HEADERS];
     int nargs;
-    http_field args[HTTP_MAX_ARGS];         /* the query's, '+' and %XX decoded */
+    http_field args[HTTP_MAX_ARGS]; /* the query's, '+' and %XX decoded */
     int chunked;
-    uint64_t content_length;    /* without chunked; 0 when absent */
+    uint64_t content_length; /* without chunked; 0 when absent */
     /* Refused by the layer: status != 0, and what to answer. */
     int status;
     const char *code;
     const char *message;
-    char trimmed[4096];         /* values copied without trailing whitespace */
+    char trimmed[4096]; /* values copied without trailing whitespace */
     size_t trimmed_len;
 } http_head;
 
@@ -87,23 +87,23 @@ typedef struct http_tls {
 } http_tls;
 
 typedef struct http_limits {
-    int threads;                /* worker threads */
-    long connection_limit;      /* connections libmicrohttpd serves at once */
-    long client_limit;          /* connections from one address (waiting or open); 0: no limit */
-    long pending_limit;         /* connections waiting for their first bytes; 0: connection_limit */
+    int threads; /* worker threads */
+    long connection_limit; /* connections libmicrohttpd serves at once */
+    long client_limit; /* connections from one address (waiting or open); 0: no limit */
+    long pending_limit; /* connections waiting for their first bytes; 0: connection_limit */
     uint64_t header_timeout_us;
-    uint64_t min_rate;          /* body bytes/s; 0: none */
-    uint64_t idle_timeout_us;   /* a connection silent this long is closed */
-    size_t conn_memory;         /* a connection's buffers: the head must fit (431) */
+    uint64_t min_rate; /* body bytes/s; 0: none */
+    uint64_t idle_timeout_us; /* a connection silent this long is closed */
+    size_t conn_memory; /* a connection's buffers: the head must fit (431) */
     int backlog;
-    const http_tls *tls;        /* NULL: plain HTTP */
+    const http_tls *tls; /* NULL: plain HTTP */
 } http_limits;
 
 typedef enum {
-    HTTP_END_DELIVERED,         /* its answer was sent */
-    HTTP_END_GONE,              /* the connection closed first */
-    HTTP_END_SLOW,              /* closed as a slow client (conn.h) */
-    HTTP_END_INCOMPLETE,        /* the client ended its side mid-request: the layer answered 400 */
+    HTTP_END_DELIVERED, /* its answer was sent */
+    HTTP_END_GONE, /* the connection closed first */
+    HTTP_END_SLOW, /* closed as a slow client (conn.h) */
+    HTTP_END_INCOMPLETE, /* the client ended its side mid-request: the layer answered 400 */
 } http_end;
 
 typedef struct http_handler {
@@ -126,19 +126,19 @@ typedef struct http_handler {
 
 typedef struct http_response {
     int status;
-    char *body;                 /* malloc'd, freed by the layer; NULL: none */
+    char *body; /* malloc'd, freed by the layer; NULL: none */
     size_t len;
     const char *content_type;
-    int retry_after;            /* seconds; 0: no Retry-After */
-    const char *allow;          /* Allow, or NULL */
-    const char *extra_name;     /* one more header, or NULL */
+    int retry_after; /* seconds; 0: no Retry-After */
+    const char *allow; /* Allow, or NULL */
+    const char *extra_name; /* one more header, or NULL */
     const char *extra_value;
-    int close;                  /* close the connection after this answer */
+    int close; /* close the connection after this answer */
 } http_response;
 
 /* Binds addr and starts the threads (start-up: err names the reason). */
-http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const http_limits *l,
-                        const http_handler *h, char *err, size_t errlen);
+http_server *http_start(const struct sockaddr *addr, socklen_t addrlen, const http_limits *l, const http_handler *h,
+                        char *err, size_t errlen);
 int http_port(const http_server *s);
 
 /* Answers the request on c: only from a handler callback for c. The body
@@ -174,14 +174,14 @@ unsigned long long http_dropped_slow(http_server *s);
 
 /* What admission did since start (counters) and holds now. */
 typedef struct http_counters {
-    unsigned long long refused_limit;     /* 503: no slot came free within a second */
-    unsigned long long refused_client;    /* 503: the address is over client_limit */
-    unsigned long long refused_fds;       /* 503: out of file descriptors */
-    unsigned long long evicted;           /* closed without a complete head, for a waiting request */
-    unsigned long long first_byte_timeout;/* closed having sent nothing (in dropped_slow too) */
-    unsigned long long not_http;          /* 400: the first bytes were not HTTP */
-    unsigned long long incomplete_head;   /* 400: the client closed its side mid-head */
-    long pending;                         /* waiting for their first bytes or a slot */
+    unsigned long long refused_limit; /* 503: no slot came free within a second */
+    unsigned long long refused_client; /* 503: the address is over client_limit */
+    unsigned long long refused_fds; /* 503: out of file descriptors */
+    unsigned long long evicted; /* closed without a complete head, for a waiting request */
+    unsigned long long first_byte_timeout; /* closed having sent nothing (in dropped_slow too) */
+    unsigned long long not_http; /* 400: the first bytes were not HTTP */
+    unsigned long long incomplete_head; /* 400: the client closed its side mid-head */
+    long pending; /* waiting for their first bytes or a slot */
 } http_counters;
 void http_counters_get(http_server *s, http_counters *out);
 

@@ -15,21 +15,21 @@
 #define BATCH_WAIT_FOREVER UINT64_MAX
 
 typedef struct batch_policy {
-    int max_batch;                          /* >= 1 */
+    int max_batch; /* >= 1 */
     uint64_t max_delay_us;
     int npreferred;
-    int preferred[BATCH_MAX_PREFERRED];     /* each 1..max_batch */
+    int preferred[BATCH_MAX_PREFERRED]; /* each 1..max_batch */
 } batch_policy;
 
 typedef struct batch_state {
-    int queued;             /* images waiting */
-    uint64_t oldest_us;     /* enqueue time of the oldest; valid when queued > 0 */
-    int flush;              /* draining: do not wait for a fuller batch */
+    int queued; /* images waiting */
+    uint64_t oldest_us; /* enqueue time of the oldest; valid when queued > 0 */
+    int flush; /* draining: do not wait for a fuller batch */
 } batch_state;
 
 typedef struct batch_decision {
-    int send;               /* images to send now; 0 = wait */
-    uint64_t wait_us;       /* when send == 0: decide again after this long */
+    int send; /* images to send now; 0 = wait */
+    uint64_t wait_us; /* when send == 0: decide again after this long */
 } batch_decision;
 
 batch_decision batch_decide(const batch_policy *p, const batch_state *s, uint64_t now_us);

@@ -25,7 +25,7 @@ struct batcher {
     batch_policy policy;
     const pipeline_sink *sink;
     pthread_t thread;
-    queue_item *batch;      /* [max_batch] */
+    queue_item *batch; /* [max_batch] */
     queue_item expired[MAX_EXPIRED];
     /* With a device decoder: the batch's compressed images and their
      * pointers in the form devjpeg_stage takes, and a CPU decoder for the
@@ -101,7 +101,7 @@ static int fill_slot(batcher *b, int slot, int n, int *staged, uint64_t *stage_n
             b->sink->fail(it->req, it->image, 499, "client_gone", "the client closed the connection");
             continue;
         }
-        if (!it->jpeg && !it->f32)   /* an FP32 image is read where it is (infer_submit) */
+        if (!it->jpeg && !it->f32) /* an FP32 image is read where it is (infer_submit) */
             memcpy(input + (size_t)kept * RESNET18_INPUT_BYTES, queue_slot(b->q, it->slot), RESNET18_INPUT_BYTES);
         queue_release(b->q, &it->slot, 1);
         if (it->jpeg)
@@ -123,8 +123,8 @@ static int fill_slot(batcher *b, int slot, int n, int *staged, uint64_t *stage_n
     int nfallback = 0;
     uint64_t t0 = clock_now_ns();
     queue_staging(b->q, px, 1);
-    int rc = devjpeg_stage(b->dj, slot, kept, b->jpeg, b->jpeg_len, b->w, b->h, ncomp, cpu_fallback, b, &nfallback,
-                           err, sizeof err);
+    int rc = devjpeg_stage(b->dj, slot, kept, b->jpeg, b->jpeg_len, b->w, b->h, ncomp, cpu_fallback, b, &nfallback, err,
+                           sizeof err);
     queue_staging(b->q, px, 0);
     /* A stage that decoded fallbacks on the CPU is no sample of the device's cost. */
     *stage_ns = nfallback > 0 ? 0 : clock_now_ns() - t0;

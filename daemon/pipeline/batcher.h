@@ -23,8 +23,8 @@ typedef struct batcher batcher;
  * dj: the device decoder for queued compressed JPEGs (NULL: none; then
  * every item's crop is in its queue slot); the batcher decodes the images
  * the device fails on with a CPU decoder limited to max_pixels. */
-batcher *batcher_start(struct queue *q, struct infer *inf, const batch_policy *p,
-                       const pipeline_sink *sink, devjpeg *dj, uint64_t max_pixels, char *err, size_t errlen);
+batcher *batcher_start(struct queue *q, struct infer *inf, const batch_policy *p, const pipeline_sink *sink,
+                       devjpeg *dj, uint64_t max_pixels, char *err, size_t errlen);
 /* Joins the thread (call after queue_stop) and frees the batcher. */
 void batcher_join(batcher *b);
 

@@ -21,11 +21,11 @@ struct decode_stage {
     decode_route *route;
     budget *bodies;
     int threads;
-    int assist_depth;       /* as decode_stage_config's */
-    preprocess_ctx **header_ctx;    /* GPU decoding: one per HTTP thread (gpu_headers_here) */
+    int assist_depth; /* as decode_stage_config's */
+    preprocess_ctx **header_ctx; /* GPU decoding: one per HTTP thread (gpu_headers_here) */
     int nheader_ctx;
-    atomic_long decoding;   /* requests a decode thread is working on */
-    atomic_int decodes_cancelled;   /* drain timeout: decodes stop (between images, or in libjpeg) */
+    atomic_long decoding; /* requests a decode thread is working on */
+    atomic_int decodes_cancelled; /* drain timeout: decodes stop (between images, or in libjpeg) */
 };
 
 /* On a decode thread, with the connection suspended: a failure releases
@@ -44,7 +44,7 @@ typedef struct decode_watch {
     decode_stage *d;
     const request *r;
     uint64_t next_client_check_us;
-    int status;             /* 503, 504 or 499 once it said stop */
+    int status; /* 503, 504 or 499 once it said stop */
 } decode_watch;
 
 static int decode_should_stop(void *cls)
@@ -118,8 +118,7 @@ static void push_images(decode_stage *d, request *r, queue_item *items, int n)
 static int gpu_headers_here(decode_stage *d, request *r, int http_worker)
 {
     if (!d->dj || (r->v2 && r->v2->kind != V2_IN_JPEG) ||
-        (d->assist_depth > 0 && queue_depth(d->q) >= d->assist_depth) ||
-        decode_pool_busy(d->pool) < d->threads)
+        (d->assist_depth > 0 && queue_depth(d->q) >= d->assist_depth) || decode_pool_busy(d->pool) < d->threads)
         return 0;
     preprocess_ctx *ctx = d->header_ctx[http_worker];
     queue_item items[REQUEST_MAX_IMAGES];
@@ -130,8 +129,14 @@ static int gpu_headers_here(decode_stage *d, request *r, int http_worker)
         if (preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why) != PREP_OK ||
             devjpeg_check(d->dj, r->parts[i].data, r->parts[i].len, &info) != DEVJPEG_OK)
             return 0;
-        items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd, .jpeg = r->parts[i].data,
-                                 .jpeg_len = r->parts[i].len, .w = info.w, .h = info.h };
+        items[i] = (queue_item){ .req = r,
+                                 .image = i,
+                                 .slot = r->slots[i],
+                                 .fd = r->fd,
+                                 .jpeg = r->parts[i].data,
+                                 .jpeg_len = r->parts[i].len,
+                                 .w = info.w,
+                                 .h = info.h };
     }
     r->decode_us += clock_now_us() - t0;
     push_images(d, r, items, r->nimages);
@@ -153,8 +158,10 @@ static void tensor_images(decode_stage *d, request *r)
     if (v->kind == V2_IN_PIXELS) {
         scratch_bytes = preprocess_scratch_bytes(v->w, v->h);
         if (scratch_bytes + r->cap > budget_cap(d->bodies)) {
-            snprintf(msg, sizeof msg, "resizing %dx%d pixels needs %zu bytes, with the request's body more than "
-                     "body_memory_bytes (%zu)", v->w, v->h, scratch_bytes, budget_cap(d->bodies));
+            snprintf(msg, sizeof msg,
+                     "resizing %dx%d pixels needs %zu bytes, with the request's body more than "
+                     "body_memory_bytes (%zu)",
+                     v->w, v->h, scratch_bytes, budget_cap(d->bodies));
             decode_failed(d, r, 413, "too_large", msg);
             return;
         }
@@ -185,13 +192,12 @@ static void tensor_images(decode_stage *d, request *r)
             return;
         }
         uint64_t t0 = clock_now_us();
-        preprocess_resize_crop(v->pixels + (size_t)i * image_bytes, v->w, v->h, queue_slot(d->q, r->slots[i]),
-                               scratch);
+        preprocess_resize_crop(v->pixels + (size_t)i * image_bytes, v->w, v->h, queue_slot(d->q, r->slots[i]), scratch);
         r->decode_us += clock_now_us() - t0;
     }
     free(scratch);
     budget_release(d->bodies, scratch_bytes);
-    request_drop_body(r);   /* the crops are in the slots; FP32 tensors are the v2_infer's */
+    request_drop_body(r); /* the crops are in the slots; FP32 tensors are the v2_infer's */
     push_images(d, r, items, n);
 }
 
@@ -232,7 +238,7 @@ static void decode_images(decode_stage *d, request *r, preprocess_ctx *ctx)
         uint64_t t0 = clock_now_us();
         items[i] = (queue_item){ .req = r, .image = i, .slot = r->slots[i], .fd = r->fd };
         preprocess_info info;
-        int by_cost = 0;   /* a JPEG the device takes, decoded here as sooner: a sample of the CPU's cost */
+        int by_cost = 0; /* a JPEG the device takes, decoded here as sooner: a sample of the CPU's cost */
         preprocess_status st = preprocess_header(ctx, r->parts[i].data, r->parts[i].len, &info, why, sizeof why);
         if (st == PREP_OK && d->dj && assist) {
             metrics_add_decode_fallback(DEVJPEG_SATURATED, 1);
@@ -245,8 +251,10 @@ static void decode_images(decode_stage *d, request *r, preprocess_ctx *ctx)
          * the request bodies, while it runs: more than the whole budget can
          * never fit (413), more than what is free now can later (503). */
         if (st == PREP_OK && info.decode_bytes + r->cap > budget_cap(d->bodies)) {
-            snprintf(msg, sizeof msg, "image %d needs %zu bytes to decode, with its request's body more than "
-                     "body_memory_bytes (%zu)", i, info.decode_bytes, budget_cap(d->bodies));
+            snprintf(msg, sizeof msg,
+                     "image %d needs %zu bytes to decode, with its request's body more than "
+                     "body_memory_bytes (%zu)",
+                     i, info.decode_bytes, budget_cap(d->bodies));
             decode_failed(d, r, 413, "too_large", msg);
             return;
         }
@@ -337,7 +345,7 @@ decode_stage *decode_stage_start(const decode_stage_config *cfg, char *err, size
     d->bodies = cfg->bodies;
     d->threads = cfg->threads;
     d->assist_depth = cfg->assist_depth;
-    if (d->assist_depth > queue_capacity(d->q))  /* a depth the queue never reaches: at a full queue */
+    if (d->assist_depth > queue_capacity(d->q)) /* a depth the queue never reaches: at a full queue */
         d->assist_depth = queue_capacity(d->q);
     atomic_init(&d->decoding, 0);
     atomic_init(&d->decodes_cancelled, 0);

@@ -28,17 +28,17 @@
 typedef struct decode_stage decode_stage;
 
 typedef struct decode_stage_config {
-    int threads;            /* decode threads */
-    int http_threads;       /* GPU decoding: one header reader each */
+    int threads; /* decode threads */
+    int http_threads; /* GPU decoding: one header reader each */
     uint64_t max_pixels;
     /* GPU decoding: when decode threads decode JPEGs the device could
      * take: -1 when the CPU answers them sooner (by measured cost, route),
      * N > 0 past a queue depth of N, 0 never. */
     int assist_depth;
     queue *q;
-    devjpeg *dj;            /* GPU decoding, or NULL */
-    decode_route *route;    /* with dj: the measured costs */
-    budget *bodies;         /* decode scratch is charged here */
+    devjpeg *dj; /* GPU decoding, or NULL */
+    decode_route *route; /* with dj: the measured costs */
+    budget *bodies; /* decode scratch is charged here */
 } decode_stage_config;
 
 /* Starts the decode threads (start-up: errors name the reason). */

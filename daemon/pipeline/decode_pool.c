@@ -1,7 +1,7 @@
 /* The decode pool: an intrusive FIFO of jobs (links live in the jobs, so
  * submitting allocates nothing) under one mutex, served by N threads that
  * each own a preprocess context for their whole life. */
-#define _GNU_SOURCE  /* pthread_setname_np */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,16 +10,16 @@
 
 struct decode_pool {
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* idle threads wait here for a job */
-    decode_job *head, *tail;    /* waiting jobs, oldest first */
+    pthread_cond_t cv; /* idle threads wait here for a job */
+    decode_job *head, *tail; /* waiting jobs, oldest first */
     int waiting, running;
-    int refusing;               /* aborted or stopping: submit cancels */
-    int stopping;               /* threads exit once the FIFO is empty */
+    int refusing; /* aborted or stopping: submit cancels */
+    int stopping; /* threads exit once the FIFO is empty */
     decode_pool_ops ops;
     preprocess_options options;
-    int nthreads;               /* started */
-    pthread_t *threads;         /* [nthreads] */
-    preprocess_ctx **ctxs;      /* [nthreads], one per thread */
+    int nthreads; /* started */
+    pthread_t *threads; /* [nthreads] */
+    preprocess_ctx **ctxs; /* [nthreads], one per thread */
 };
 
 typedef struct worker_arg {
@@ -78,8 +78,8 @@ static void pool_free(decode_pool *p)
     free(p);
 }
 
-decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, const decode_pool_ops *ops,
-                               char *err, size_t errlen)
+decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, const decode_pool_ops *ops, char *err,
+                               size_t errlen)
 {
     decode_pool *p = calloc(1, sizeof *p);
     if (!p) {
@@ -100,15 +100,16 @@ decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, cons
     p->ops = *ops;
     p->options = *opt;
     p->threads = calloc((size_t)nthreads, sizeof *p->threads);
-    p->ctxs = calloc((size_t)nthreads + 1, sizeof *p->ctxs);   /* NULL-terminated */
+    p->ctxs = calloc((size_t)nthreads + 1, sizeof *p->ctxs); /* NULL-terminated */
     if (!p->threads || !p->ctxs)
         goto nomem;
     for (int i = 0; i < nthreads; i++)
         if (!(p->ctxs[i] = preprocess_create(&p->options))) {
             /* Out of memory, or libjpeg refusing to start: a libjpeg.so of
              * another version than the jpeglib.h built against. */
-            snprintf(err, errlen, "decode: cannot create a JPEG decoder (out of memory, or a libjpeg library of "
-                                  "another version than resnetd was built with)");
+            snprintf(err, errlen,
+                     "decode: cannot create a JPEG decoder (out of memory, or a libjpeg library of "
+                     "another version than resnetd was built with)");
             pool_free(p);
             return NULL;
         }
@@ -125,7 +126,7 @@ decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, cons
             return NULL;
         }
         p->nthreads++;
-        (void)pthread_setname_np(p->threads[i], "resnetd-decode");   /* cosmetic: top -H, tests */
+        (void)pthread_setname_np(p->threads[i], "resnetd-decode"); /* cosmetic: top -H, tests */
     }
     return p;
 nomem:
@@ -205,7 +206,7 @@ int decode_http_status(preprocess_status s)
     case PREP_ERR_TOO_LARGE: return 413;
     case PREP_ERR_NOT_JPEG:
     case PREP_ERR_UNSUPPORTED: return 415;
-    case PREP_ERR_STOPPED: return 504;   /* the deadline; a client that left gets no answer */
+    case PREP_ERR_STOPPED: return 504; /* the deadline; a client that left gets no answer */
     default: return 500;
     }
 }

@@ -18,8 +18,8 @@
 #include "image/preprocess.h"
 
 typedef struct decode_job {
-    struct decode_job *next;   /* the FIFO link, the pool's while the job waits */
-    void *owner;               /* the caller's request */
+    struct decode_job *next; /* the FIFO link, the pool's while the job waits */
+    void *owner; /* the caller's request */
 } decode_job;
 
 typedef struct decode_pool_ops {
@@ -35,8 +35,8 @@ typedef struct decode_pool decode_pool;
 
 /* Starts nthreads decode threads, each with a preprocess context of opt
  * (start-up: errors name the reason). */
-decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, const decode_pool_ops *ops,
-                               char *err, size_t errlen);
+decode_pool *decode_pool_start(int nthreads, const preprocess_options *opt, const decode_pool_ops *ops, char *err,
+                               size_t errlen);
 
 /* Queues a job for the next free decode thread. After decode_pool_abort or
  * decode_pool_stop it cancels the job instead (ops->cancel, on this

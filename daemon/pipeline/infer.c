@@ -16,35 +16,35 @@
 #include "util/clock.h"
 
 typedef struct infer_batch {
-    queue_item *items;      /* [max_batch] */
+    queue_item *items; /* [max_batch] */
     int n;
-    int staged;             /* the device decoder filled the slot's input */
-    uint64_t stage_ns;      /* ... and its call took this long on the batcher */
+    int staged; /* the device decoder filled the slot's input */
+    uint64_t stage_ns; /* ... and its call took this long on the batcher */
     uint64_t submit_us;
-    int failed;             /* submit failed: err holds why */
+    int failed; /* submit failed: err holds why */
     char err[256];
 } infer_batch;
 
 struct infer {
     engine *e;
-    served_model *model;    /* the model e computes: one reference */
-    devjpeg *dj;            /* the device decoder staging slots, or NULL */
-    decode_route *route;    /* told each stage's cost, or NULL */
+    served_model *model; /* the model e computes: one reference */
+    devjpeg *dj; /* the device decoder staging slots, or NULL */
+    decode_route *route; /* told each stage's cost, or NULL */
     const pipeline_sink *sink;
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* slot freed, batch submitted, or stopping */
+    pthread_cond_t cv; /* slot freed, batch submitted, or stopping */
     int free_slots[ENGINE_MAX_SLOTS];
     int nfree;
     int fifo[ENGINE_MAX_SLOTS]; /* submitted slots, oldest first */
     int fifo_head, fifo_count;
     int stopping;
-    int filling;            /* the batcher is filling a slot (infer_begin .. submit) */
-    int swapping;           /* infer_swap is waiting for filling and in-flight batches to end */
+    int filling; /* the batcher is filling a slot (infer_begin .. submit) */
+    int swapping; /* infer_swap is waiting for filling and in-flight batches to end */
     infer_batch batch[ENGINE_MAX_SLOTS];
     pthread_t completer;
     atomic_int healthy;
-    double images_per_s;    /* EWMA; under mu */
-    int metrics_id;         /* metrics_engine's id for this engine's device */
+    double images_per_s; /* EWMA; under mu */
+    int metrics_id; /* metrics_engine's id for this engine's device */
 };
 
 static void complete(infer *x, int slot)
@@ -76,7 +76,7 @@ static void complete(infer *x, int slot)
     int reported = 0;
     for (int i = 0; i < b->n; i++)
         reported += b->items[i].req != NULL;
-    metrics_add_images(reported);   /* an image dropped after staging was answered already */
+    metrics_add_images(reported); /* an image dropped after staging was answered already */
     metrics_engine_batch(x->metrics_id, reported);
     /* The stage's events completed before the engine's wait returned. */
     uint64_t gpu_decode_us = 0;
@@ -92,7 +92,7 @@ static void complete(infer *x, int slot)
         for (int i = 0; i < b->n; i++)
             if (b->items[i].jpeg)
                 px += (uint64_t)b->items[i].w * (uint64_t)b->items[i].h;
-        if (x->route && b->stage_ns > 0) {   /* 0: the stage decoded CPU fallbacks too */
+        if (x->route && b->stage_ns > 0) { /* 0: the stage decoded CPU fallbacks too */
             decode_route_gpu(x->route, px, busy_ns);
             metrics_set_decode_cost(-1, decode_route_gpu_ps(x->route));
         }
@@ -100,15 +100,15 @@ static void complete(infer *x, int slot)
     stats_batch(b->n, gpu_decode_us * 1000, infer_us * 1000);
     for (int i = 0; i < b->n; i++) {
         if (!b->items[i].req)
-            continue;   /* its decode failed after staging; already answered */
+            continue; /* its decode failed after staging; already answered */
         pipeline_timing t = {
             .queue_us = b->submit_us - b->items[i].enqueued_us,
             .gpu_decode_us = b->items[i].jpeg ? gpu_decode_us : 0,
             .infer_us = infer_us,
             .batch_size = b->n,
         };
-        x->sink->done(b->items[i].req, b->items[i].image,
-                      x->e->logits[slot] + (size_t)i * (size_t)x->e->classes, x->e->classes, x->model, &t);
+        x->sink->done(b->items[i].req, b->items[i].image, x->e->logits[slot] + (size_t)i * (size_t)x->e->classes,
+                      x->e->classes, x->model, &t);
     }
     pthread_mutex_lock(&x->mu);
     double rate = infer_us > 0 ? b->n * 1e6 / (double)infer_us : 0;

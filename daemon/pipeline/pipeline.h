@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 typedef struct queue_item {
-    void *req;              /* the owner's request; opaque here; NULL: skip */
-    int image;              /* index of the image within its request */
-    int slot;               /* queue slot holding the decoded 224x224x3 crop */
+    void *req; /* the owner's request; opaque here; NULL: skip */
+    int image; /* index of the image within its request */
+    int slot; /* queue slot holding the decoded 224x224x3 crop */
     /* For the device decoder: the still-compressed JPEG (owned by the
      * request, alive until it is answered) and its size; jpeg == NULL when
      * the crop is in the slot. */
@@ -22,15 +22,15 @@ typedef struct queue_item {
      * which is reserved but unused. NULL for pixels. */
     const float *f32;
     int w, h;
-    int fd;                 /* client socket, polled for disconnects; -1 = none */
-    uint64_t enqueued_us;   /* clock_now_us() when queued */
-    uint64_t deadline_us;   /* past this it is answered 504 */
+    int fd; /* client socket, polled for disconnects; -1 = none */
+    uint64_t enqueued_us; /* clock_now_us() when queued */
+    uint64_t deadline_us; /* past this it is answered 504 */
 } queue_item;
 
 typedef struct pipeline_timing {
-    uint64_t queue_us;      /* enqueue -> batch start */
+    uint64_t queue_us; /* enqueue -> batch start */
     uint64_t gpu_decode_us; /* the batch's device decode stage; 0: decoded on the CPU */
-    uint64_t infer_us;      /* submit -> logits */
+    uint64_t infer_us; /* submit -> logits */
     int batch_size;
 } pipeline_timing;
 

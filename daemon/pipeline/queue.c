@@ -13,15 +13,15 @@
 
 struct queue {
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* batcher waits here; CLOCK_MONOTONIC */
+    pthread_cond_t cv; /* batcher waits here; CLOCK_MONOTONIC */
     int capacity;
-    uint8_t *pixels;            /* [capacity][RESNET18_INPUT_BYTES] */
-    int *free_slots;            /* stack of free slot indices */
+    uint8_t *pixels; /* [capacity][RESNET18_INPUT_BYTES] */
+    int *free_slots; /* stack of free slot indices */
     int nfree;
-    queue_item *ring;           /* [capacity] FIFO */
+    queue_item *ring; /* [capacity] FIFO */
     int head, count;
-    uint64_t jpeg_px;           /* pixels of the still-compressed items queued */
-    uint64_t staging_px;        /* ... and of those a device decoder is staging */
+    uint64_t jpeg_px; /* pixels of the still-compressed items queued */
+    uint64_t staging_px; /* ... and of those a device decoder is staging */
     int flush, stopped;
 };
 
@@ -121,7 +121,7 @@ void queue_push(queue *q, const queue_item *items, int n)
             q->jpeg_px += (uint64_t)items[i].w * (uint64_t)items[i].h;
     }
     long depth = q->count;
-    pthread_cond_broadcast(&q->cv);   /* one batcher per engine may be waiting */
+    pthread_cond_broadcast(&q->cv); /* one batcher per engine may be waiting */
     pthread_mutex_unlock(&q->mu);
     metrics_set_queue_depth(depth);
 }
@@ -176,8 +176,8 @@ static void wait_until(queue *q, uint64_t wait_us)
     pthread_cond_timedwait(&q->cv, &q->mu, &ts);
 }
 
-int queue_pop_batch(queue *q, const batch_policy *p, queue_item *batch, int *nbatch,
-                    queue_item *expired, int max_expired, int *nexpired)
+int queue_pop_batch(queue *q, const batch_policy *p, queue_item *batch, int *nbatch, queue_item *expired,
+                    int max_expired, int *nexpired)
 {
     *nbatch = 0;
     *nexpired = 0;

@@ -45,8 +45,8 @@ void queue_staging(queue *q, uint64_t px, int begin);
  * passed their deadline. Fills batch[0..*nbatch) (at most p->max_batch) and
  * expired[0..*nexpired) (at most max_expired); either may be empty. Returns
  * -1 once the queue is stopped and empty, else 0. */
-int queue_pop_batch(queue *q, const batch_policy *p, queue_item *batch, int *nbatch,
-                    queue_item *expired, int max_expired, int *nexpired);
+int queue_pop_batch(queue *q, const batch_policy *p, queue_item *batch, int *nbatch, queue_item *expired,
+                    int max_expired, int *nexpired);
 
 /* Draining: batches go out at once instead of waiting for max delay. */
 void queue_set_flush(queue *q, int on);

@@ -18,7 +18,7 @@
 #include "engine/engine.h"
 #include "engine/engine_registry.h"
 
-#define RELOAD_MAX_WAITING 64   /* load requests waiting at once; more are refused */
+#define RELOAD_MAX_WAITING 64 /* load requests waiting at once; more are refused */
 
 int reload_parse_request(const uint8_t *body, size_t len, char *why, size_t whylen)
 {
@@ -36,7 +36,8 @@ int reload_parse_request(const uint8_t *body, size_t len, char *why, size_t whyl
         if (p && !json_is_object(p))
             snprintf(why, whylen, "\"parameters\" must be an object");
         else if (p && json_object_size(p) > 0)
-            snprintf(why, whylen, "load parameters are not supported: resnetd loads the weights and labels its "
+            snprintf(why, whylen,
+                     "load parameters are not supported: resnetd loads the weights and labels its "
                      "configuration names (edit it, then load)");
         else
             rc = 0;
@@ -55,16 +56,16 @@ typedef struct waiter {
 struct reloader {
     int argc;
     char **argv;
-    config given;               /* as start-up read it, before "auto" was resolved */
-    infer *const *inf;          /* one per engine */
+    config given; /* as start-up read it, before "auto" was resolved */
+    infer *const *inf; /* one per engine */
     int ninf;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     waiter waiting[RELOAD_MAX_WAITING];
     int nwaiting;
-    int asked;                  /* a reload is due (SIGHUP asks with no waiter) */
-    int draining;               /* the server drains: no new reload starts */
+    int asked; /* a reload is due (SIGHUP asks with no waiter) */
+    int draining; /* the server drains: no new reload starts */
     int stopping;
 };
 
@@ -133,9 +134,13 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
     int built = 0;
     for (; built < rl->ninf; built++) {
         engine *cur = infer_engine(rl->inf[built]);
-        engine_config ec = { .device = cur->device, .device_index = cur->device_index, .precision = cur->precision,
-                             .max_batch = cur->max_batch, .nslots = cur->nslots,
-                             .threads = (int)rl->given.engine_threads, .calib = int8 ? &calib : NULL,
+        engine_config ec = { .device = cur->device,
+                             .device_index = cur->device_index,
+                             .precision = cur->precision,
+                             .max_batch = cur->max_batch,
+                             .nslots = cur->nslots,
+                             .threads = (int)rl->given.engine_threads,
+                             .calib = int8 ? &calib : NULL,
                              .deterministic = config_bool(rl->given.deterministic) };
         if (engine_tuning_parse(rl->given.gpu_tuning, &ec.tuning, err, sizeof err) != 0) {
             snprintf(msg, msglen, "gpu_tuning: %s", err);
@@ -167,8 +172,9 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
         }
         engine_destroy(old);
     }
-    snprintf(msg, msglen, "model version %d: weights %.300s (sha256 %s), labels %.300s; loaded and warmed up in %.0f ms",
-             m->version, m->weights_path, m->synthetic ? "none: synthetic" : m->sha256, m->labels_path,
+    snprintf(msg, msglen,
+             "model version %d: weights %.300s (sha256 %s), labels %.300s; loaded and warmed up in %.0f ms", m->version,
+             m->weights_path, m->synthetic ? "none: synthetic" : m->sha256, m->labels_path,
              (double)(clock_now_us() - t0) / 1e3);
     metrics_set_model(m->version, (double)m->loaded_unix_ms / 1e3);
     served_model_unref(m);
@@ -200,12 +206,12 @@ static void *reloader_main(void *arg)
 
         char msg[1536];
         log_info("reload: loading");
-        notify_send("RELOADING=1");   /* systemd shows the unit reloading until READY=1 */
+        notify_send("RELOADING=1"); /* systemd shows the unit reloading until READY=1 */
         int rc = reload_once(rl, msg, sizeof msg);
         pthread_mutex_lock(&rl->mu);
         int draining = rl->draining;
         pthread_mutex_unlock(&rl->mu);
-        if (!draining)   /* after STOPPING=1, READY=1 would tell systemd the opposite */
+        if (!draining) /* after STOPPING=1, READY=1 would tell systemd the opposite */
             notify_send("READY=1");
         metrics_add_model_load(rc == 0);
         if (rc == 0)

@@ -23,12 +23,12 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define ROUTE_CPU_CLASSES 3   /* under 1 MP, 1-4 MP, 4 MP and over */
+#define ROUTE_CPU_CLASSES 3 /* under 1 MP, 1-4 MP, 4 MP and over */
 
 typedef struct decode_route {
-    int ngpus;                                      /* device decoders serving the one queue */
-    atomic_uint_least64_t gpu_ps_per_px;            /* one decoder's busy time per pixel, picoseconds */
-    atomic_uint_least64_t cpu_ps_per_px[ROUTE_CPU_CLASSES];   /* one thread's decode time per pixel */
+    int ngpus; /* device decoders serving the one queue */
+    atomic_uint_least64_t gpu_ps_per_px; /* one decoder's busy time per pixel, picoseconds */
+    atomic_uint_least64_t cpu_ps_per_px[ROUTE_CPU_CLASSES]; /* one thread's decode time per pixel */
 } decode_route;
 
 void decode_route_init(decode_route *r, int ngpus);

@@ -33,7 +33,8 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
     }
     /* Weights first: their head sets how many class names the labels need. */
     m->synthetic = strcmp(c->weights, "synthetic") == 0;
-    int rc = m->synthetic ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, w, err, errlen) : weights_load(c->weights, w, err, errlen);
+    int rc = m->synthetic ? weights_synthetic(WEIGHTS_SYNTHETIC_SEED, w, err, errlen)
+                          : weights_load(c->weights, w, err, errlen);
     if (rc != 0) {
         free(m);
         return NULL;

@@ -17,14 +17,14 @@
 
 typedef struct served_model {
     atomic_int refs;
-    int version;                /* 1 at start-up, then +1 per successful reload */
-    int synthetic;              /* weights = synthetic: answers are marked */
-    int classes;                /* the weights' head: logits per image, top_k's bound */
-    labels lab;                 /* lab.count == classes */
+    int version; /* 1 at start-up, then +1 per successful reload */
+    int synthetic; /* weights = synthetic: answers are marked */
+    int classes; /* the weights' head: logits per image, top_k's bound */
+    labels lab; /* lab.count == classes */
     char weights_path[CONFIG_PATH_MAX];
     char labels_path[CONFIG_PATH_MAX];
-    char sha256[65];            /* of the weights file; "" for synthetic */
-    int64_t loaded_unix_ms;     /* wall clock when it was loaded */
+    char sha256[65]; /* of the weights file; "" for synthetic */
+    int64_t loaded_unix_ms; /* wall clock when it was loaded */
 } served_model;
 
 /* Loads c's labels and weights: the model (one reference, the caller's)

@@ -87,14 +87,25 @@ START_TEST(test_every_family_has_help_and_type)
 {
     char *text = render();
     static const char *const families[] = {
-        "resnetd_build_info", "resnetd_requests_total", "resnetd_images_total",
-        "resnetd_rejected_total", "resnetd_request_duration_seconds",
-        "resnetd_queue_duration_seconds", "resnetd_decode_duration_seconds",
-        "resnetd_inference_duration_seconds", "resnetd_batch_size",
-        "resnetd_queue_depth", "resnetd_batches_in_flight", "resnetd_ready",
-        "resnetd_gpu_memory_bytes", "resnetd_pinned_memory_bytes",
-        "process_cpu_seconds_total", "process_resident_memory_bytes",
-        "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+        "resnetd_build_info",
+        "resnetd_requests_total",
+        "resnetd_images_total",
+        "resnetd_rejected_total",
+        "resnetd_request_duration_seconds",
+        "resnetd_queue_duration_seconds",
+        "resnetd_decode_duration_seconds",
+        "resnetd_inference_duration_seconds",
+        "resnetd_batch_size",
+        "resnetd_queue_depth",
+        "resnetd_batches_in_flight",
+        "resnetd_ready",
+        "resnetd_gpu_memory_bytes",
+        "resnetd_pinned_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
         "process_start_time_seconds",
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
@@ -112,8 +123,7 @@ END_TEST
 START_TEST(test_rejected_reasons_and_fixed_codes_always_present)
 {
     char *text = render();
-    static const char *const reasons[] = { "queue_full", "timeout", "too_large",
-                                           "bad_input", "client_gone" };
+    static const char *const reasons[] = { "queue_full", "timeout", "too_large", "bad_input", "client_gone" };
     for (size_t i = 0; i < 5; i++) {
         char key[96];
         snprintf(key, sizeof key, "resnetd_rejected_total{reason=\"%s\"}", reasons[i]);
@@ -146,22 +156,27 @@ START_TEST(test_counters_move_by_exactly_what_was_added)
     metrics_observe_request(1000, 0.001);
     char *after = render();
 
-    ck_assert_double_eq(sample(after, "resnetd_images_total") -
-                        sample(before, "resnetd_images_total"), 7);
+    ck_assert_double_eq(sample(after, "resnetd_images_total") - sample(before, "resnetd_images_total"), 7);
     ck_assert_double_eq(sample(after, "resnetd_rejected_total{reason=\"queue_full\"}") -
-                        sample(before, "resnetd_rejected_total{reason=\"queue_full\"}"), 1);
+                            sample(before, "resnetd_rejected_total{reason=\"queue_full\"}"),
+                        1);
     ck_assert_double_eq(sample(after, "resnetd_rejected_total{reason=\"client_gone\"}") -
-                        sample(before, "resnetd_rejected_total{reason=\"client_gone\"}"), 2);
+                            sample(before, "resnetd_rejected_total{reason=\"client_gone\"}"),
+                        2);
     ck_assert_double_eq(sample(after, "resnetd_rejected_total{reason=\"timeout\"}") -
-                        sample(before, "resnetd_rejected_total{reason=\"timeout\"}"), 0);
+                            sample(before, "resnetd_rejected_total{reason=\"timeout\"}"),
+                        0);
     ck_assert_double_eq(sample(after, "resnetd_requests_total{code=\"200\"}") -
-                        sample(before, "resnetd_requests_total{code=\"200\"}"), 1);
+                            sample(before, "resnetd_requests_total{code=\"200\"}"),
+                        1);
     ck_assert_double_eq(sample(after, "resnetd_requests_total{code=\"503\"}") -
-                        sample(before, "resnetd_requests_total{code=\"503\"}"), 1);
+                            sample(before, "resnetd_requests_total{code=\"503\"}"),
+                        1);
     ck_assert(sample(after, "resnetd_requests_total{code=\"418\"}") >= 1);
     ck_assert(sample(after, "resnetd_requests_total{code=\"invalid\"}") >= 1);
     ck_assert_double_eq(sample(after, "resnetd_request_duration_seconds_count") -
-                        sample(before, "resnetd_request_duration_seconds_count"), 4);
+                            sample(before, "resnetd_request_duration_seconds_count"),
+                        4);
     free(before);
     free(after);
 }
@@ -171,11 +186,11 @@ START_TEST(test_duration_histogram_buckets_are_cumulative_with_inclusive_bounds)
 {
     char *before = render();
     metrics_observe_queue(0.00005); /* le=0.0001 */
-    metrics_observe_queue(0.0001);  /* on the bound: le is inclusive */
-    metrics_observe_queue(0.003);   /* le=0.005 */
-    metrics_observe_queue(20);      /* only +Inf */
-    metrics_observe_queue(-1);      /* clamped to 0 */
-    metrics_observe_queue(NAN);     /* clamped to 0 */
+    metrics_observe_queue(0.0001); /* on the bound: le is inclusive */
+    metrics_observe_queue(0.003); /* le=0.005 */
+    metrics_observe_queue(20); /* only +Inf */
+    metrics_observe_queue(-1); /* clamped to 0 */
+    metrics_observe_queue(NAN); /* clamped to 0 */
     char *after = render();
 
 #define DELTA(key) (sample(after, key) - sample(before, key))
@@ -185,8 +200,7 @@ START_TEST(test_duration_histogram_buckets_are_cumulative_with_inclusive_bounds)
     ck_assert_double_eq(DELTA("resnetd_queue_duration_seconds_bucket{le=\"10\"}"), 5);
     ck_assert_double_eq(DELTA("resnetd_queue_duration_seconds_bucket{le=\"+Inf\"}"), 6);
     ck_assert_double_eq(DELTA("resnetd_queue_duration_seconds_count"), 6);
-    ck_assert_double_eq_tol(DELTA("resnetd_queue_duration_seconds_sum"),
-                            0.00005 + 0.0001 + 0.003 + 20, 1e-9);
+    ck_assert_double_eq_tol(DELTA("resnetd_queue_duration_seconds_sum"), 0.00005 + 0.0001 + 0.003 + 20, 1e-9);
     /* The other stage histograms did not move. */
     ck_assert_double_eq(DELTA("resnetd_decode_duration_seconds_count"), 0);
     ck_assert_double_eq(DELTA("resnetd_inference_duration_seconds_count"), 0);
@@ -246,14 +260,12 @@ START_TEST(test_build_info_escapes_label_values)
 {
     metrics_init("1.2\"x\\y\nz", "cuda:0", NULL);
     char *text = render();
-    ck_assert_double_eq(
-        sample(text, "resnetd_build_info{version=\"1.2\\\"x\\\\y\\nz\",device=\"cuda:0\","
-                     "precision=\"unknown\"}"), 1);
+    ck_assert_double_eq(sample(text, "resnetd_build_info{version=\"1.2\\\"x\\\\y\\nz\",device=\"cuda:0\","
+                                     "precision=\"unknown\"}"),
+                        1);
     free(text);
     metrics_init("0.1.0", "cpu", "fp32");
-    ck_assert_double_eq(
-        render_sample("resnetd_build_info{version=\"0.1.0\",device=\"cpu\",precision=\"fp32\"}"),
-        1);
+    ck_assert_double_eq(render_sample("resnetd_build_info{version=\"0.1.0\",device=\"cpu\",precision=\"fp32\"}"), 1);
 }
 END_TEST
 
@@ -269,8 +281,7 @@ START_TEST(test_process_metrics_follow_the_process)
     char *text = render();
     ck_assert(sample(text, "process_max_fds") >= fds);
     ck_assert(sample(text, "process_resident_memory_bytes") > 1 << 16);
-    ck_assert(sample(text, "process_virtual_memory_bytes") >=
-              sample(text, "process_resident_memory_bytes"));
+    ck_assert(sample(text, "process_virtual_memory_bytes") >= sample(text, "process_resident_memory_bytes"));
     ck_assert(sample(text, "process_cpu_seconds_total") >= 0);
     double start = sample(text, "process_start_time_seconds");
     double now = (double)time(NULL);
@@ -307,8 +318,7 @@ static void *scraper(void *arg)
     while (atomic_load(&writers_done) < N_WRITERS) {
         size_t len;
         char *text = metrics_render(&len);
-        if (text == NULL ||
-            histogram_consistent(text, "resnetd_batch_size") != 11 ||
+        if (text == NULL || histogram_consistent(text, "resnetd_batch_size") != 11 ||
             histogram_consistent(text, "resnetd_request_duration_seconds") != 17 ||
             histogram_consistent(text, "resnetd_inference_duration_seconds") != 17)
             atomic_fetch_add(&render_inconsistencies, 1);

@@ -21,7 +21,8 @@ START_TEST(content_types_map_to_body_kinds)
     ck_assert_int_eq(request_parse_content_type("multipart/form-data; boundary=abc123", &k, b, sizeof b), 0);
     ck_assert_int_eq(k, REQ_BODY_MULTIPART);
     ck_assert_str_eq(b, "abc123");
-    ck_assert_int_eq(request_parse_content_type("multipart/form-data; charset=x; boundary=\"q u\"", &k, b, sizeof b), 0);
+    ck_assert_int_eq(request_parse_content_type("multipart/form-data; charset=x; boundary=\"q u\"", &k, b, sizeof b),
+                     0);
     ck_assert_str_eq(b, "q u");
     ck_assert_int_eq(request_parse_content_type("multipart/form-data", &k, b, sizeof b), -2);
     ck_assert_int_eq(request_parse_content_type("multipart/form-data; boundary=\"open", &k, b, sizeof b), -2);
@@ -41,11 +42,12 @@ START_TEST(content_type_parameters_honour_quoting)
 {
     request_body_kind k;
     char b[72];
-    ck_assert_int_eq(request_parse_content_type("multipart/form-data; foo=\"x; boundary=evil\"; boundary=B",
-                                                &k, b, sizeof b), 0);
+    ck_assert_int_eq(
+        request_parse_content_type("multipart/form-data; foo=\"x; boundary=evil\"; boundary=B", &k, b, sizeof b), 0);
     ck_assert_str_eq(b, "B");
-    ck_assert_int_eq(request_parse_content_type("multipart/form-data; foo=\"a\\\"; boundary=evil\"; boundary=B",
-                                                &k, b, sizeof b), 0);
+    ck_assert_int_eq(
+        request_parse_content_type("multipart/form-data; foo=\"a\\\"; boundary=evil\"; boundary=B", &k, b, sizeof b),
+        0);
     ck_assert_str_eq(b, "B");
     ck_assert_int_eq(request_parse_content_type("multipart/form-data; boundary=\"a b;c\"", &k, b, sizeof b), 0);
     ck_assert_str_eq(b, "a b;c");
@@ -56,12 +58,12 @@ START_TEST(content_type_parameters_honour_quoting)
     ck_assert_int_eq(request_parse_content_type("multipart/form-data; xboundary=A; boundary=B", &k, b, sizeof b), 0);
     ck_assert_str_eq(b, "B");
     const char *bad[] = {
-        "multipart/form-data; foo=\"x; boundary=evil\"",      /* only inside a quoted value */
-        "multipart/form-data; boundary=\"\"",                 /* empty */
-        "multipart/form-data; boundary=a\"b",                  /* stray quote */
-        "multipart/form-data; boundary=\"a\"b",               /* text after the quoted value */
-        "multipart/form-data; =x; boundary=B",                 /* no parameter name */
-        "multipart/form-data; boundary",                       /* no '=' */
+        "multipart/form-data; foo=\"x; boundary=evil\"", /* only inside a quoted value */
+        "multipart/form-data; boundary=\"\"", /* empty */
+        "multipart/form-data; boundary=a\"b", /* stray quote */
+        "multipart/form-data; boundary=\"a\"b", /* text after the quoted value */
+        "multipart/form-data; =x; boundary=B", /* no parameter name */
+        "multipart/form-data; boundary", /* no '=' */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(request_parse_content_type(bad[i], &k, b, sizeof b) == -2, "'%s' accepted", bad[i]);
@@ -76,8 +78,11 @@ START_TEST(top_k_accepts_only_1_to_the_model_classes)
     ck_assert_int_eq(request_parse_top_k("1000", 1000, &k), 0);
     ck_assert_int_eq(k, 1000);
     /* L8: one rule for leading zeros, whatever their number: refused. */
-    const char *bad[] = { "", "0", "1001", "-1", "5x", " 5", "99999", "1e2", "05", "0005", "00005",
-                          "000000000005", "+5", "5%005", "99999999999999999999999" };
+    const char *bad[] = { "",      "0",     "1001",
+                          "-1",    "5x",    " 5",
+                          "99999", "1e2",   "05",
+                          "0005",  "00005", "000000000005",
+                          "+5",    "5%005", "99999999999999999999999" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(request_parse_top_k(bad[i], 1000, &k) == -1, "'%s' accepted", bad[i]);
     ck_assert_int_eq(k, 1000);
@@ -99,20 +104,19 @@ static int parse(const char *body, const char *boundary, request_part *parts, in
 
 START_TEST(multipart_finds_image_fields_in_order)
 {
-    const char *body =
-        "preamble\r\n"
-        "--XyZ\r\n"
-        "Content-Disposition: form-data; name=\"other\"\r\n\r\n"
-        "ignored\r\n"
-        "--XyZ\r\n"
-        "Content-Disposition: form-data; name=\"image\"; filename=\"a.jpg\"\r\n"
-        "Content-Type: image/jpeg\r\n\r\n"
-        "AAAA\r\n--XyQ near miss\r\n"
-        "--XyZ\r\n"
-        "content-disposition: form-data; filename=\"name.jpg\"; name=\"image\"\r\n\r\n"
-        "BB\r\n"
-        "--XyZ--\r\n"
-        "epilogue";
+    const char *body = "preamble\r\n"
+                       "--XyZ\r\n"
+                       "Content-Disposition: form-data; name=\"other\"\r\n\r\n"
+                       "ignored\r\n"
+                       "--XyZ\r\n"
+                       "Content-Disposition: form-data; name=\"image\"; filename=\"a.jpg\"\r\n"
+                       "Content-Type: image/jpeg\r\n\r\n"
+                       "AAAA\r\n--XyQ near miss\r\n"
+                       "--XyZ\r\n"
+                       "content-disposition: form-data; filename=\"name.jpg\"; name=\"image\"\r\n\r\n"
+                       "BB\r\n"
+                       "--XyZ--\r\n"
+                       "epilogue";
     request_part parts[4];
     char err[256];
     ck_assert_int_eq(parse(body, "XyZ", parts, 4, err), 2);
@@ -170,11 +174,11 @@ START_TEST(malformed_multipart_bodies_fail_cleanly)
     const char *bad[] = {
         "",
         "no boundary at all",
-        "--b",                                                        /* ends after delimiter */
-        "--bX\r\n",                                                   /* delimiter not followed by CRLF */
-        "--b\r\nContent-Disposition: form-data; name=\"image\"",     /* headers never end */
+        "--b", /* ends after delimiter */
+        "--bX\r\n", /* delimiter not followed by CRLF */
+        "--b\r\nContent-Disposition: form-data; name=\"image\"", /* headers never end */
         "--b\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\ndata without end",
-        "--b\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\ndata\r\n--b",  /* no close, no CRLF */
+        "--b\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\ndata\r\n--b", /* no close, no CRLF */
         "--b\r\nContent-Disposition: form-data; name=\"ima",
     };
     request_part parts[2];
@@ -208,9 +212,17 @@ END_TEST
 /* L3: %00 is never decoded, so no NUL can cut a path or a value short. */
 START_TEST(unescape_decodes_everything_but_nul)
 {
-    static const struct { const char *in, *out; } cases[] = {
-        { "/healthz%00", "/healthz%00" }, { "5%005", "5%005" }, { "%41%62c", "Abc" },
-        { "%2f%2F", "//" }, { "%zz%4", "%zz%4" }, { "100%", "100%" }, { "%ff", "\xff" }, { "", "" },
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        { "/healthz%00", "/healthz%00" },
+        { "5%005", "5%005" },
+        { "%41%62c", "Abc" },
+        { "%2f%2F", "//" },
+        { "%zz%4", "%zz%4" },
+        { "100%", "100%" },
+        { "%ff", "\xff" },
+        { "", "" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[64];
@@ -256,8 +268,8 @@ START_TEST(request_body_grows_and_failures_keep_the_first)
         ck_assert_int_eq(request_append(r, chunk, sizeof chunk), 0);
     ck_assert_uint_eq(r->len, 200000);
     ck_assert_int_eq(r->body[199999], 7);
-    ck_assert_uint_eq(r->cap, 200000);   /* an announced length: no buffer past it */
-    ck_assert_int_eq(request_append(r, chunk, 1), 0);   /* and it still grows past it */
+    ck_assert_uint_eq(r->cap, 200000); /* an announced length: no buffer past it */
+    ck_assert_int_eq(request_append(r, chunk, 1), 0); /* and it still grows past it */
     ck_assert_uint_eq(r->len, 200001);
     request_fail(r, 504, "timeout", "first");
     request_fail(r, 500, "engine_failure", "second");
@@ -284,7 +296,7 @@ START_TEST(request_body_is_charged_to_the_budget)
     int rc = 0, appended = 1;
     while ((rc = request_append(r, chunk, sizeof chunk)) == 0)
         appended++;
-    ck_assert_int_eq(rc, -2);   /* the budget, not the allocator, said no */
+    ck_assert_int_eq(rc, -2); /* the budget, not the allocator, said no */
     ck_assert_uint_eq(r->len, (size_t)appended * sizeof chunk);
     ck_assert_uint_eq(budget_used(&b), r->cap);
     ck_assert_uint_le(budget_used(&b), 300 * 1024);

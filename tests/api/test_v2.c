@@ -19,19 +19,33 @@ START_TEST(routes_follow_the_spec_paths)
         const char *url;
         v2_route want;
     } t[] = {
-        { "/v2", V2_SERVER_META }, { "/v2/health/live", V2_LIVE }, { "/v2/health/ready", V2_READY },
-        { "/v2/models/resnet18", V2_MODEL_META }, { "/v2/models/resnet18/versions/1", V2_MODEL_META },
-        { "/v2/models/resnet18/ready", V2_MODEL_READY }, { "/v2/models/resnet18/versions/1/ready", V2_MODEL_READY },
-        { "/v2/models/resnet18/infer", V2_INFER }, { "/v2/models/resnet18/versions/1/infer", V2_INFER },
-        { "/v2/models/resnet50", V2_UNKNOWN_MODEL }, { "/v2/models/resnet18/versions/2", V2_UNKNOWN_MODEL },
-        { "/v2/models/resnet18/versions/10/infer", V2_UNKNOWN_MODEL }, { "/v2/models/resnet1", V2_UNKNOWN_MODEL },
-        { "/v2/models/resnet18x/infer", V2_UNKNOWN_MODEL }, { "/v2/models/", V2_UNKNOWN_PATH },
-        { "/v2/models/resnet18/versions/", V2_UNKNOWN_PATH }, { "/v2/models/resnet18/stats", V2_MODEL_STATS },
-        { "/v2/models/resnet18/versions/1/config", V2_MODEL_CONFIG }, { "/v2/models/resnet18/config", V2_MODEL_CONFIG },
-        { "/v2/models/stats", V2_STATS }, { "/v2/models/resnet50/stats", V2_UNKNOWN_MODEL },
+        { "/v2", V2_SERVER_META },
+        { "/v2/health/live", V2_LIVE },
+        { "/v2/health/ready", V2_READY },
+        { "/v2/models/resnet18", V2_MODEL_META },
+        { "/v2/models/resnet18/versions/1", V2_MODEL_META },
+        { "/v2/models/resnet18/ready", V2_MODEL_READY },
+        { "/v2/models/resnet18/versions/1/ready", V2_MODEL_READY },
+        { "/v2/models/resnet18/infer", V2_INFER },
+        { "/v2/models/resnet18/versions/1/infer", V2_INFER },
+        { "/v2/models/resnet50", V2_UNKNOWN_MODEL },
+        { "/v2/models/resnet18/versions/2", V2_UNKNOWN_MODEL },
+        { "/v2/models/resnet18/versions/10/infer", V2_UNKNOWN_MODEL },
+        { "/v2/models/resnet1", V2_UNKNOWN_MODEL },
+        { "/v2/models/resnet18x/infer", V2_UNKNOWN_MODEL },
+        { "/v2/models/", V2_UNKNOWN_PATH },
+        { "/v2/models/resnet18/versions/", V2_UNKNOWN_PATH },
+        { "/v2/models/resnet18/stats", V2_MODEL_STATS },
+        { "/v2/models/resnet18/versions/1/config", V2_MODEL_CONFIG },
+        { "/v2/models/resnet18/config", V2_MODEL_CONFIG },
+        { "/v2/models/stats", V2_STATS },
+        { "/v2/models/resnet50/stats", V2_UNKNOWN_MODEL },
         { "/v2/models/resnet18/statsx", V2_UNKNOWN_PATH },
-        { "/v2/repository/index", V2_UNKNOWN_PATH }, { "/v2/", V2_UNKNOWN_PATH },
-        { "/v2x", V2_NOT_V2 }, { "/classify", V2_NOT_V2 }, { "", V2_NOT_V2 },
+        { "/v2/repository/index", V2_UNKNOWN_PATH },
+        { "/v2/", V2_UNKNOWN_PATH },
+        { "/v2x", V2_NOT_V2 },
+        { "/classify", V2_NOT_V2 },
+        { "", V2_NOT_V2 },
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         ck_assert_msg(v2_route_of(t[i].url) == t[i].want, "%s: %d, want %d", t[i].url, v2_route_of(t[i].url),
@@ -54,8 +68,8 @@ END_TEST
 
 /* Parses text (+ bin as the binary section when given) with a budget. The
  * body is freed on return: callers look only at what v owns. */
-static int parse_with(const char *text, const uint8_t *bin, size_t binlen, budget *b, v2_infer *v,
-                      request_part *parts, char *err)
+static int parse_with(const char *text, const uint8_t *bin, size_t binlen, budget *b, v2_infer *v, request_part *parts,
+                      char *err)
 {
     size_t tl = strlen(text);
     uint8_t *body = malloc(tl + binlen + 1);
@@ -89,7 +103,7 @@ START_TEST(json_pixels_nested_or_flat_give_the_same_bytes)
     ck_assert(v.n == 1 && v.h == 1 && v.w == 2);
     ck_assert_mem_eq(v.pixels, "\x01\x02\x03\x04\x05\xff", 6);
     ck_assert_str_eq(v.id, "r1");
-    ck_assert_int_eq(v.noutputs, V2_NOUTPUTS);   /* none listed: every output */
+    ck_assert_int_eq(v.noutputs, V2_NOUTPUTS); /* none listed: every output */
     ck_assert(budget_used(&b) > 0 && budget_used(&b) == v.charged);
     v2_infer_free(&v);
     ck_assert_uint_eq(budget_used(&b), 0);
@@ -115,15 +129,17 @@ START_TEST(binary_tensor_and_bytes_are_read_from_the_section)
     for (size_t i = 0; i < nf; i++)
         t[i] = (float)i * 0.25f - 7.0f;
     char doc[256];
-    snprintf(doc, sizeof doc, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,3,224,224],"
+    snprintf(doc, sizeof doc,
+             "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,3,224,224],"
              "\"parameters\":{\"binary_data_size\":%zu}}],\"outputs\":[{\"name\":\"probabilities\","
-             "\"parameters\":{\"classification\":99,\"binary_data\":true}}]}", nf * sizeof *t);
+             "\"parameters\":{\"classification\":99,\"binary_data\":true}}]}",
+             nf * sizeof *t);
     ck_assert_msg(parse_with(doc, (const uint8_t *)t, nf * sizeof *t, &b, &v, parts, err) == 0, "%s", err);
     ck_assert_int_eq(v.kind, V2_IN_TENSOR);
     ck_assert_mem_eq(v.tensor, t, nf * sizeof *t);
     ck_assert_int_eq(v.noutputs, 1);
     ck_assert(v.outputs[0].kind == V2_OUT_PROBABILITIES && v.outputs[0].binary);
-    ck_assert_int_eq(v.outputs[0].classification, lim.classes);   /* clamped, as Triton */
+    ck_assert_int_eq(v.outputs[0].classification, lim.classes); /* clamped, as Triton */
     v2_infer_free(&v);
     free(t);
 
@@ -135,8 +151,9 @@ START_TEST(binary_tensor_and_bytes_are_read_from_the_section)
     memcpy(body, jd, strlen(jd));
     memcpy(body + strlen(jd), bytes, sizeof bytes);
     const char *code;
-    ck_assert_int_eq(v2_parse_infer(body, strlen(jd) + sizeof bytes, (long)strlen(jd), &lim, &b, &v, parts, &code,
-                                    err, sizeof err), 0);
+    ck_assert_int_eq(
+        v2_parse_infer(body, strlen(jd) + sizeof bytes, (long)strlen(jd), &lim, &b, &v, parts, &code, err, sizeof err),
+        0);
     ck_assert_int_eq(v.n, 3);
     ck_assert(parts[0].len == 2 && parts[0].data == body + strlen(jd) + 4);
     ck_assert(parts[1].len == 0 && parts[2].len == 1 && parts[2].data[0] == 'x');
@@ -152,36 +169,61 @@ START_TEST(hostile_requests_are_refused_with_their_status)
     static const struct {
         int status;
         const char *doc;
-        const char *bin;   /* binary section, or NULL */
+        const char *bin; /* binary section, or NULL */
         size_t binlen;
     } t[] = {
         { 400, "{", NULL, 0 },
         { 400, "[]", NULL, 0 },
         { 400, "{\"inputs\":[]}", NULL, 0 },
         { 400, "{\"a\":1,\"a\":2,\"inputs\":[]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"FP32\",\"shape\":[1,1,1,3],\"data\":[0,0,0]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0,0,0]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0,256]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[[[[[[[[[0]]]]]]]]]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],"
-               "\"parameters\":{\"binary_data_size\":3}}]}", "\0\0", 2 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],"
-               "\"parameters\":{\"binary_data_size\":2}}]}", "\0\0", 2 },
-        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0,0]}]}", "\0", 1 },
-        { 400, "{\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[1],"
-               "\"parameters\":{\"binary_data_size\":5}}]}", "\xff\xff\xff\x7f\0", 5 },
-        { 400, "{\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[2],"
-               "\"parameters\":{\"binary_data_size\":6}}]}", "\1\0\0\0x\0", 6 },
-        { 400, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,3,224,224],\"data\":[1e39]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[0,3,224,224],\"data\":[]}]}", NULL, 0 },
-        { 400, "{\"id\":1,\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[1],\"data\":[\"x\"]}]}", NULL, 0 },
-        { 400, "{\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[1],\"data\":[\"x\"]}],"
-               "\"outputs\":[{\"name\":\"logits\",\"parameters\":{\"classification\":0}}]}", NULL, 0 },
-        { 413, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[9,3,224,224],\"data\":[]}]}", NULL, 0 },
-        { 413, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,4611686018427387904,"
-               "4611686018427387904,3],\"data\":[]}]}", NULL, 0 },
-        { 413, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,100,11,3],\"data\":[]}]}", NULL, 0 },
+        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"FP32\",\"shape\":[1,1,1,3],\"data\":[0,0,0]}]}", NULL,
+          0 },
+        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0]}]}", NULL,
+          0 },
+        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0,0,0]}]}",
+          NULL, 0 },
+        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0,256]}]}",
+          NULL, 0 },
+        { 400,
+          "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[[[[[[[[[0]]]]]]]]]}]"
+          "}",
+          NULL, 0 },
+        { 400,
+          "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],"
+          "\"parameters\":{\"binary_data_size\":3}}]}",
+          "\0\0", 2 },
+        { 400,
+          "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],"
+          "\"parameters\":{\"binary_data_size\":2}}]}",
+          "\0\0", 2 },
+        { 400, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,1,1,3],\"data\":[0,0,0]}]}", "\0",
+          1 },
+        { 400,
+          "{\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[1],"
+          "\"parameters\":{\"binary_data_size\":5}}]}",
+          "\xff\xff\xff\x7f\0", 5 },
+        { 400,
+          "{\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[2],"
+          "\"parameters\":{\"binary_data_size\":6}}]}",
+          "\1\0\0\0x\0", 6 },
+        { 400, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,3,224,224],\"data\":[1e39]}]}",
+          NULL, 0 },
+        { 400, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[0,3,224,224],\"data\":[]}]}", NULL,
+          0 },
+        { 400, "{\"id\":1,\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[1],\"data\":[\"x\"]}]}",
+          NULL, 0 },
+        { 400,
+          "{\"inputs\":[{\"name\":\"jpeg\",\"datatype\":\"BYTES\",\"shape\":[1],\"data\":[\"x\"]}],"
+          "\"outputs\":[{\"name\":\"logits\",\"parameters\":{\"classification\":0}}]}",
+          NULL, 0 },
+        { 413, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[9,3,224,224],\"data\":[]}]}", NULL,
+          0 },
+        { 413,
+          "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,4611686018427387904,"
+          "4611686018427387904,3],\"data\":[]}]}",
+          NULL, 0 },
+        { 413, "{\"inputs\":[{\"name\":\"pixels\",\"datatype\":\"UINT8\",\"shape\":[1,100,11,3],\"data\":[]}]}", NULL,
+          0 },
     };
     budget b;
     budget_init(&b, 8 << 20);
@@ -239,7 +281,7 @@ START_TEST(a_budget_too_small_for_the_json_refuses_it)
                       "\"data\":[1,2,3,4,5,6]}]}";
     ck_assert_int_eq(parse_with(doc, NULL, 0, &b, &v, parts, err), 413);
     ck_assert_uint_eq(budget_used(&b), 0);
-    budget_init(&b, 4096);   /* it fits, but not while most of the budget is in use: 503 */
+    budget_init(&b, 4096); /* it fits, but not while most of the budget is in use: 503 */
     ck_assert(budget_try_acquire(&b, 4000) == 0);
     ck_assert_int_eq(parse_with(doc, NULL, 0, &b, &v, parts, err), 503);
     budget_release(&b, 4000);
@@ -275,10 +317,9 @@ START_TEST(responses_carry_outputs_as_asked)
     ck_assert_str_eq(json_string_value(json_array_get(d0, 0)), "3.000000:1:b");
     ck_assert_str_eq(json_string_value(json_array_get(d0, 1)), "2.000000:2:c");
     ck_assert_str_eq(json_string_value(json_array_get(d0, 2)), "5.000000:2:c");
-    ck_assert_str_eq(json_string_value(json_array_get(d0, 3)), "-1.000000:0:a");   /* ties: lower index */
+    ck_assert_str_eq(json_string_value(json_array_get(d0, 3)), "-1.000000:0:a"); /* ties: lower index */
     json_t *o1 = json_array_get(json_object_get(j, "outputs"), 1);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o1, "parameters"), "binary_data_size")),
-                     32);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o1, "parameters"), "binary_data_size")), 32);
     float probs[8];
     memcpy(probs, body + jl, sizeof probs);
     float want[4];

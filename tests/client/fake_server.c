@@ -34,10 +34,10 @@
 
 typedef struct {
     int open;
-    uint64_t gen;       /* bumps on every accept, so a stale stalled answer is dropped */
-    char *in;           /* request bytes not yet handled */
+    uint64_t gen; /* bumps on every accept, so a stale stalled answer is dropped */
+    char *in; /* request bytes not yet handled */
     size_t in_len, in_cap;
-    char *out;          /* answer bytes not yet written */
+    char *out; /* answer bytes not yet written */
     size_t out_len, out_off, out_cap;
 } conn;
 
@@ -96,7 +96,7 @@ static int conn_flush(int fd)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN) {
-            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.fd = fd};
+            struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT, .data.fd = fd };
             return epoll_ctl(S.epfd, EPOLL_CTL_MOD, fd, &ev);
         }
         if (n < 0)
@@ -104,7 +104,7 @@ static int conn_flush(int fd)
         c->out_off += (size_t)n;
     }
     c->out_len = c->out_off = 0;
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
     return epoll_ctl(S.epfd, EPOLL_CTL_MOD, fd, &ev);
 }
 
@@ -128,8 +128,8 @@ static int send_simple(int fd, int status, const char *reason, const char *extra
 {
     char buf[1024];
     int n = snprintf(buf, sizeof buf,
-                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n%s",
-                     status, reason, extra, strlen(body), body);
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n%s", status,
+                     reason, extra, strlen(body), body);
     if (n < 0 || (size_t)n >= sizeof buf || conn_append(fd, buf, (size_t)n) != 0)
         return -1;
     return conn_flush(fd);
@@ -163,8 +163,8 @@ static int send_metrics(int fd)
                      "resnetd_rejected_total{reason=\"queue_full\"} %lu\n"
                      "resnetd_rejected_total{reason=\"timeout\"} 0\n"
                      "resnetd_images_total %lu\n",
-                     S.batch_count, S.batch_sum, S.batch_count, S.queue_count, S.queue_sum,
-                     S.queue_count, S.status_503, S.images);
+                     S.batch_count, S.batch_sum, S.batch_count, S.queue_count, S.queue_sum, S.queue_count, S.status_503,
+                     S.images);
     if (n < 0 || (size_t)n >= sizeof body)
         return -1;
     const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
@@ -232,8 +232,9 @@ static int classify(int fd, const char *body, size_t body_len, int multipart)
     uint64_t now = now_ns();
     uint64_t start = S.last_due_ns > now ? S.last_due_ns : now;
     S.last_due_ns = start + (uint64_t)S.stall_ms * 1000000u;
-    S.fifo[(S.fifo_head + S.fifo_len) % S.fifo_cap] =
-        (pending){.fd = fd, .gen = S.conns[fd].gen, .due_ns = S.last_due_ns, .status = status};
+    S.fifo[(S.fifo_head + S.fifo_len) % S.fifo_cap] = (pending){
+        .fd = fd, .gen = S.conns[fd].gen, .due_ns = S.last_due_ns, .status = status
+    };
     S.fifo_len++;
     return 0;
 }
@@ -270,7 +271,8 @@ static int conn_handle(int fd)
             if (send_metrics(fd) != 0)
                 return -1;
         } else if (send_simple(fd, 404, "Not Found", "",
-                               "{\"error\":{\"status\":404,\"code\":\"not_found\",\"message\":\"no such path\"}}") != 0) {
+                               "{\"error\":{\"status\":404,\"code\":\"not_found\",\"message\":\"no such path\"}}") !=
+                   0) {
             return -1;
         }
         memmove(c->in, c->in + head_len + body_len, c->in_len - head_len - body_len);
@@ -342,11 +344,13 @@ static long parse_long(const char *s)
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"port", required_argument, NULL, 'p'},      {"port-file", required_argument, NULL, 'f'},
-        {"503-every", required_argument, NULL, '5'}, {"close-every", required_argument, NULL, 'x'},
-        {"stall-ms", required_argument, NULL, 's'},  {"batch-size", required_argument, NULL, 'b'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = { { "port", required_argument, NULL, 'p' },
+                                          { "port-file", required_argument, NULL, 'f' },
+                                          { "503-every", required_argument, NULL, '5' },
+                                          { "close-every", required_argument, NULL, 'x' },
+                                          { "stall-ms", required_argument, NULL, 's' },
+                                          { "batch-size", required_argument, NULL, 'b' },
+                                          { NULL, 0, NULL, 0 } };
     long port = 0;
     const char *port_file = NULL;
     S.batch_size = 1;
@@ -371,8 +375,9 @@ int main(int argc, char **argv)
     int one = 1;
     if (setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
         die("setsockopt");
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in addr = { .sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     socklen_t alen = sizeof addr;
     if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(lfd, 4096) != 0 ||
         getsockname(lfd, (struct sockaddr *)&addr, &alen) != 0)
@@ -389,7 +394,7 @@ int main(int argc, char **argv)
     S.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (sfd < 0 || S.epfd < 0)
         die("signalfd/epoll");
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = lfd};
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = lfd };
     if (epoll_ctl(S.epfd, EPOLL_CTL_ADD, lfd, &ev) != 0)
         die("epoll_ctl");
     ev.data.fd = sfd;
@@ -426,7 +431,7 @@ int main(int argc, char **argv)
             if (fd == lfd) {
                 int cfd;
                 while ((cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-                    struct epoll_event cev = {.events = EPOLLIN, .data.fd = cfd};
+                    struct epoll_event cev = { .events = EPOLLIN, .data.fd = cfd };
                     if (cfd >= MAX_FDS || epoll_ctl(S.epfd, EPOLL_CTL_ADD, cfd, &cev) != 0) {
                         close(cfd);
                         continue;

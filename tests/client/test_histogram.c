@@ -7,7 +7,7 @@
 #include "tests/lib/testutil.h"
 
 #define N_SAMPLES 200000
-#define MAX_REL_ERR (1.0 / 256 + 1e-9)   /* half a bucket over its lower bound */
+#define MAX_REL_ERR (1.0 / 256 + 1e-9) /* half a bucket over its lower bound */
 
 static uint64_t rng_state = 88172645463325252ull;
 
@@ -34,7 +34,7 @@ static void check_quantiles(uint64_t *v, size_t n)
     for (size_t i = 0; i < n; i++)
         histogram_record(h, v[i]);
     qsort(v, n, sizeof *v, cmp_u64);
-    static const double qs[] = {0.0001, 0.01, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999};
+    static const double qs[] = { 0.0001, 0.01, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999 };
     for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
         size_t rank = (size_t)ceil(qs[i] * (double)n);
         uint64_t exact = v[rank - 1];
@@ -100,7 +100,7 @@ START_TEST(test_uniform_latencies_within_0_4_percent)
 {
     static uint64_t v[N_SAMPLES];
     for (size_t i = 0; i < N_SAMPLES; i++)
-        v[i] = 100000 + (uint64_t)(uniform01() * 50e6);   /* 0.1 .. 50 ms in ns */
+        v[i] = 100000 + (uint64_t)(uniform01() * 50e6); /* 0.1 .. 50 ms in ns */
     check_quantiles(v, N_SAMPLES);
 }
 END_TEST
@@ -109,7 +109,7 @@ START_TEST(test_exponential_latencies_within_0_4_percent)
 {
     static uint64_t v[N_SAMPLES];
     for (size_t i = 0; i < N_SAMPLES; i++)
-        v[i] = 1 + (uint64_t)(-log(uniform01()) * 2e6);       /* mean 2 ms */
+        v[i] = 1 + (uint64_t)(-log(uniform01()) * 2e6); /* mean 2 ms */
     check_quantiles(v, N_SAMPLES);
 }
 END_TEST
@@ -140,7 +140,7 @@ START_TEST(test_min_max_mean_are_exact)
     ck_assert_uint_eq(h.max, 7654321);
     ck_assert_uint_eq(h.total, 3);
     ck_assert_double_eq_tol(histogram_mean(&h), (1234567.0 + 7654321.0 + 3000000.0) / 3, 1e-6);
-    ck_assert_uint_eq(histogram_quantile(&h, 0.999), 7654321);   /* clamped to the exact max */
+    ck_assert_uint_eq(histogram_quantile(&h, 0.999), 7654321); /* clamped to the exact max */
 }
 END_TEST
 

@@ -79,10 +79,10 @@ START_TEST(test_connection_close_and_http10)
         const char *text;
         int close;
     } cases[] = {
-        {"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", 1},
-        {"HTTP/1.1 200 OK\r\nconnection: Keep-Alive\r\ncontent-length: 0\r\n\r\n", 0},
-        {"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", 1},
-        {"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", 0},
+        { "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", 1 },
+        { "HTTP/1.1 200 OK\r\nconnection: Keep-Alive\r\ncontent-length: 0\r\n\r\n", 0 },
+        { "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", 1 },
+        { "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         http_response r;
@@ -110,8 +110,8 @@ END_TEST
 
 START_TEST(test_close_before_the_end_is_an_error)
 {
-    const char *cuts[] = {"", "HTTP/1.1 20", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc",
-                          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel"};
+    const char *cuts[] = { "", "HTTP/1.1 20", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel" };
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         http_response r;
         size_t used;
@@ -169,23 +169,22 @@ START_TEST(test_malformed_answers_are_errors)
 }
 END_TEST
 
-static const char metrics_text[] =
-    "# HELP resnetd_batch_size Images per batch.\n"
-    "# TYPE resnetd_batch_size histogram\n"
-    "resnetd_batch_size_bucket{le=\"1\"} 3\n"
-    "resnetd_batch_size_bucket{le=\"+Inf\"} 10\n"
-    "resnetd_batch_size_sum 42\n"
-    "resnetd_batch_size_count 10 1700000000000\n"
-    "\n"
-    "resnetd_rejected_total{reason=\"queue_full\"} 7\n"
-    "resnetd_rejected_total{reason=\"client_gone\",x=\"a\\\"}b\"} 2\n"
-    "resnetd_build_info{version=\"0.1.0\",device=\"cpu\"} 1\n"
-    "process_start_time_seconds 1.7e+09\n"
-    "odd_value NaN\n";
+static const char metrics_text[] = "# HELP resnetd_batch_size Images per batch.\n"
+                                   "# TYPE resnetd_batch_size histogram\n"
+                                   "resnetd_batch_size_bucket{le=\"1\"} 3\n"
+                                   "resnetd_batch_size_bucket{le=\"+Inf\"} 10\n"
+                                   "resnetd_batch_size_sum 42\n"
+                                   "resnetd_batch_size_count 10 1700000000000\n"
+                                   "\n"
+                                   "resnetd_rejected_total{reason=\"queue_full\"} 7\n"
+                                   "resnetd_rejected_total{reason=\"client_gone\",x=\"a\\\"}b\"} 2\n"
+                                   "resnetd_build_info{version=\"0.1.0\",device=\"cpu\"} 1\n"
+                                   "process_start_time_seconds 1.7e+09\n"
+                                   "odd_value NaN\n";
 
 START_TEST(test_prom_samples_sums_and_labels)
 {
-    prom_set s = {0};
+    prom_set s = { 0 };
     char err[128];
     ck_assert_int_eq(prom_parse(metrics_text, &s, err, sizeof err), 0);
     ck_assert_uint_eq(s.n, 9);
@@ -211,10 +210,10 @@ END_TEST
 
 START_TEST(test_prom_rejects_non_samples)
 {
-    const char *bad[] = {"resnetd_x{reason=\"a\" 1\n", "9lives 1\n", "resnetd_x\n", "resnetd_x 1z\n",
-                         "<html>not metrics</html>\n"};
+    const char *bad[] = { "resnetd_x{reason=\"a\" 1\n", "9lives 1\n", "resnetd_x\n", "resnetd_x 1z\n",
+                          "<html>not metrics</html>\n" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        prom_set s = {0};
+        prom_set s = { 0 };
         char err[128];
         ck_assert_msg(prom_parse(bad[i], &s, err, sizeof err) == -1, "case %zu accepted", i);
         ck_assert_ptr_nonnull(strstr(err, "line 1"));

@@ -37,7 +37,7 @@ START_TEST(every_option_has_a_valid_default_and_doc)
     const config_option *o = config_options(&n);
     ck_assert_int_gt(n, 10);
     config c;
-    config_defaults(&c);   /* aborts on a bad default */
+    config_defaults(&c); /* aborts on a bad default */
     for (int i = 0; i < n; i++) {
         ck_assert_msg(o[i].doc && strlen(o[i].doc) > 10, "%s has no doc line", o[i].name);
         char err[256];
@@ -69,8 +69,8 @@ START_TEST(sample_config_documents_every_option_with_its_default)
             continue;
         seen[opt - o] = 1;
         if (strcmp(key, "weights") != 0)
-            ck_assert_msg(strcmp(value, opt->def) == 0, "sample shows %s = '%s', the default is '%s'", key,
-                          value, opt->def);
+            ck_assert_msg(strcmp(value, opt->def) == 0, "sample shows %s = '%s', the default is '%s'", key, value,
+                          opt->def);
         strcat(uncommented, line + 2);
     }
     fclose(f);
@@ -129,7 +129,7 @@ START_TEST(non_regular_huge_or_binary_config_files_are_refused)
     ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
     snprintf(path, sizeof path, "%s/fifo.conf", tmpdir);
     ck_assert_int_eq(mkfifo(path, 0600), 0);
-    ck_assert_int_eq(config_load_file(&c, path, err, sizeof err), -1);   /* no writer: must not block */
+    ck_assert_int_eq(config_load_file(&c, path, err, sizeof err), -1); /* no writer: must not block */
     ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
 
     snprintf(path, sizeof path, "%s/binary.conf", tmpdir);
@@ -163,20 +163,19 @@ START_TEST(values_parse_with_units_auto_and_comments)
     config c;
     char err[512];
     config_defaults(&c);
-    const char *p = write_tmp("ok.conf",
-                              "weights = /w.safetensors   # comment\n"
-                              "max_body_bytes = 1M\n"
-                              "connection_memory_bytes=32k\n"
-                              "max_batch_size = auto\n"
-                              "max_queue_delay_us = 0\n"
-                              "preferred_batch_sizes = 2,4\n");
+    const char *p = write_tmp("ok.conf", "weights = /w.safetensors   # comment\n"
+                                         "max_body_bytes = 1M\n"
+                                         "connection_memory_bytes=32k\n"
+                                         "max_batch_size = auto\n"
+                                         "max_queue_delay_us = 0\n"
+                                         "preferred_batch_sizes = 2,4\n");
     ck_assert_msg(config_load_file(&c, p, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(c.weights, "/w.safetensors");
     ck_assert_int_eq(c.max_body_bytes, 1L << 20);
     ck_assert_int_eq(c.connection_memory_bytes, 32L << 10);
     ck_assert_int_eq(c.max_batch_size, CONFIG_AUTO);
     ck_assert_int_eq(c.max_queue_delay_us, 0);
-    ck_assert_int_eq(config_set(&c, "request_timeout_ms", "auto", err, sizeof err), -1);   /* no auto here */
+    ck_assert_int_eq(config_set(&c, "request_timeout_ms", "auto", err, sizeof err), -1); /* no auto here */
     ck_assert_int_eq(config_set(&c, "max_body_bytes", "12X", err, sizeof err), -1);
     ck_assert_int_eq(config_set(&c, "max_body_bytes", "-5", err, sizeof err), -1);
     /* A size that may be auto; a size option without auto refuses it. */
@@ -194,14 +193,15 @@ END_TEST
 START_TEST(flags_override_the_file)
 {
     const char *p = write_tmp("over.conf", "weights = /a\nmax_batch_size = 4\ndevice = cpu\n");
-    char *argv[] = { "resnetd", "--max-batch-size", "16", "--config", (char *)p, "--listen=127.0.0.1:0",
-                     "--check-config", NULL };
+    char *argv[] = {
+        "resnetd", "--max-batch-size", "16", "--config", (char *)p, "--listen=127.0.0.1:0", "--check-config", NULL
+    };
     config c;
     config_cli cli;
     char err[512];
     ck_assert_msg(config_load(&c, &cli, 7, argv, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(c.max_batch_size, 16);        /* flag beats file, whatever the order */
-    ck_assert_str_eq(c.device, "cpu");             /* file beats default */
+    ck_assert_int_eq(c.max_batch_size, 16); /* flag beats file, whatever the order */
+    ck_assert_str_eq(c.device, "cpu"); /* file beats default */
     ck_assert_str_eq(c.weights, "/a");
     ck_assert_str_eq(c.listen, "127.0.0.1:0");
     ck_assert_int_eq(cli.check_config, 1);
@@ -261,32 +261,32 @@ START_TEST(auto_values_resolve_per_device)
     ck_assert_int_eq(c.max_queue_delay_us, 4000);
     ck_assert_int_eq(c.queue_capacity, 64);
     ck_assert_int_eq(c.threads, 2);
-    ck_assert_int_eq(c.body_memory_bytes, 1L << 30);   /* memory unknown: 1G */
+    ck_assert_int_eq(c.body_memory_bytes, 1L << 30); /* memory unknown: 1G */
     config_defaults(&c);
     config_resolve(&c, 1, 1, 128LL << 30);
     ck_assert_int_eq(c.max_batch_size, 128);
     ck_assert_int_eq(c.queue_capacity, 1024);
     ck_assert_int_eq(c.threads, 2);
-    ck_assert_int_eq(c.body_memory_bytes, 16L << 30);  /* an eighth, at most 16G */
+    ck_assert_int_eq(c.body_memory_bytes, 16L << 30); /* an eighth, at most 16G */
     config_defaults(&c);
     config_resolve(&c, 1, 1, 48LL << 30);
     ck_assert_int_eq(c.body_memory_bytes, 6L << 30);
     config_defaults(&c);
-    config_resolve(&c, 0, 1, 2LL << 30);                 /* a 2G container: a quarter */
+    config_resolve(&c, 0, 1, 2LL << 30); /* a 2G container: a quarter */
     ck_assert_int_eq(c.body_memory_bytes, 512L << 20);
     char err[256];
     config_defaults(&c);
     ck_assert_int_eq(config_set(&c, "max_body_bytes", "800M", err, sizeof err), 0);
-    config_resolve(&c, 0, 1, 2LL << 30);                 /* never under max_body_bytes */
+    config_resolve(&c, 0, 1, 2LL << 30); /* never under max_body_bytes */
     ck_assert_int_eq(c.body_memory_bytes, 800L << 20);
     config_defaults(&c);
     ck_assert_int_eq(config_set(&c, "max_batch_size", "32", err, sizeof err), 0);
     ck_assert_int_eq(config_set(&c, "body_memory_bytes", "300M", err, sizeof err), 0);
     config_resolve(&c, 0, 8, 4LL << 30);
     ck_assert_int_eq(c.body_memory_bytes, 300L << 20);
-    ck_assert_int_eq(c.max_batch_size, 32);       /* explicit values stay */
+    ck_assert_int_eq(c.max_batch_size, 32); /* explicit values stay */
     ck_assert_int_eq(c.queue_capacity, 256);
-    ck_assert_int_eq(c.client_connection_limit, 512);   /* half of connection_limit */
+    ck_assert_int_eq(c.client_connection_limit, 512); /* half of connection_limit */
     config_defaults(&c);
     ck_assert_int_eq(config_set(&c, "connection_limit", "3", err, sizeof err), 0);
     config_resolve(&c, 0, 1, 0);
@@ -294,7 +294,7 @@ START_TEST(auto_values_resolve_per_device)
     config_defaults(&c);
     ck_assert_int_eq(config_set(&c, "client_connection_limit", "0", err, sizeof err), 0);
     config_resolve(&c, 0, 1, 0);
-    ck_assert_int_eq(c.client_connection_limit, 0);     /* no limit stays */
+    ck_assert_int_eq(c.client_connection_limit, 0); /* no limit stays */
 }
 END_TEST
 
@@ -310,8 +310,8 @@ START_TEST(listen_addresses_parse)
     ck_assert_int_eq(port, 0);
     const char *bad[] = { "localhost", ":80", "::1:80", "[::1]80", "host:", "host:65536", "host:8x" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(config_parse_listen(bad[i], host, sizeof host, &port, err, sizeof err) == -1,
-                      "'%s' accepted", bad[i]);
+        ck_assert_msg(config_parse_listen(bad[i], host, sizeof host, &port, err, sizeof err) == -1, "'%s' accepted",
+                      bad[i]);
 }
 END_TEST
 

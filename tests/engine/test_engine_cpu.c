@@ -21,14 +21,14 @@
 #define REL_L2_MAX 1e-5
 #define NBACKENDS 2
 
-static const char *const backends[NBACKENDS] = {"avx512", "blas"};
+static const char *const backends[NBACKENDS] = { "avx512", "blas" };
 
 /* Creates a CPU engine on back end b, or returns NULL when this CPU cannot
  * run it (the test then passes vacuously for that back end, saying so). */
 static engine *make_engine(int b, const resnet18_weights *w, int max_batch)
 {
     ck_assert_int_eq(setenv("RESNETD_CPU_GEMM", backends[b], 1), 0);
-    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .max_batch = max_batch};
+    engine_config cfg = { .device = ENGINE_DEVICE_CPU, .max_batch = max_batch };
     char err[512] = "";
     engine *e = engine_create(w, &cfg, err, sizeof err);
     if (!e && b == 0 && strstr(err, "lacks AVX-512F")) {
@@ -82,8 +82,7 @@ static void expect_logits(const float *got, const float *want, int n, int classe
         testutil_topk(g, classes, top, tg);
         testutil_topk(r, classes, top, tr);
         for (int k = 0; k < top; k++)
-            ck_assert_msg(tg[k] == tr[k], "%s image %d: top-5 differ at rank %d (%d vs %d)", what, i,
-                          k, tg[k], tr[k]);
+            ck_assert_msg(tg[k] == tr[k], "%s image %d: top-5 differ at rank %d (%d vs %d)", what, i, k, tg[k], tr[k]);
         if (rel > worst)
             worst = rel;
     }
@@ -106,7 +105,7 @@ static void check_random(int b, const char *weights_file, const char *logits_fil
     ck_assert_uint_eq(ref.shape[0], (size_t)n);
     ck_assert_uint_eq(ref.shape[1], (size_t)w.classes);
     engine *e = make_engine(b, &w, n);
-    weights_free(&w);   /* the engine keeps its own copy */
+    weights_free(&w); /* the engine keeps its own copy */
     if (e) {
         ck_assert_uint_eq((size_t)e->classes, ref.shape[1]);
         char what[128];
@@ -187,8 +186,8 @@ static void check_jpeg_crops(int b, const char *weights_file, const char *logits
             char what[64];
             snprintf(what, sizeof what, "%s %s jpeg crops %d..%d", backends[b], weights_file, count,
                      count + pending - 1);
-            expect_logits(e->logits[0], (const float *)ref.data + (size_t)count * (size_t)e->classes,
-                          pending, e->classes, REL_L2_MAX, what);
+            expect_logits(e->logits[0], (const float *)ref.data + (size_t)count * (size_t)e->classes, pending,
+                          e->classes, REL_L2_MAX, what);
             count += pending;
             pending = 0;
         }
@@ -258,8 +257,7 @@ START_TEST(fp32_input_tensors_match_torchvision_logits)
         char what[64];
         snprintf(what, sizeof what, "%s fp32 input row %d", backends[_i], rows[i]);
         expect_logits(e->logits[0] + (size_t)i * (size_t)e->classes,
-                      (const float *)ref.data + (size_t)rows[i] * (size_t)e->classes, 1, e->classes, REL_L2_MAX,
-                      what);
+                      (const float *)ref.data + (size_t)rows[i] * (size_t)e->classes, 1, e->classes, REL_L2_MAX, what);
         e->input_f32[0][i] = NULL;
         npy_free(&t[i]);
     }
@@ -303,8 +301,8 @@ START_TEST(fp32_input_of_normalised_pixels_equals_uint8_path)
     run(e, 1, mixed, n);
     for (int i = 0; i < n; i++)
         ck_assert_msg(memcmp(e->logits[1] + (size_t)i * (size_t)e->classes, want + (size_t)i * (size_t)e->classes,
-                             (size_t)e->classes * sizeof(float)) == 0, "%s image %d (%s) differs", backends[_i], i,
-                      i % 2 == 0 ? "fp32" : "uint8");
+                             (size_t)e->classes * sizeof(float)) == 0,
+                      "%s image %d (%s) differs", backends[_i], i, i % 2 == 0 ? "fp32" : "uint8");
     free(want);
     free(chw);
     free(mixed);
@@ -318,14 +316,14 @@ START_TEST(batch_outside_1_to_max_is_rejected)
     resnet18_weights w;
     char err[512];
     ck_assert_int_eq(weights_synthetic(7, &w, err, sizeof err), 0);
-    engine_config too_small = {.device = ENGINE_DEVICE_CPU, .max_batch = 0};
+    engine_config too_small = { .device = ENGINE_DEVICE_CPU, .max_batch = 0 };
     ck_assert_ptr_null(engine_create(&w, &too_small, err, sizeof err));
     engine *e = make_engine(_i, &w, 3);
     weights_free(&w);
     if (!e)
         return;
     memset(e->input[0], 0x80, 3 * (size_t)RESNET18_INPUT_BYTES);
-    int bad[] = {0, -1, 4, 1000};
+    int bad[] = { 0, -1, 4, 1000 };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         err[0] = '\0';
         ck_assert_int_eq(engine_submit(e, 0, bad[k], err, sizeof err), -1);
@@ -333,7 +331,7 @@ START_TEST(batch_outside_1_to_max_is_rejected)
     }
     ck_assert_int_eq(engine_submit(e, 1, 3, err, sizeof err), 0);
     ck_assert_int_eq(engine_wait(e, 1, err, sizeof err), 0);
-    ck_assert_int_eq(engine_submit(e, 2, 1, err, sizeof err), -1);   /* no slot 2 */
+    ck_assert_int_eq(engine_submit(e, 2, 1, err, sizeof err), -1); /* no slot 2 */
     engine_destroy(e);
 }
 END_TEST
@@ -361,7 +359,7 @@ START_TEST(any_batch_size_gives_per_image_logits)
         run(e, 0, (const uint8_t *)img.data + (size_t)i * RESNET18_INPUT_BYTES, 1);
         memcpy(alone + (size_t)i * C, e->logits[0], C * sizeof(float));
     }
-    const int sizes[] = {1, 2, 3, max};
+    const int sizes[] = { 1, 2, 3, max };
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         int n = sizes[s];
         /* Start at the last images, so each size sees different ones. */
@@ -396,8 +394,7 @@ START_TEST(same_image_same_bits_at_any_position_and_batch_size)
         int sizes[8];
         int n = invariance_all_sizes(max, sizes);
         /* Probes: a noise image and a photo-like one; three more fill. */
-        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n,
-                         backends[_i], 1);
+        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n, backends[_i], 1);
         engine_destroy(e);
     }
     npy_free(&img);
@@ -419,7 +416,7 @@ START_TEST(thread_count_does_not_change_logits)
     float *first = malloc((size_t)n * (size_t)w.classes * sizeof(float));
     ck_assert_ptr_nonnull(first);
     for (int threads = 1; threads <= 3; threads++) {
-        engine_config cfg = {.device = ENGINE_DEVICE_CPU, .max_batch = n, .threads = threads};
+        engine_config cfg = { .device = ENGINE_DEVICE_CPU, .max_batch = n, .threads = threads };
         char err[512] = "";
         engine *e = engine_create(&w, &cfg, err, sizeof err);
         if (!e && _i == 0 && strstr(err, "lacks AVX-512F"))

@@ -35,13 +35,13 @@
 #define NKERNELS 4
 
 /* The GEMM tiles (RESNETD_CPU_INT8_GEMM): all must give the same integers. */
-static const char *const kernels[NKERNELS] = {"amx", "vnni", "avx2", "generic"};
+static const char *const kernels[NKERNELS] = { "amx", "vnni", "avx2", "generic" };
 
 static void load_weights(resnet18_weights *w)
 {
     char err[512];
-    ck_assert_msg(weights_load(testutil_ref_path("weights.safetensors"), w, err, sizeof err) == 0,
-                  "weights_load: %s", err);
+    ck_assert_msg(weights_load(testutil_ref_path("weights.safetensors"), w, err, sizeof err) == 0, "weights_load: %s",
+                  err);
 }
 
 static void load_table(calib_table *t)
@@ -61,8 +61,9 @@ static void load_npy(const char *name, const char *dtype, npy_array *a)
 static engine *make_kernel_engine(int k, const resnet18_weights *w, const calib_table *t, int max_batch)
 {
     ck_assert_int_eq(setenv("RESNETD_CPU_INT8_GEMM", kernels[k], 1), 0);
-    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
-                         .max_batch = max_batch, .calib = t};
+    engine_config cfg = {
+        .device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8, .max_batch = max_batch, .calib = t
+    };
     char err[512] = "";
     engine *e = engine_create(w, &cfg, err, sizeof err);
     if (!e && k < NKERNELS - 1 && strstr(err, "but this CPU lacks")) {
@@ -76,8 +77,11 @@ static engine *make_kernel_engine(int k, const resnet18_weights *w, const calib_
 static engine *make_engine(const resnet18_weights *w, const calib_table *t, int max_batch, int threads)
 {
     ck_assert_int_eq(unsetenv("RESNETD_CPU_INT8_GEMM"), 0);
-    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8,
-                         .max_batch = max_batch, .threads = threads, .calib = t};
+    engine_config cfg = { .device = ENGINE_DEVICE_CPU,
+                          .precision = ENGINE_PRECISION_INT8,
+                          .max_batch = max_batch,
+                          .threads = threads,
+                          .calib = t };
     char err[512] = "";
     engine *e = engine_create(w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "engine_create(int8): %s", err);
@@ -221,7 +225,7 @@ START_TEST(every_int8_tile_gives_the_same_bits)
         bad[i] = i % 5 == 0 ? NAN : i % 5 == 1 ? INFINITY : i % 5 == 2 ? -INFINITY : (float)(i % 7) - 3.0f;
     float *want_last = malloc(last_n * sizeof(float)), *want_logits = malloc((size_t)n * C * sizeof(float));
     ck_assert(want_last && want_logits);
-    static const char *const tables[] = {"reference", "coarse", "subnormal"};
+    static const char *const tables[] = { "reference", "coarse", "subnormal" };
     int ran = 0;
     for (int variant = 0; variant < 3; variant++) {
         for (int i = 0; i < CALIB_NTENSORS && variant > 0; i++)
@@ -279,8 +283,7 @@ START_TEST(same_image_same_bits_at_any_position_and_batch_size)
     if (e) {
         int sizes[8];
         int n = invariance_all_sizes(max, sizes);
-        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n,
-                         kernels[_i], 1);
+        invariance_check(e, (const uint8_t *)img.data + 3 * (size_t)RESNET18_INPUT_BYTES, 5, sizes, n, kernels[_i], 1);
         engine_destroy(e);
     }
     ck_assert_int_eq(unsetenv("RESNETD_CPU_INT8_GEMM"), 0);
@@ -328,7 +331,7 @@ START_TEST(int8_is_refused_without_a_table_or_with_another_weights_table)
     for (int i = 0; i < CALIB_NTENSORS; i++)
         t.scale[i] = 0.05f;
     snprintf(t.weights_sha256, sizeof t.weights_sha256, "%064d", 0);
-    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8, .max_batch = 1};
+    engine_config cfg = { .device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8, .max_batch = 1 };
     ck_assert_ptr_null(engine_create(&w, &cfg, err, sizeof err));
     ck_assert_msg(strstr(err, "calibration table") != NULL, "%s", err);
     cfg.calib = &t;
@@ -395,8 +398,9 @@ START_TEST(tables_round_trip_every_float_exactly)
 {
     calib_table t, back;
     memset(&t, 0, sizeof t);
-    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", "0123456789abcdef0123456789abcdef"
-                                                              "0123456789abcdef0123456789abcdef");
+    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s",
+             "0123456789abcdef0123456789abcdef"
+             "0123456789abcdef0123456789abcdef");
     t.method = CALIB_PERCENTILE;
     t.percentile = 99.99;
     t.images = 123;
@@ -422,15 +426,19 @@ END_TEST
 /* Each bad table is refused with a message that says what is wrong. */
 START_TEST(bad_tables_are_refused_with_a_reason)
 {
-    static const struct { const char *json, *want; } cases[] = {
-        {"not json", "not JSON"},
-        {"{\"format\": \"other\"}", "not a resnetd INT8 calibration table"},
-        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 2}", "unsupported \"version\""},
-        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"xyz\"}", "weights_sha256"},
-        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
-         "\"method\": \"entropy\", \"images\": 1, \"scales\": {\"input\": 0.1}}", "has no scale for tensor conv1"},
-        {"{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
-         "\"method\": \"minmax\", \"images\": 1, \"scales\": {}}", "\"method\""},
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        { "not json", "not JSON" },
+        { "{\"format\": \"other\"}", "not a resnetd INT8 calibration table" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2}", "unsupported \"version\"" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"xyz\"}", "weights_sha256" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+          "\"method\": \"entropy\", \"images\": 1, \"scales\": {\"input\": 0.1}}",
+          "has no scale for tensor conv1" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+          "\"method\": \"minmax\", \"images\": 1, \"scales\": {}}",
+          "\"method\"" },
     };
     char err[512], p[128];
     calib_table t;
@@ -438,8 +446,7 @@ START_TEST(bad_tables_are_refused_with_a_reason)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_text(p, cases[i].json);
         ck_assert_int_eq(calib_load(p, &t, err, sizeof err), -1);
-        ck_assert_msg(strstr(err, cases[i].want) && strstr(err, p), "case %zu: '%s' lacks '%s'", i, err,
-                      cases[i].want);
+        ck_assert_msg(strstr(err, cases[i].want) && strstr(err, p), "case %zu: '%s' lacks '%s'", i, err, cases[i].want);
     }
     /* A whole table with one scale zero, then with an extra tensor. */
     calib_table good;
@@ -478,7 +485,7 @@ START_TEST(histogram_statistics)
     memset(&h, 0, sizeof h);
     float x[1000];
     for (int i = 0; i < 1000; i++)
-        x[i] = (float)(i % 100) / 100.0f;   /* 0 .. 0.99, ten of each */
+        x[i] = (float)(i % 100) / 100.0f; /* 0 .. 0.99, ten of each */
     calib_hist_add(&h, x, 1000);
     ck_assert(h.range == 0.99f);
     float big = 3.0f;

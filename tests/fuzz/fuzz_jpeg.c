@@ -22,6 +22,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (s != PREP_OK && !err[0])
         abort();
     if (preprocess_ctx_bytes(ctx) > PREPROCESS_DEFAULT_RETAIN_BYTES)
-        abort();   /* buffers over the retained size are freed after every image */
+        abort(); /* buffers over the retained size are freed after every image */
     return 0;
 }

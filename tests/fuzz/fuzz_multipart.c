@@ -15,7 +15,7 @@ static void check_parts(const uint8_t *body, size_t len, const char *boundary)
     char err[256] = "";
     int n = request_parse_multipart(body, len, boundary, "image", parts, 8, err, sizeof err);
     if (n < 0 && !err[0])
-        abort();   /* a refusal always says why */
+        abort(); /* a refusal always says why */
     for (int i = 0; i < n && i < 8; i++)
         if (parts[i].data < body || parts[i].data + parts[i].len > body + len)
             abort();

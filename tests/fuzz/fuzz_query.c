@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = request_unescape(s);
     if (n > before || n != strlen(s))
         abort();
-    static const int maxes[] = { 1, 10, 1000, 100000 };   /* class counts of possible heads */
+    static const int maxes[] = { 1, 10, 1000, 100000 }; /* class counts of possible heads */
     for (size_t i = 0; i < sizeof maxes / sizeof maxes[0]; i++) {
         int k = -7;
         if (request_parse_top_k(s, maxes[i], &k) == 0 && (k < 1 || k > maxes[i]))

@@ -1,7 +1,7 @@
 /* libFuzzer target: the safetensors loader (header JSON, offsets, dtypes,
  * shapes, the tensor checks and BN folding) on arbitrary file contents,
  * through weights_load on a memfd, as resnetd reads a weights file. */
-#define _GNU_SOURCE  /* memfd_create */
+#define _GNU_SOURCE /* memfd_create */
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>

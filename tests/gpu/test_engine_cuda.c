@@ -43,21 +43,21 @@
 #include "tests/lib/invariance.h"
 #include "tests/lib/testutil.h"
 
-#define POOL 24   /* distinct random images; batches draw from them */
+#define POOL 24 /* distinct random images; batches draw from them */
 
 /* A model under test and the CPU engine's answers for the pool. */
 typedef struct model_ref {
     const char *file;
-    int head;                /* use only the first `head` classes; 0: all */
-    resnet18_weights w;      /* with head: the file's, classes cut to head */
-    float *logits;           /* [POOL][w.classes], CPU engine FP32 */
+    int head; /* use only the first `head` classes; 0: all */
+    resnet18_weights w; /* with head: the file's, classes cut to head */
+    float *logits; /* [POOL][w.classes], CPU engine FP32 */
 } model_ref;
 
-static model_ref imagenet = {.file = "weights.safetensors"};
-static model_ref ft10 = {.file = "ft10/weights.safetensors"};
-static model_ref head3 = {.file = "ft10/weights.safetensors", .head = 3};
-static uint8_t *pool;        /* [POOL][224*224*3] */
-static float *pool_f32;      /* [POOL][3][224][224]: the pool normalised, as FP32 inputs */
+static model_ref imagenet = { .file = "weights.safetensors" };
+static model_ref ft10 = { .file = "ft10/weights.safetensors" };
+static model_ref head3 = { .file = "ft10/weights.safetensors", .head = 3 };
+static uint8_t *pool; /* [POOL][224*224*3] */
+static float *pool_f32; /* [POOL][3][224][224]: the pool normalised, as FP32 inputs */
 static int quick;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -93,7 +93,7 @@ static void setup_once(model_ref *m)
     }
     m->logits = malloc((size_t)POOL * (size_t)m->w.classes * sizeof(float));
     ck_assert(m->logits);
-    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL};
+    engine_config cfg = { .device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL };
     engine *cpu = engine_create(&m->w, &cfg, err, sizeof err);
     ck_assert_msg(cpu != NULL, "%s", err);
     ck_assert_int_eq(cpu->classes, m->w.classes);
@@ -190,14 +190,15 @@ static void check_programmatic(engine *e, int max)
 
 static void run_model(model_ref *m, engine_precision p, int small_batches)
 {
-    static const int full[] = {1, 2, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
+    static const int full[] = { 1, 2, 3, 17, 64, 255, 300 }, small[] = { 1, 3, 17 };
     small_batches |= quick;
     const int *batches = small_batches ? small : full;
     int nb = small_batches ? 3 : 7, max = small_batches ? 17 : 300, fp16 = p == ENGINE_PRECISION_FP16;
     char err[256];
     setup_once(m);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2,
-                         .tuning = tuning};
+    engine_config cfg = {
+        .device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = max, .nslots = 2, .tuning = tuning
+    };
     engine *e = engine_create(&m->w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     check_programmatic(e, max);
@@ -286,10 +287,10 @@ static void observe_max(void *ctx, int tensor, const float *data, int n, int h, 
 static void make_table(const resnet18_weights *w, calib_table *t)
 {
     char err[256];
-    float most[CALIB_NTENSORS] = {0};
+    float most[CALIB_NTENSORS] = { 0 };
     float *logits = malloc((size_t)POOL * (size_t)w->classes * sizeof(float));
     ck_assert_ptr_nonnull(logits);
-    engine_config cfg = {.device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL};
+    engine_config cfg = { .device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_FP32, .max_batch = POOL };
     engine *cpu = engine_create(w, &cfg, err, sizeof err);
     ck_assert_msg(cpu != NULL, "%s", err);
     ck_assert_msg(engine_cpu_observe(cpu, observe_max, most, err, sizeof err) == 0, "%s", err);
@@ -320,7 +321,7 @@ static int wgmma_usable(void)
  * infinities and huge values), both slots. */
 static void run_int8(int small_batches)
 {
-    static const int full[] = {1, 3, 17, 64, 255, 300}, small[] = {1, 3, 17};
+    static const int full[] = { 1, 3, 17, 64, 255, 300 }, small[] = { 1, 3, 17 };
     small_batches |= quick;
     const int *batches = small_batches ? small : full;
     int nb = small_batches ? 3 : 6, max = small_batches ? 17 : 300;
@@ -328,8 +329,12 @@ static void run_int8(int small_batches)
     setup_once(&imagenet);
     calib_table t;
     make_table(&imagenet.w, &t);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_INT8, .max_batch = max,
-                         .nslots = 2, .calib = &t, .tuning = tuning};
+    engine_config cfg = { .device = ENGINE_DEVICE_CUDA,
+                          .precision = ENGINE_PRECISION_INT8,
+                          .max_batch = max,
+                          .nslots = 2,
+                          .calib = &t,
+                          .tuning = tuning };
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     check_programmatic(e, max);
@@ -402,15 +407,15 @@ static void run_int8(int small_batches)
         double worst = 0;
         for (int i = 0; i < n; i++) {
             const float *got = e->logits[s] + i * C, *ref = cpu->logits[0] + i * C;
-            if (i == 1)  /* the odd image: its logits are finite, and equal as the last conv showed */
+            if (i == 1) /* the odd image: its logits are finite, and equal as the last conv showed */
                 ck_assert(isfinite(got[0]) && isfinite(ref[0]));
             double rel = testutil_rel_l2(got, ref, C);
             worst = rel > worst ? rel : worst;
             int a, c;
             testutil_topk(got, (int)C, 1, &a);
             testutil_topk(ref, (int)C, 1, &c);
-            ck_assert_msg(rel <= 1e-5 && a == c, "int8 n=%d image %d: rel L2 %.3g, top-1 %d vs CPU %d", n, i, rel,
-                          a, c);
+            ck_assert_msg(rel <= 1e-5 && a == c, "int8 n=%d image %d: rel L2 %.3g, top-1 %d vs CPU %d", n, i, rel, a,
+                          c);
         }
         fprintf(stderr, "  int8 n=%3d slot %d: %s, features bit-exact, logits worst rel L2 %.3g\n", n, s,
                 kept == 0 ? "last conv bit-exact" : "pool inside the last conv", worst);
@@ -455,18 +460,22 @@ END_TEST
  * FP16 and FP32 without the option only say whether it held. */
 static void run_invariance(engine_precision p, int deterministic, int must_hold)
 {
-    static const int sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129,
-                                200, 255, 256};
-    static const int small[] = {1, 2, 3, 5, 8, 13, 16, 17};
+    static const int sizes[] = { 1,  2,  3,  4,  5,  7,   8,   9,   15,  16,  17,  31,
+                                 32, 33, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256 };
+    static const int small[] = { 1, 2, 3, 5, 8, 13, 16, 17 };
     const int nsizes = quick ? (int)(sizeof small / sizeof small[0]) : (int)(sizeof sizes / sizeof sizes[0]);
     char err[256], what[96];
     setup_once(&imagenet);
     calib_table t;
     if (p == ENGINE_PRECISION_INT8)
         make_table(&imagenet.w, &t);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = p, .max_batch = quick ? 17 : 256,
-                         .nslots = 2, .deterministic = deterministic,
-                         .calib = p == ENGINE_PRECISION_INT8 ? &t : NULL, .tuning = tuning};
+    engine_config cfg = { .device = ENGINE_DEVICE_CUDA,
+                          .precision = p,
+                          .max_batch = quick ? 17 : 256,
+                          .nslots = 2,
+                          .deterministic = deterministic,
+                          .calib = p == ENGINE_PRECISION_INT8 ? &t : NULL,
+                          .tuning = tuning };
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     snprintf(what, sizeof what, "cuda %s%s%s", engine_precision_name(p), deterministic ? " deterministic" : "",
@@ -493,7 +502,7 @@ START_TEST(default_precision_is_fp16_and_layer_times_cover_every_op)
 {
     char err[256];
     setup_once(&imagenet);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .max_batch = 8, .tuning = tuning};
+    engine_config cfg = { .device = ENGINE_DEVICE_CUDA, .max_batch = 8, .tuning = tuning };
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(e->precision, ENGINE_PRECISION_FP16);
@@ -513,8 +522,9 @@ START_TEST(rejects_bad_slot_and_batch)
 {
     char err[256];
     setup_once(&imagenet);
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = 4,
-                         .tuning = tuning};
+    engine_config cfg = {
+        .device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = 4, .tuning = tuning
+    };
     engine *e = engine_create(&imagenet.w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     ck_assert_int_eq(engine_submit(e, 2, 1, err, sizeof err), -1);
@@ -541,7 +551,7 @@ int main(void)
             return 1;
         }
     }
-    setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
+    setenv("CK_FORK", "no", 1); /* a CUDA context does not survive fork() */
     /* One case per precision, so that each can run alone (CK_RUN_CASE=fp16)
      * under compute-sanitizer, whose racecheck is slow. */
     Suite *s = suite_create("engine_cuda");

@@ -125,7 +125,7 @@ static jpeg_file encode(const uint8_t *rgb, int w, int h, int subsamp, int quali
 /* The layouts of the generated sets (luma sampling hs x vs; 0 x 0: grey):
  * the first NLAYOUTS_HW the hardware decodes; it refuses 4:1:1 and 4:1:0
  * (nvjpegDecodeBatchedSupported, and a batched decode of them fails). */
-static const int layouts[][2] = {{2, 2}, {2, 1}, {1, 1}, {0, 0}, {1, 2}, {4, 1}, {4, 2}};
+static const int layouts[][2] = { { 2, 2 }, { 2, 1 }, { 1, 1 }, { 0, 0 }, { 1, 2 }, { 4, 1 }, { 4, 2 } };
 #define NLAYOUTS_HW 5
 
 /* A generated set in every layout (hw: only those the hardware takes),
@@ -154,8 +154,9 @@ static int make_corpus(jpeg_file *out, int n, int hw)
 static engine *cuda_engine(const resnet18_weights *w)
 {
     char err[512];
-    engine_config cfg = {.device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = MAX_BATCH,
-                         .nslots = 2};
+    engine_config cfg = {
+        .device = ENGINE_DEVICE_CUDA, .precision = ENGINE_PRECISION_FP16, .max_batch = MAX_BATCH, .nslots = 2
+    };
     engine *e = engine_create(w, &cfg, err, sizeof err);
     ck_assert_msg(e != NULL, "%s", err);
     return e;
@@ -182,7 +183,8 @@ static void check_resize(const uint8_t *rgb, int w, int h, const char *what)
     free(scratch);
     preprocess_geom g;
     preprocess_geometry(w, h, &g);
-    ck_assert_msg(gpu_test_resize_crop(rgb, w, h, 1, 1, g.rw, g.rh, g.left, g.top, gpu, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gpu_test_resize_crop(rgb, w, h, 1, 1, g.rw, g.rh, g.left, g.top, gpu, err, sizeof err) == 0, "%s",
+                  err);
     int diffs = 0, first = -1;
     for (int i = 0; i < CROP_BYTES; i++)
         if (cpu[i] != gpu[i] && diffs++ == 0)
@@ -209,8 +211,9 @@ START_TEST(resize_bit_exact)
         free(ref[i].data);
     }
     tjDestroy(tj);
-    static const int sizes[][2] = {{1, 1}, {3, 700}, {700, 3}, {223, 225}, {256, 256}, {257, 1000},
-                                   {2000, 1500}, {8192, 300}, {300, 8000}, {5000, 4000}, {8192, 8192}};
+    static const int sizes[][2] = { { 1, 1 },      { 3, 700 },     { 700, 3 },     { 223, 225 },
+                                    { 256, 256 },  { 257, 1000 },  { 2000, 1500 }, { 8192, 300 },
+                                    { 300, 8000 }, { 5000, 4000 }, { 8192, 8192 } };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int w = sizes[i][0], h = sizes[i][1];
         if (quick && (size_t)w * h > 4000000)
@@ -290,8 +293,8 @@ START_TEST(rebuild_restores_fancy_upsampling)
         free(ref[i].data);
     }
     tjDestroy(tj);
-    printf("rebuild: %d reference JPEGs with replicated chroma, %.4f%% of crop values exact, max |diff| %d\n",
-           tested, 100.0 * exact / total, worst);
+    printf("rebuild: %d reference JPEGs with replicated chroma, %.4f%% of crop values exact, max |diff| %d\n", tested,
+           100.0 * exact / total, worst);
     ck_assert_int_ge(tested, 15);
 }
 END_TEST
@@ -326,7 +329,8 @@ static void compare_paths(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file
             ws[i] = info.w;
             hs[i] = info.h;
             ck_assert_msg(preprocess_jpeg(ctx, f->data, f->len, cpu_crops + (size_t)i * CROP_BYTES, why, sizeof why) ==
-                              PREP_OK, "%s: %s", f->name, why);
+                              PREP_OK,
+                          "%s: %s", f->name, why);
             ptrs[i] = f->data;
             lens[i] = f->len;
         }
@@ -366,8 +370,7 @@ static void compare_paths(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file
                 fd->max_diff = img_max;
             if (tg != tc || img_sum / CROP_BYTES > 0.5)
                 printf("  %-28s crop max |diff| %d mean %.3f, logits rel L2 %.2e, top-1 %s (gpu %d, cpu %d)\n",
-                       files[b0 + i].name, img_max, img_sum / CROP_BYTES, rel, tg == tc ? "agrees" : "DIFFERS", tg,
-                       tc);
+                       files[b0 + i].name, img_max, img_sum / CROP_BYTES, rel, tg == tc ? "agrees" : "DIFFERS", tg, tc);
             fd->images++;
         }
     }
@@ -378,9 +381,8 @@ static void report(const char *set, const fidelity *fd)
 {
     printf("fidelity %-10s: %3d images, crop max |diff| %d, mean |diff| %.3f levels, logits rel L2 mean %.2e "
            "worst %.2e, top-1 agreement %d/%d (%.1f%%)\n",
-           set, fd->images, fd->max_diff, fd->sum_diff / ((double)fd->images * CROP_BYTES),
-           fd->sum_rel_l2 / fd->images, fd->worst_rel_l2, fd->top1_agree, fd->images,
-           100.0 * fd->top1_agree / fd->images);
+           set, fd->images, fd->max_diff, fd->sum_diff / ((double)fd->images * CROP_BYTES), fd->sum_rel_l2 / fd->images,
+           fd->worst_rel_l2, fd->top1_agree, fd->images, 100.0 * fd->top1_agree / fd->images);
 }
 
 /* The files the decoder takes, after the CPU's header check; prints each
@@ -442,7 +444,7 @@ static int load_groups(jpeg_file *files, int n, char (*group)[48])
         char name[160], cls[16], layout[16];
         int w, h, restart;
         if (sscanf(line, "%159s %15s %d %d %15s %d", name, cls, &w, &h, layout, &restart) != 6)
-            continue;   /* the header */
+            continue; /* the header */
         for (int i = 0; i < n; i++)
             if (strcmp(files[i].name, name) == 0)
                 snprintf(group[i], sizeof group[i], "%s %s%s", cls, layout, restart ? "+DRI" : "");
@@ -469,7 +471,7 @@ static void report_groups(engine *e, devjpeg *dj, preprocess_ctx *ctx, jpeg_file
                 sub[m++] = ok[k];
                 done[k] = 1;
             }
-        fidelity f = {0};
+        fidelity f = { 0 };
         compare_paths(e, dj, ctx, sub, m, &f);
         char label[96];
         snprintf(label, sizeof label, "%s %.47s", mode, group[i]);
@@ -499,9 +501,9 @@ static void fidelity_run(int exact)
         const char *name;
         jpeg_file *files;
         int n;
-    } sets[3] = {{"reference", ref, load_reference(ref, 64)},
-                 {"generated", gen, make_corpus(gen, quick ? 16 : NGEN, 0)},
-                 {"directory", dir, load_dir(dir, NDIR)}};
+    } sets[3] = { { "reference", ref, load_reference(ref, 64) },
+                  { "generated", gen, make_corpus(gen, quick ? 16 : NGEN, 0) },
+                  { "directory", dir, load_dir(dir, NDIR) } };
     for (int k = 0; k < 3; k++) {
         if (sets[k].n == 0)
             continue;
@@ -513,7 +515,7 @@ static void fidelity_run(int exact)
             hw += i % (int)(sizeof layouts / sizeof layouts[0]) < NLAYOUTS_HW;
         ck_assert_msg(nok >= (k == 1 ? hw : sets[k].n / 2), "%s: the hardware took only %d of %d", sets[k].name, nok,
                       sets[k].n);
-        fidelity f = {0};
+        fidelity f = { 0 };
         compare_paths(e, dj, ctx, ok, nok, &f);
         char label[64];
         snprintf(label, sizeof label, "%s %s", mode, sets[k].name);
@@ -594,12 +596,12 @@ START_TEST(routing)
     memcpy(bad, good.data, good.len);
     for (size_t k = good.len / 3; k < good.len / 3 + 64; k++)
         bad[k] = (uint8_t)rng_u32();
-    const uint8_t *ptrs[3] = {good.data, bad, good.data};
-    size_t lens[3] = {good.len, good.len, good.len};
-    int ws[3] = {640, 640, 640}, hs[3] = {480, 480, 480};
+    const uint8_t *ptrs[3] = { good.data, bad, good.data };
+    size_t lens[3] = { good.len, good.len, good.len };
+    int ws[3] = { 640, 640, 640 }, hs[3] = { 480, 480, 480 };
     int calls = 0, nfb = 0;
-    ck_assert_msg(devjpeg_stage(dj, 1, 0, ptrs, lens, ws, hs, 3, no_fallback, &calls, &nfb, err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(devjpeg_stage(dj, 1, 0, ptrs, lens, ws, hs, 3, no_fallback, &calls, &nfb, err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_int_eq(calls, nfb);
     ck_assert_msg(nfb <= 1, "the device failed on %d images, only one is corrupt", nfb);
     ck_assert_msg(engine_submit(e, 1, 3, err, sizeof err) == 0 && engine_wait(e, 1, err, sizeof err) == 0, "%s", err);
@@ -650,16 +652,18 @@ START_TEST(mixed_and_chunked)
         pixels += (size_t)ws[i] * hs[i] * 3;
     }
     ck_assert_msg(pixels > 2 * (16u << 20), "the batch must need several 16 MB chunks (%zu bytes)", pixels);
-    devjpeg *dj[2] = {big, small};
-    uint8_t *out[2] = {one, chunked};
+    devjpeg *dj[2] = { big, small };
+    uint8_t *out[2] = { one, chunked };
     for (int r = 0; r < 2; r++) {
         int calls = 0, nfb = 0;
         memcpy(e->input[0], host, sizeof host);
-        ck_assert_msg(devjpeg_stage(dj[r], 0, NHOST, ptrs, lens, ws, hs, NCOMP, no_fallback, &calls, &nfb, err,
-                                    sizeof err) == 0, "%s", err);
+        ck_assert_msg(
+            devjpeg_stage(dj[r], 0, NHOST, ptrs, lens, ws, hs, NCOMP, no_fallback, &calls, &nfb, err, sizeof err) == 0,
+            "%s", err);
         ck_assert_int_eq(nfb, 0);
         ck_assert_msg(engine_submit(e, 0, NHOST + NCOMP, err, sizeof err) == 0 &&
-                          engine_wait(e, 0, err, sizeof err) == 0, "%s", err);
+                          engine_wait(e, 0, err, sizeof err) == 0,
+                      "%s", err);
         ck_assert_msg(gpu_test_engine_device_input(e, 0, NHOST + NCOMP, out[r], err, sizeof err) == 0, "%s", err);
         ck_assert_msg(memcmp(out[r], host, sizeof host) == 0, "the CPU crops were not uploaded in front");
         ck_assert_msg(devjpeg_stage_ms(dj[r], 0) > 0, "no stage time");
@@ -689,7 +693,7 @@ int main(void)
     testutil_require_reference();
     const char *q = getenv("RESNETD_GPU_TEST_QUICK");
     quick = q && strcmp(q, "1") == 0;
-    setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
+    setenv("CK_FORK", "no", 1); /* a CUDA context does not survive fork() */
     /* One case per concern, so that each can run alone (CK_RUN_CASE=resize). */
     Suite *s = suite_create("gpu_decode");
     TCase *resize = tcase_create("resize"), *fid = tcase_create("fidelity"), *path = tcase_create("path");

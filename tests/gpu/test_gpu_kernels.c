@@ -41,8 +41,8 @@ static float *rand_array(size_t n, float a)
 
 /* ---- convolution -------------------------------------------------------- */
 
-static void conv_ref(const gpu_test_conv_shape *s, const float *in, const float *w, const float *bias,
-                     const float *res, int relu, double *out)
+static void conv_ref(const gpu_test_conv_shape *s, const float *in, const float *w, const float *bias, const float *res,
+                     int relu, double *out)
 {
     for (int n = 0; n < s->n; n++)
         for (int oy = 0; oy < s->oh; oy++)
@@ -88,24 +88,24 @@ static double rel_l2_d(const float *a, const double *b, size_t n)
  * 1x1 (the downsample), and the padded-stem layout (c = 4, kw = 8). */
 static const gpu_test_conv_shape conv_shapes[] = {
     /* n  h   w   c   k  kh kw s ph pw oh ow */
-    {2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0},
-    {3, 11, 11, 8, 40, 3, 3, 2, 1, 1, 0, 0},
-    {2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0},
-    {2, 20, 20, 4, 16, 7, 8, 2, 3, 4, 0, 10},
-    {2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0},
-    {1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0},
-    {5, 6, 6, 24, 8, 3, 3, 1, 1, 1, 0, 0},
+    { 2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0 },
+    { 3, 11, 11, 8, 40, 3, 3, 2, 1, 1, 0, 0 },
+    { 2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0 },
+    { 2, 20, 20, 4, 16, 7, 8, 2, 3, 4, 0, 10 },
+    { 2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0 },
+    { 1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0 },
+    { 5, 6, 6, 24, 8, 3, 3, 1, 1, 1, 0, 0 },
     /* layer1's 64 -> 64 3x3 convs (the patch kernel's shapes): the last
      * tile of each image ragged, ResNet18's width 56, and a grid (w + 2)
      * narrower than the kernel's 16-row loader and epilogue steps */
-    {3, 13, 17, 64, 64, 3, 3, 1, 1, 1, 0, 0},
-    {2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0},
-    {2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0},
+    { 3, 13, 17, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
+    { 2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
+    { 2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
     /* two 64-channel output slices, each its own CTAs */
-    {2, 7, 9, 64, 128, 3, 3, 1, 1, 1, 0, 0},
+    { 2, 7, 9, 64, 128, 3, 3, 1, 1, 1, 0, 0 },
     /* 12 patch-kernel tiles on 2 capped CTAs: each CTA's loop passes both
      * buffers three times */
-    {4, 12, 20, 64, 64, 3, 3, 1, 1, 1, 0, 0},
+    { 4, 12, 20, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
 };
 #define NSHAPES ((int)(sizeof conv_shapes / sizeof conv_shapes[0]))
 
@@ -172,11 +172,11 @@ static void check_all_conv(int fp16)
                 continue;
             ran += check_conv(fp16, t, 1, sh, sh % 2, 1);
             ran += check_conv(fp16, t, 1, sh, !(sh % 2), sh != 3);
-            ran += check_conv(fp16, t, 3, sh, 1, 1);  /* split-K, with a ragged last split where K allows */
+            ran += check_conv(fp16, t, 3, sh, 1, 1); /* split-K, with a ragged last split where K allows */
         }
         ck_assert_msg(ran > 0, "tile %s ran no shape", gpu_test_conv_tile_name(fp16, t));
-        printf("conv %s tile %s: %d runs within tolerance\n", fp16 ? "fp16" : "fp32",
-               gpu_test_conv_tile_name(fp16, t), ran);
+        printf("conv %s tile %s: %d runs within tolerance\n", fp16 ? "fp16" : "fp32", gpu_test_conv_tile_name(fp16, t),
+               ran);
         checked++;
     }
     ck_assert_msg(checked > 0 || only_tiles, "no tile checked");
@@ -211,7 +211,7 @@ static void check_families(int kind)
         size_t nout = (size_t)s.n * oh * ow * s.k;
         float *in = rand_array(nin, 1.0f), *w = rand_array(nw, 0.5f), *bias = rand_array(s.k, 0.5f);
         float *res = rand_array(nout, 1.0f), *out = malloc(nout * sizeof *out);
-        float *first[MAXF] = {NULL};
+        float *first[MAXF] = { NULL };
         int first_tile[MAXF];
         ck_assert_ptr_nonnull(out);
         for (int t = 0; t < gpu_test_conv_tiles(kind); t++) {
@@ -282,10 +282,10 @@ typedef struct shortcut_shape {
 /* ResNet's pattern (h2 = 2h, c2 = c/2) with ragged M, N and K; c2 under one
  * k tile; c2 = c; layer3.0's channels. */
 static const shortcut_shape shortcut_shapes[] = {
-    {{2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0}, 32, 14, 14, 2},
-    {{3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0}, 8, 10, 12, 2},
-    {{2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0}, 32, 11, 11, 2},
-    {{1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 0, 0}, 128, 28, 28, 2},
+    { { 2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0 }, 32, 14, 14, 2 },
+    { { 3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0 }, 8, 10, 12, 2 },
+    { { 2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0 }, 32, 11, 11, 2 },
+    { { 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 0, 0 }, 128, 28, 28, 2 },
 };
 #define NSHORTCUT ((int)(sizeof shortcut_shapes / sizeof shortcut_shapes[0]))
 
@@ -300,7 +300,9 @@ static int check_shortcut(int tile, int splits, int shape, int relu)
     size_t nout = (size_t)s.n * oh * ow * s.k;
     float *in = rand_array((size_t)s.n * s.h * s.w * s.c, 1.0f), *w = rand_array((size_t)s.k * s.kh * s.kw * s.c, 0.5f);
     float *bias = rand_array(s.k, 0.5f), *out = malloc(nout * sizeof *out);
-    gpu_test_shortcut sc = {c2, h2, w2, st2, rand_array((size_t)s.n * h2 * w2 * c2, 1.0f), rand_array((size_t)s.k * c2, 0.5f)};
+    gpu_test_shortcut sc = {
+        c2, h2, w2, st2, rand_array((size_t)s.n * h2 * w2 * c2, 1.0f), rand_array((size_t)s.k * c2, 0.5f)
+    };
     double *ref = malloc(nout * sizeof *ref);
     ck_assert(out && ref);
     int rc = gpu_test_conv_shortcut(1, tile, splits, &s, &sc, in, w, bias, relu, out, err, sizeof err);
@@ -362,30 +364,31 @@ END_TEST
 START_TEST(conv_shortcut_refused_outside_its_kinds_and_shapes)
 {
     char err[256] = "";
-    float in[2 * 6 * 6 * 32] = {0}, w[64 * 9 * 32] = {0}, bias[64] = {0}, in2[2 * 11 * 11 * 32] = {0}, w2[64 * 32] = {0};
+    float in[2 * 6 * 6 * 32] = { 0 }, w[64 * 9 * 32] = { 0 }, bias[64] = { 0 }, in2[2 * 11 * 11 * 32] = { 0 },
+                         w2[64 * 32] = { 0 };
     float out[2 * 6 * 6 * 64];
-    gpu_test_conv_shape s = {2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0};
-    gpu_test_shortcut sc = {32, 11, 11, 2, in2, w2};
+    gpu_test_conv_shape s = { 2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0 };
+    gpu_test_shortcut sc = { 32, 11, 11, 2, in2, w2 };
     ck_assert_int_eq(gpu_test_conv_shortcut(0, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);  /* FP32 */
-    sc.c = 8;  /* INT8: not a whole 16-byte chunk */
+    ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err); /* FP32 */
+    sc.c = 8; /* INT8: not a whole 16-byte chunk */
     err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(2, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
     sc.c = 32;
-    sc.h = 10;  /* output row 5 at stride 2 is past row 9 */
+    sc.h = 10; /* output row 5 at stride 2 is past row 9 */
     err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
     sc.h = 11;
-    sc.c = 40;  /* more channels than the conv's own */
+    sc.c = 40; /* more channels than the conv's own */
     err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(1, 0, 1, &s, &sc, in, w, bias, 1, out, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "shortcut") != NULL, "%s", err);
     /* INT8: up to 256 channels, whose sums stay below 2^22 (the kernels
      * convert them to float through their bits). */
-    gpu_test_conv_shape wide = {1, 2, 2, 288, 64, 1, 1, 1, 0, 0, 0, 0};
-    gpu_test_shortcut sc8 = {272, 4, 4, 2, in2, w2};
+    gpu_test_conv_shape wide = { 1, 2, 2, 288, 64, 1, 1, 1, 0, 0, 0, 0 };
+    gpu_test_shortcut sc8 = { 272, 4, 4, 2, in2, w2 };
     err[0] = 0;
     ck_assert_int_eq(gpu_test_conv_shortcut(2, 0, 1, &wide, &sc8, in, w, bias, 1, out, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "shortcut of 272") != NULL, "%s", err);
@@ -402,24 +405,24 @@ END_TEST
  * its odd output columns start 8-byte aligned chunks). */
 static const gpu_test_conv_shape s8_shapes[] = {
     /* n  h   w   c   k  kh kw s ph pw oh ow */
-    {2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0},
-    {3, 11, 11, 32, 40, 3, 3, 2, 1, 1, 0, 0},
-    {2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0},
-    {2, 20, 20, 4, 16, 7, 8, 2, 3, 4, 0, 10},
-    {2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0},
-    {1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0},
-    {5, 6, 6, 48, 8, 3, 3, 1, 1, 1, 0, 0},
-    {3, 13, 17, 64, 64, 3, 3, 1, 1, 1, 0, 0},
-    {2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0},
-    {2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0},
-    {2, 7, 9, 64, 128, 3, 3, 1, 1, 1, 0, 0},
+    { 2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0 },
+    { 3, 11, 11, 32, 40, 3, 3, 2, 1, 1, 0, 0 },
+    { 2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0 },
+    { 2, 20, 20, 4, 16, 7, 8, 2, 3, 4, 0, 10 },
+    { 2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0 },
+    { 1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0 },
+    { 5, 6, 6, 48, 8, 3, 3, 1, 1, 1, 0, 0 },
+    { 3, 13, 17, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
+    { 2, 6, 56, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
+    { 2, 5, 7, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
+    { 2, 7, 9, 64, 128, 3, 3, 1, 1, 1, 0, 0 },
     /* 12 patch-kernel tiles on 2 capped CTAs: each CTA's loop passes both
      * buffers three times */
-    {4, 12, 20, 64, 64, 3, 3, 1, 1, 1, 0, 0},
+    { 4, 12, 20, 64, 64, 3, 3, 1, 1, 1, 0, 0 },
     /* layer2's 128 -> 128 3x3 convs (the 128-channel patch kernel): width
      * 28, and a ragged last tile with three output slices */
-    {2, 6, 28, 128, 128, 3, 3, 1, 1, 1, 0, 0},
-    {3, 9, 11, 128, 192, 3, 3, 1, 1, 1, 0, 0},
+    { 2, 6, 28, 128, 128, 3, 3, 1, 1, 1, 0, 0 },
+    { 3, 9, 11, 128, 192, 3, 3, 1, 1, 1, 0, 0 },
 };
 #define NS8 ((int)(sizeof s8_shapes / sizeof s8_shapes[0]))
 
@@ -544,12 +547,12 @@ START_TEST(conv_int8_matches_model_int8_bit_for_bit_every_tile)
         for (int sh = 0; sh < NS8; sh++) {
             if (quick && (sh == 4 || sh == 5))
                 continue;
-            ran += check_conv_s8(t, 1, sh, sh % 2, sh != 2, 0);  /* shape 2, the downsample: no ReLU */
-            ran += check_conv_s8(t, 3, sh, 1, 1, 0);  /* split-K: int32 partials */
-            if (quick)  /* under racecheck: the two above are each tile's code paths */
+            ran += check_conv_s8(t, 1, sh, sh % 2, sh != 2, 0); /* shape 2, the downsample: no ReLU */
+            ran += check_conv_s8(t, 3, sh, 1, 1, 0); /* split-K: int32 partials */
+            if (quick) /* under racecheck: the two above are each tile's code paths */
                 continue;
             ran += check_conv_s8(t, 1, sh, !(sh % 2), sh != 3, sh == 5);
-            ran += check_conv_s8(t, 2, sh, 1, 0, 1);  /* split-K into an FP32 output */
+            ran += check_conv_s8(t, 2, sh, 1, 0, 1); /* split-K into an FP32 output */
         }
         ck_assert_msg(ran > 0, "tile %s ran no shape", gpu_test_conv_tile_name(2, t));
         printf("conv int8 tile %s: %d runs bit-exact\n", gpu_test_conv_tile_name(2, t), ran);
@@ -568,10 +571,10 @@ END_TEST
  * 64-channel group in a 128- or 256-wide tile. */
 static const gpu_test_conv_shape pool_shapes[] = {
     /* n  h  w   c    k  kh kw s ph pw oh ow */
-    {5, 7, 7, 64, 128, 3, 3, 1, 1, 1, 0, 0},
-    {6, 4, 4, 32, 192, 3, 3, 1, 1, 1, 0, 0},
-    {3, 8, 8, 16, 64, 1, 1, 1, 0, 0, 0, 0},
-    {4, 9, 9, 48, 320, 3, 3, 1, 1, 1, 0, 0},
+    { 5, 7, 7, 64, 128, 3, 3, 1, 1, 1, 0, 0 },
+    { 6, 4, 4, 32, 192, 3, 3, 1, 1, 1, 0, 0 },
+    { 3, 8, 8, 16, 64, 1, 1, 1, 0, 0, 0, 0 },
+    { 4, 9, 9, 48, 320, 3, 3, 1, 1, 1, 0, 0 },
 };
 #define NPOOL ((int)(sizeof pool_shapes / sizeof pool_shapes[0]))
 
@@ -626,7 +629,7 @@ START_TEST(conv_int8_with_the_pool_inside_matches_model_int8_every_wgmma_tile)
     for (int t = 0; t < gpu_test_conv_tiles(2); t++) {
         if (!tile_selected(2, t) || gpu_test_conv_tile_usable(2, t) != 1)
             continue;
-        const char *name = gpu_test_conv_tile_name(2, t);  /* the general wgmma tiles, not the patch kernels */
+        const char *name = gpu_test_conv_tile_name(2, t); /* the general wgmma tiles, not the patch kernels */
         wgmma += strncmp(name, "wgmma_s8_", 9) == 0 && strstr(name, "swap") == NULL;
         int ran = 0;
         for (int sh = 0; sh < NPOOL; sh++) {
@@ -651,16 +654,16 @@ END_TEST
  * and two of the wgmma tiles' k tiles, one, two and four of the 64-byte
  * mma.sync ones). */
 static const shortcut_shape s8_shortcut_shapes[] = {
-    {{2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0}, 32, 14, 14, 2},
-    {{3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0}, 16, 10, 12, 2},
-    {{2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0}, 32, 11, 11, 2},
-    {{1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 0, 0}, 128, 28, 28, 2},
-    {{1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 0, 0}, 256, 14, 14, 2},
-    {{1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 0, 0}, 64, 56, 56, 2},
+    { { 2, 7, 7, 64, 72, 3, 3, 1, 1, 1, 0, 0 }, 32, 14, 14, 2 },
+    { { 3, 5, 6, 16, 24, 3, 3, 1, 1, 1, 0, 0 }, 16, 10, 12, 2 },
+    { { 2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0 }, 32, 11, 11, 2 },
+    { { 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 0, 0 }, 128, 28, 28, 2 },
+    { { 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 0, 0 }, 256, 14, 14, 2 },
+    { { 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 0, 0 }, 64, 56, 56, 2 },
     /* Layer2.0.conv2's channels on a small image: the 128-channel patch
      * kernel runs it too (in the quick runs as well), two tiles an image,
      * so that each capped CTA takes two and uses both buffers. */
-    {{2, 15, 7, 128, 128, 3, 3, 1, 1, 1, 0, 0}, 64, 30, 14, 2},
+    { { 2, 15, 7, 128, 128, 3, 3, 1, 1, 1, 0, 0 }, 64, 30, 14, 2 },
 };
 #define NS8SHORTCUT ((int)(sizeof s8_shortcut_shapes / sizeof s8_shortcut_shapes[0]))
 
@@ -686,9 +689,9 @@ static int check_shortcut_s8(int tile, int shape, int relu, int out_f32)
     rand_s8_fill(in2, nin2);
     rand_s8_fill(w2s, nw2);
     const float res_scale = 0.02f, out_inv = 127.0f / 2.5f;
-    const gpu_test_shortcut_s8 sc = {c2, h2, w2, st2, in2, w2s, mult2, bias2, 127.0f / 2.5f};
-    int rc = gpu_test_conv_s8_shortcut(tile, 1, &s, &sc, in, w, bias, mult, res_scale, out_inv, out_f32, relu, out,
-                                       err, sizeof err);
+    const gpu_test_shortcut_s8 sc = { c2, h2, w2, st2, in2, w2s, mult2, bias2, 127.0f / 2.5f };
+    int rc = gpu_test_conv_s8_shortcut(tile, 1, &s, &sc, in, w, bias, mult, res_scale, out_inv, out_f32, relu, out, err,
+                                       sizeof err);
     ck_assert_msg(rc >= 0, "%s", err);
     size_t differ = 0, clamped = 0, rclamped = 0;
     for (int b = 0; rc == 0 && b < s.n; b++)
@@ -716,8 +719,8 @@ static int check_shortcut_s8(int tile, int shape, int relu, int out_f32)
     if (rc == 0) {
         ck_assert_msg(differ == 0, "%s shortcut shape %d relu %d f32 %d: %zu of %zu outputs differ",
                       gpu_test_conv_tile_name(2, tile), shape, relu, out_f32, differ, nout);
-        ck_assert_msg(clamped < nout / 4 && rclamped < nout / 4, "shape %d: %zu and %zu of %zu clamped", shape,
-                      clamped, rclamped, nout);
+        ck_assert_msg(clamped < nout / 4 && rclamped < nout / 4, "shape %d: %zu and %zu of %zu clamped", shape, clamped,
+                      rclamped, nout);
     }
     free(in);
     free(w);
@@ -764,11 +767,11 @@ END_TEST
 START_TEST(conv_int8_shortcut_refuses_split_k)
 {
     char err[256] = "";
-    int8_t in[2 * 6 * 6 * 32] = {0}, w[64 * 9 * 32] = {0}, in2[2 * 11 * 11 * 32] = {0}, w2[64 * 32] = {0};
-    float bias[64] = {0}, mult[64] = {0};
+    int8_t in[2 * 6 * 6 * 32] = { 0 }, w[64 * 9 * 32] = { 0 }, in2[2 * 11 * 11 * 32] = { 0 }, w2[64 * 32] = { 0 };
+    float bias[64] = { 0 }, mult[64] = { 0 };
     int8_t out[2 * 6 * 6 * 64];
-    gpu_test_conv_shape s = {2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0};
-    const gpu_test_shortcut_s8 sc = {32, 11, 11, 2, in2, w2, mult, bias, 1.0f};
+    gpu_test_conv_shape s = { 2, 6, 6, 32, 64, 3, 3, 1, 1, 1, 0, 0 };
+    const gpu_test_shortcut_s8 sc = { 32, 11, 11, 2, in2, w2, mult, bias, 1.0f };
     /* The shortcut's sums must be whole before they are requantised. */
     ck_assert_int_eq(gpu_test_conv_s8_shortcut(0, 3, &s, &sc, in, w, bias, mult, 1.f, 1.f, 0, 1, out, err, sizeof err),
                      -1);
@@ -821,7 +824,7 @@ static int32_t stem_sum_s8(const int8_t *in, const int8_t *w, int h, int b, int 
 static void stem_pool_case(int H)
 {
     enum { N = 3, W = 224, K = 64 };
-    const int which[N] = {-1, 0, -1};
+    const int which[N] = { -1, 0, -1 };
     const int ph = H / 4, pw = W / 4, sh = H / 2, sw = W / 2;
     const size_t nin = (size_t)N * H * W * 4, nw = (size_t)K * 7 * 8 * 4, nout = (size_t)N * ph * pw * K;
     char err[256];
@@ -864,7 +867,7 @@ static void stem_pool_case(int H)
             w8[i] = rand_s8();
         for (int k = 0; k < K; k++)
             mult[k] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * 15.0f / 2.0f);
-        mult[5] = 0.0f;  /* the smallest multiplier the kernel takes (>= 0): a constant epilogue */
+        mult[5] = 0.0f; /* the smallest multiplier the kernel takes (>= 0): a constant epilogue */
         const float out_inv = 127.0f / 2.0f;
         for (int b = 0; b < N; b++)
             for (int y = 0; y < sh; y++)
@@ -902,9 +905,9 @@ static void stem_pool_case(int H)
          * items: runs that start inside an image and cross into the next.
          * Both kernel families: mma.sync, and wgmma where the device has it. */
         for (int step = 0; step < 6; step++) {
-            const int wgmma = step / 3, ctas = (const int[]){1, 2, 5}[step % 3];
-            int rc = kind == 2 ? gpu_test_stem_pool(2, wgmma, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias,
-                                                    mult, out_inv, out8, err, sizeof err)
+            const int wgmma = step / 3, ctas = (const int[]){ 1, 2, 5 }[step % 3];
+            int rc = kind == 2 ? gpu_test_stem_pool(2, wgmma, ctas, N, H, given, rgb, &lut[0][0], which, w8, bias, mult,
+                                                    out_inv, out8, err, sizeof err)
                                : gpu_test_stem_pool(1, wgmma, ctas, N, H, given, rgb, &lutf[0][0], which, wf, bias,
                                                     NULL, 0.f, outf, err, sizeof err);
             ck_assert_msg(rc >= 0, "%s", err);
@@ -982,7 +985,7 @@ START_TEST(normalize_and_maxpool_int8_match_model_int8)
     free(in);
     free(out);
 
-    static const int shapes[][4] = {{2, 13, 13, 16}, {1, 112, 112, 64}, {3, 6, 9, 32}};
+    static const int shapes[][4] = { { 2, 13, 13, 16 }, { 1, 112, 112, 64 }, { 3, 6, 9, 32 } };
     for (int i = 0; i < 3; i++) {
         int n = shapes[i][0], h = shapes[i][1], w = shapes[i][2], c = shapes[i][3];
         int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
@@ -999,7 +1002,8 @@ START_TEST(normalize_and_maxpool_int8_match_model_int8)
                         int m = -128;
                         for (int iy = oy * 2 - 1; iy <= oy * 2 + 1; iy++)
                             for (int ix = ox * 2 - 1; ix <= ox * 2 + 1; ix++)
-                                if (iy >= 0 && iy < h && ix >= 0 && ix < w && x[(((size_t)b * h + iy) * w + ix) * c + ch] > m)
+                                if (iy >= 0 && iy < h && ix >= 0 && ix < w &&
+                                    x[(((size_t)b * h + iy) * w + ix) * c + ch] > m)
                                     m = x[(((size_t)b * h + iy) * w + ix) * c + ch];
                         ck_assert_int_eq(y[(((size_t)b * oh + oy) * ow + ox) * c + ch], m);
                     }
@@ -1011,8 +1015,8 @@ END_TEST
 
 START_TEST(conv_rejects_unsupported_channels)
 {
-    gpu_test_conv_shape s = {1, 5, 5, 6, 8, 3, 3, 1, 1, 1, 0, 0};
-    float in[150] = {0}, w[432] = {0}, bias[8] = {0}, out[200];
+    gpu_test_conv_shape s = { 1, 5, 5, 6, 8, 3, 3, 1, 1, 1, 0, 0 };
+    float in[150] = { 0 }, w[432] = { 0 }, bias[8] = { 0 }, out[200];
     char err[256] = "";
     ck_assert_int_eq(gpu_test_conv(1, 0, 1, &s, in, w, bias, NULL, 1, out, err, sizeof err), -1);
     ck_assert(strstr(err, "channels") != NULL);
@@ -1023,8 +1027,8 @@ END_TEST
 
 static void check_normalize(int fp16)
 {
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-    long npix = 3 * 37 * 29;  /* not a multiple of the block */
+    static const float mean[3] = { 0.485f, 0.456f, 0.406f }, std[3] = { 0.229f, 0.224f, 0.225f };
+    long npix = 3 * 37 * 29; /* not a multiple of the block */
     uint8_t *in = malloc((size_t)npix * 3);
     float *out = malloc((size_t)npix * 4 * sizeof *out);
     char err[256];
@@ -1142,8 +1146,8 @@ static void check_fc_bias(int N, int C)
     ck_assert_msg(gpu_test_fc_bias(logits, bias, N, C, out, err, sizeof err) == 0, "%s", err);
     for (int b = 0; b < N; b++)
         for (int j = 0; j < C; j++)
-            ck_assert_msg(out[(size_t)b * C + j] == logits[(size_t)b * C + j] + bias[j], "%d classes: logit %d,%d",
-                          C, b, j);
+            ck_assert_msg(out[(size_t)b * C + j] == logits[(size_t)b * C + j] + bias[j], "%d classes: logit %d,%d", C,
+                          b, j);
     free(logits);
     free(bias);
     free(out);
@@ -1151,10 +1155,10 @@ static void check_fc_bias(int N, int C)
 
 START_TEST(fc_bias_matches_reference)
 {
-    check_fc_bias(7, 1000);   /* ImageNet's head */
-    check_fc_bias(13, 10);    /* a fine-tune's head */
-    check_fc_bias(1, 3001);   /* one image, more classes than a block */
-    check_fc_bias(257, 7);    /* more images than a block's threads */
+    check_fc_bias(7, 1000); /* ImageNet's head */
+    check_fc_bias(13, 10); /* a fine-tune's head */
+    check_fc_bias(1, 3001); /* one image, more classes than a block */
+    check_fc_bias(257, 7); /* more images than a block's threads */
 }
 END_TEST
 
@@ -1169,7 +1173,7 @@ int main(void)
     only_tiles = getenv("RESNETD_GPU_TEST_TILES");
     if (only_tiles && !*only_tiles)
         only_tiles = NULL;
-    if (only_tiles) {  /* a filter naming no tile would pass every test */
+    if (only_tiles) { /* a filter naming no tile would pass every test */
         int n = 0;
         for (int kind = 0; kind <= 2; kind++)
             for (int t = 0; t < gpu_test_conv_tiles(kind); t++)
@@ -1178,7 +1182,7 @@ int main(void)
         if (n == 0)
             return 1;
     }
-    setenv("CK_FORK", "no", 1);  /* a CUDA context does not survive fork() */
+    setenv("CK_FORK", "no", 1); /* a CUDA context does not survive fork() */
     Suite *s = suite_create("gpu_kernels");
     TCase *tc = tcase_create("kernels");
     tcase_set_timeout(tc, 600);

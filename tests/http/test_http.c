@@ -26,20 +26,21 @@
 typedef struct ctx {
     atomic_int requests, dones, delivered, slow;
     pthread_mutex_t mu;
-    http_conn *later;               /* /later: answered from another thread */
+    http_conn *later; /* /later: answered from another thread */
 } ctx;
 
 typedef struct req {
     ctx *x;
     char path[64];
-    char seen[256];                 /* /echo: the head as the handler saw it */
+    char seen[256]; /* /echo: the head as the handler saw it */
     size_t body;
 } req;
 
 static void answer(http_conn *c, int status, const char *text, int close_conn)
 {
-    http_response r = { .status = status, .body = strdup(text), .len = strlen(text),
-                        .content_type = "text/plain", .close = close_conn };
+    http_response r = {
+        .status = status, .body = strdup(text), .len = strlen(text), .content_type = "text/plain", .close = close_conn
+    };
     ck_assert_ptr_nonnull(r.body);
     http_respond(c, &r);
 }
@@ -58,11 +59,11 @@ static void *on_request(void *cls, http_conn *c, const http_head *h)
         answer(c, h->status, msg, 1);
     } else if (strcmp(h->path, "/echo me") == 0) {
         const char *k = http_arg(h, "top_k"), *a = http_arg(h, "a"), *xh = http_header(h, "x-thing");
-        snprintf(r->seen, sizeof r->seen, "%s %s 1.%d top_k=%s a=%s x-thing=%s nargs=%d chunked=%d cl=%llu",
-                 h->method, h->path, h->minor, k ? k : "-", a ? a : "-", xh ? xh : "-", h->nargs, h->chunked,
+        snprintf(r->seen, sizeof r->seen, "%s %s 1.%d top_k=%s a=%s x-thing=%s nargs=%d chunked=%d cl=%llu", h->method,
+                 h->path, h->minor, k ? k : "-", a ? a : "-", xh ? xh : "-", h->nargs, h->chunked,
                  (unsigned long long)h->content_length);
     } else if (strcmp(h->path, "/early") == 0) {
-        answer(c, 413, "early", 1);   /* before reading the body */
+        answer(c, 413, "early", 1); /* before reading the body */
     } else if (strcmp(h->path, "/later") == 0) {
         pthread_mutex_lock(&x->mu);
         x->later = c;
@@ -84,9 +85,9 @@ static void on_body_end(void *cls, http_conn *c, void *rq)
     (void)cls;
     req *r = rq;
     if (strcmp(r->path, "/later") == 0)
-        return;   /* the test thread wakes it */
+        return; /* the test thread wakes it */
     if (strcmp(r->path, "/soon") == 0) {
-        http_wake(c);   /* a wake before the layer starts waiting */
+        http_wake(c); /* a wake before the layer starts waiting */
         return;
     }
     char msg[400];
@@ -122,10 +123,19 @@ static void start(uint64_t header_timeout_us, long limit, size_t conn_memory)
     memset(&X, 0, sizeof X);
     pthread_mutex_init(&X.mu, NULL);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    http_limits l = { .threads = 2, .connection_limit = limit, .header_timeout_us = header_timeout_us,
-                      .min_rate = 1000, .idle_timeout_us = 5000000, .conn_memory = conn_memory, .backlog = 64 };
-    http_handler h = { .cls = &X, .request = on_request, .body = on_body, .body_end = on_body_end,
-                       .wake = on_wake, .done = on_done,
+    http_limits l = { .threads = 2,
+                      .connection_limit = limit,
+                      .header_timeout_us = header_timeout_us,
+                      .min_rate = 1000,
+                      .idle_timeout_us = 5000000,
+                      .conn_memory = conn_memory,
+                      .backlog = 64 };
+    http_handler h = { .cls = &X,
+                       .request = on_request,
+                       .body = on_body,
+                       .body_end = on_body_end,
+                       .wake = on_wake,
+                       .done = on_done,
                        .unescape = request_unescape };
     char err[256];
     srv = http_start((struct sockaddr *)&a, sizeof a, &l, &h, err, sizeof err);
@@ -142,7 +152,8 @@ static void stop(void)
 
 static int dial(void)
 {
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                              .sin_port = htons((uint16_t)http_port(srv)) };
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(fd, 0);
@@ -204,7 +215,7 @@ static const char *get(int fd, int want, int limit_ms, int *closed)
             return rbuf;
         ssize_t k = recv(fd, rbuf + n, sizeof rbuf - 1 - n, 0);
         if (k <= 0) {
-            *closed = k == 0 ? 1 : 2;   /* 2: reset */
+            *closed = k == 0 ? 1 : 2; /* 2: reset */
             rbuf[n] = '\0';
             return rbuf;
         }
@@ -227,8 +238,7 @@ START_TEST(the_head_reaches_the_handler_decoded)
     puts_(fd, "POST /echo%20me?top_k=3&a=b+c%21 HTTP/1.1\r\nHost: x\r\nX-Thing:  v w \r\n"
               "Content-Length: 2\r\n\r\nhi");
     const char *r = get(fd, 1, 5000, &closed);
-    ck_assert_msg(strstr(r, "/echo me 2 POST /echo me 1.1 top_k=3 a=b c! x-thing=v w nargs=2 chunked=0 cl=2"),
-                  "%s", r);
+    ck_assert_msg(strstr(r, "/echo me 2 POST /echo me 1.1 top_k=3 a=b c! x-thing=v w nargs=2 chunked=0 cl=2"), "%s", r);
     puts_(fd, "POST /echo%20me HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
               "2\r\nab\r\n1\r\nc\r\n0\r\n\r\n");
     r = get(fd, 1, 5000, &closed);
@@ -297,7 +307,7 @@ START_TEST(answers_come_from_other_threads)
     }
     ck_assert_ptr_nonnull(c);
     usleep(50000);
-    ck_assert_str_eq(get(fd, 1, 100, &closed), "");   /* held until woken */
+    ck_assert_str_eq(get(fd, 1, 100, &closed), ""); /* held until woken */
     http_wake(c);
     const char *r = get(fd, 1, 5000, &closed);
     ck_assert_msg(strstr(r, "woken 3"), "%s", r);
@@ -314,7 +324,10 @@ START_TEST(refusals_libmicrohttpd_answers)
 {
     start(5000000, 100, 16384);
     int closed;
-    struct { const char *what; int status; } cases[] = {
+    struct {
+        const char *what;
+        int status;
+    } cases[] = {
         { "GET /x HTTP/2.0\r\nHost: x\r\n\r\n", 505 },
         { "GET /x HTTP/1.1\r\n\r\n", 400 },
         { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400 },
@@ -323,10 +336,12 @@ START_TEST(refusals_libmicrohttpd_answers)
         { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501 },
         { "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 10\r\n\r\nhello", 400 },
         { "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-          "5\r\nhello\r\n0\r\n\r\n", 400 },
+          "5\r\nhello\r\n0\r\n\r\n",
+          400 },
         { "POST /x HTTP/1.1\r\nHost: x\r\nExpect: bananas\r\nContent-Length: 5\r\n\r\nhello", 417 },
         { "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
-          "0\r\n\r\n", 400 },
+          "0\r\n\r\n",
+          400 },
     };
     int by_layer = 6;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -335,8 +350,8 @@ START_TEST(refusals_libmicrohttpd_answers)
         const char *r = get(fd, 1, 5000, &closed);
         char want[32];
         snprintf(want, sizeof want, "HTTP/1.1 %d ", cases[i].status);
-        ck_assert_msg(strncmp(r, want, strlen(want)) == 0 && strstr(r, "Connection: close"), "%s -> %s",
-                      cases[i].what, r);
+        ck_assert_msg(strncmp(r, want, strlen(want)) == 0 && strstr(r, "Connection: close"), "%s -> %s", cases[i].what,
+                      r);
         ck_assert_msg((strstr(r, "refused ") != NULL) == (i >= sizeof cases / sizeof cases[0] - (size_t)by_layer),
                       "%s -> %s", cases[i].what, r);
         close(fd);
@@ -393,7 +408,7 @@ START_TEST(slow_and_idle_clients_and_the_limit)
     ck_assert_msg(closed && r[0] == '\0', "%s", r);
     close(body);
     r = get(idle, 1, 3000, &closed);
-    ck_assert_msg(closed && r[0] == '\0', "%s", r);   /* nothing to answer */
+    ck_assert_msg(closed && r[0] == '\0', "%s", r); /* nothing to answer */
     close(idle);
     /* Each of the four was closed as slow, silent (a first-byte timeout)
      * or evicted (the oldest silent one when the table of three filled),
@@ -421,7 +436,7 @@ START_TEST(slow_and_idle_clients_and_the_limit)
     for (int i = 0; i < 500 && atomic_load(&X.requests) < 2; i++)
         usleep(10000);
     ck_assert_int_eq(atomic_load(&X.requests), 2);
-    usleep(20000);   /* and its first body bytes */
+    usleep(20000); /* and its first body bytes */
     struct linger lg = { 1, 0 };
     ck_assert_int_eq(setsockopt(reset, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
     close(reset);
@@ -429,9 +444,9 @@ START_TEST(slow_and_idle_clients_and_the_limit)
         usleep(10000);
     ck_assert_int_eq(http_connections(srv), 0);
     stop();
-    ck_assert_int_eq(atomic_load(&X.requests), 2);   /* body (closed), reset: the slow head never came */
+    ck_assert_int_eq(atomic_load(&X.requests), 2); /* body (closed), reset: the slow head never came */
     ck_assert_int_eq(atomic_load(&X.delivered), 0);
-    ck_assert_int_eq(atomic_load(&X.slow), 1);   /* body; the reset one is gone */
+    ck_assert_int_eq(atomic_load(&X.slow), 1); /* body; the reset one is gone */
 }
 END_TEST
 

@@ -20,9 +20,9 @@
 #include "tests/lib/testutil.h"
 
 typedef struct {
-    int w, h, hs, vs;       /* size; luma samples per chroma sample across, down */
-    uint8_t *rgb;           /* w x h x 3 */
-    uint8_t *plane[3];      /* raw decode: Y (w x h), Cb, Cr (cw x ch) */
+    int w, h, hs, vs; /* size; luma samples per chroma sample across, down */
+    uint8_t *rgb; /* w x h x 3 */
+    uint8_t *plane[3]; /* raw decode: Y (w x h), Cb, Cr (cw x ch) */
     int cw, ch;
 } decoded;
 
@@ -49,7 +49,7 @@ static void decoded_free(decoded *d)
 static void read_raw(struct jpeg_decompress_struct *c, decoded *out)
 {
     JSAMPROW rows[3][4 * DCTSIZE];
-    JSAMPARRAY arrays[3] = {rows[0], rows[1], rows[2]};
+    JSAMPARRAY arrays[3] = { rows[0], rows[1], rows[2] };
     size_t pw[3], ph[3];
     uint8_t *padded[3];
     for (int ci = 0; ci < 3; ci++) {
@@ -101,8 +101,8 @@ static int decode(const uint8_t *data, size_t len, int mode, decoded *out)
     jpeg_mem_src(&c, data, (unsigned long)len);
     jpeg_read_header(&c, TRUE);
     if (c.num_components != 3 || c.jpeg_color_space != JCS_YCbCr || c.progressive_mode ||
-        c.comp_info[1].h_samp_factor != 1 || c.comp_info[1].v_samp_factor != 1 ||
-        c.comp_info[2].h_samp_factor != 1 || c.comp_info[2].v_samp_factor != 1)
+        c.comp_info[1].h_samp_factor != 1 || c.comp_info[1].v_samp_factor != 1 || c.comp_info[2].h_samp_factor != 1 ||
+        c.comp_info[2].v_samp_factor != 1)
         goto done;
     out->hs = c.comp_info[0].h_samp_factor;
     out->vs = c.comp_info[0].v_samp_factor;
@@ -203,8 +203,10 @@ static int check_jpeg(const char *name, const uint8_t *data, size_t len, tally *
         upd += up[k] != fancy.rgb[k];
     /* libjpeg replicates 2x-subsampled chroma under 3 samples wide */
     int narrow = fancy.hs == 2 && fancy.cw <= 2;
-    ck_assert_msg(narrow || upd == 0, "%s (h%dv%d): %d of %zu values of the upsampled raw planes differ from "
-                  "libjpeg's decode", name, fancy.hs, fancy.vs, upd, n);
+    ck_assert_msg(narrow || upd == 0,
+                  "%s (h%dv%d): %d of %zu values of the upsampled raw planes differ from "
+                  "libjpeg's decode",
+                  name, fancy.hs, fancy.vs, upd, n);
     uint8_t *rb = rebuild(&rep);
     int maxd = 0;
     for (size_t k = 0; k < n; k++) {
@@ -214,8 +216,9 @@ static int check_jpeg(const char *name, const uint8_t *data, size_t len, tally *
         maxd = d > maxd ? d : maxd;
     }
     printf("  %-26s %4dx%-4d h%dv%d: raw upsampled %s; rebuilt %8.4f%% exact (max |diff| %2d), replicated "
-           "%6.2f%%\n", name, fancy.w, fancy.h, fancy.hs, fancy.vs, narrow ? "(narrow, skipped)" : "exact",
-           100.0 * ex / n, maxd, 100.0 * exr / n);
+           "%6.2f%%\n",
+           name, fancy.w, fancy.h, fancy.hs, fancy.vs, narrow ? "(narrow, skipped)" : "exact", 100.0 * ex / n, maxd,
+           100.0 * exr / n);
     /* every image on its own: at most 0.5% of its values off */
     ck_assert_msg(narrow || ex * 1000 >= n * 995, "%s: %zu of %zu values differ", name, n - ex, n);
     t->total += n;
@@ -233,21 +236,32 @@ static int check_jpeg(const char *name, const uint8_t *data, size_t len, tally *
 START_TEST(rebuilt_pixels_match_fancy_upsampling)
 {
     const char *names[] = {
-        "s7x5", "s17x31", "s224x224", "s255x257", "s256x300", "s333x500", "s1000x31", "s31x1000",
-        "sub420_333x501", "sub422_333x501", "restart1_501x333", "restart_rows_640x480", "q50_420_2000x1500",
+        "s7x5",
+        "s17x31",
+        "s224x224",
+        "s255x257",
+        "s256x300",
+        "s333x500",
+        "s1000x31",
+        "s31x1000",
+        "sub420_333x501",
+        "sub422_333x501",
+        "restart1_501x333",
+        "restart_rows_640x480",
+        "q50_420_2000x1500",
         "photo_grace_hopper",
     };
     /* re-encoded in every layout: odd sizes, a strip, a photo */
-    const char *sources[] = {"s7x5", "s255x257", "s1000x31", "sub444_333x501", "photo_grace_hopper"};
-    static const int layouts[][2] = {{2, 1}, {2, 2}, {1, 2}, {4, 1}, {4, 2}};
+    const char *sources[] = { "s7x5", "s255x257", "s1000x31", "sub444_333x501", "photo_grace_hopper" };
+    static const int layouts[][2] = { { 2, 1 }, { 2, 2 }, { 1, 2 }, { 4, 1 }, { 4, 2 } };
     testutil_require_reference();
-    tally t = {0};
+    tally t = { 0 };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "jpeg/%s.jpg", names[i]);
         size_t len;
         uint8_t *data = testutil_read_file(testutil_ref_path(name), &len);
-        if (!data)   /* the photo is optional (python3-matplotlib's sample) */
+        if (!data) /* the photo is optional (python3-matplotlib's sample) */
             continue;
         ck_assert_msg(check_jpeg(names[i], data, len, &t), "%s: not a subsampled baseline JPEG", names[i]);
         free(data);

@@ -156,7 +156,7 @@ static void expect_exact_crops(const char *const *names, size_t n)
 
 START_TEST(test_short_side_exactly_256_is_an_exact_copy_path)
 {
-    static const char *const names[] = {"s256x256", "s256x300", "s300x256"};
+    static const char *const names[] = { "s256x256", "s256x300", "s300x256" };
     expect_exact_crops(names, sizeof names / sizeof *names);
 }
 END_TEST
@@ -195,7 +195,7 @@ START_TEST(test_fast_mode_deviation_is_reported_and_small)
 {
     static char names[256][128];
     int n = ref_names(names, 256);
-    preprocess_options opt = {.fast = 1};
+    preprocess_options opt = { .fast = 1 };
     preprocess_ctx *fast = preprocess_create(&opt), *exact = preprocess_create(NULL);
     ck_assert_ptr_nonnull(fast);
     ck_assert_ptr_nonnull(exact);
@@ -213,9 +213,9 @@ START_TEST(test_fast_mode_deviation_is_reported_and_small)
         int m = max_diff(b, a, CROP_BYTES, &nd, &mean);
         if (nd > 0) {
             scaled++;
-            printf("fast %-28s max|diff| %d, mean|diff| %.3f (%.1f ms exact, %.1f ms fast)\n",
-                   names[i], m, mean, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-            ck_assert_double_le(mean, 1.0);   /* measured: 0.2-0.42 here, 0.2-0.41 on camera photos */
+            printf("fast %-28s max|diff| %d, mean|diff| %.3f (%.1f ms exact, %.1f ms fast)\n", names[i], m, mean,
+                   (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+            ck_assert_double_le(mean, 1.0); /* measured: 0.2-0.42 here, 0.2-0.41 on camera photos */
         }
         free(jpeg);
     }
@@ -227,8 +227,8 @@ END_TEST
 
 START_TEST(test_fast_mode_leaves_small_images_exact)
 {
-    static const char *names[] = {"s1x1", "s333x500", "s640x480", "gray_640x481"};
-    preprocess_options opt = {.fast = 1};
+    static const char *names[] = { "s1x1", "s333x500", "s640x480", "gray_640x481" };
+    preprocess_options opt = { .fast = 1 };
     preprocess_ctx *fast = preprocess_create(&opt);
     uint8_t out[CROP_BYTES];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
@@ -371,7 +371,7 @@ START_TEST(test_malformed_inputs_get_their_status_and_the_next_image_decodes)
     const uint8_t *jpeg = g.jpeg;
     size_t len = g.len;
     uint8_t *png = read_ref("bad/not_jpeg.png", &plen);
-    uint8_t *cmyk = two_component_jpeg(&clen);   /* no colour space we convert */
+    uint8_t *cmyk = two_component_jpeg(&clen); /* no colour space we convert */
     static const char text[] = "this is not an image\n";
     long sof = find_marker(jpeg, len, 0xC0, 0), sos = find_marker(jpeg, len, 0xDA, 0);
     ck_assert_int_gt(sof, 0);
@@ -425,8 +425,8 @@ END_TEST
  * any status is fine, a crash is not, and the ctx keeps working. */
 START_TEST(test_mutated_jpegs_never_crash)
 {
-    static const char *names[] = {"restart_progressive_400x300", "sub422_333x501", "gray_progressive_97x300"};
-    preprocess_options opt = {.max_pixels = 4u << 20};
+    static const char *names[] = { "restart_progressive_400x300", "sub422_333x501", "gray_progressive_97x300" };
+    preprocess_options opt = { .max_pixels = 4u << 20 };
     preprocess_ctx *p = preprocess_create(&opt);
     good_image g;
     g.jpeg = read_jpeg("s640x480", &g.len);
@@ -434,7 +434,7 @@ START_TEST(test_mutated_jpegs_never_crash)
     uint8_t out[CROP_BYTES];
     char err[256];
     unsigned seed = 2026;
-    int count[PREP_ERR_NOMEM + 1] = {0};
+    int count[PREP_ERR_NOMEM + 1] = { 0 };
     for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
         size_t len;
         uint8_t *orig = read_jpeg(names[f], &len), *m = malloc(len);
@@ -485,7 +485,7 @@ END_TEST
 
 START_TEST(test_configured_pixel_limit_applies)
 {
-    preprocess_options opt = {.max_pixels = 640 * 480 - 1};
+    preprocess_options opt = { .max_pixels = 640 * 480 - 1 };
     preprocess_ctx *p = preprocess_create(&opt);
     uint8_t out[CROP_BYTES];
     size_t len, slen;
@@ -540,11 +540,26 @@ static size_t dc_scans_jpeg(uint8_t *buf, int w, int h, int nscans)
 {
     size_t n = 0;
     const uint8_t head[] = {
-        0xFF, 0xD8,                                      /* SOI */
-        0xFF, 0xC2, 0x00, 0x0B, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w,
-        1, 1, 0x11, 0,                                   /* SOF2, 1 comp */
-        0xFF, 0xC4, 0x00, 0x14, 0x00,                    /* DHT DC0: one 1-bit code */
-        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00,
+        0xFF,       0xD8, /* SOI */
+        0xFF,       0xC2,
+        0x00,       0x0B,
+        8,          (uint8_t)(h >> 8),
+        (uint8_t)h, (uint8_t)(w >> 8),
+        (uint8_t)w, 1,
+        1,          0x11,
+        0, /* SOF2, 1 comp */
+        0xFF,       0xC4,
+        0x00,       0x14,
+        0x00, /* DHT DC0: one 1-bit code */
+        1,          0,
+        0,          0,
+        0,          0,
+        0,          0,
+        0,          0,
+        0,          0,
+        0,          0,
+        0,          0,
+        0x00,
     };
     memcpy(buf, head, sizeof head);
     n = sizeof head;
@@ -555,8 +570,8 @@ static size_t dc_scans_jpeg(uint8_t *buf, int w, int h, int nscans)
     buf[n++] = 0x00;
     memset(buf + n, 1, 64);
     n += 64;
-    static const uint8_t scan[] = {0xFF, 0xDA, 0x00, 0x08, 1, 1, 0x00, 0, 0, 0x00};
-    size_t data = ((size_t)(w / 8) * (size_t)(h / 8) + 7) / 8;   /* one 0 bit per block */
+    static const uint8_t scan[] = { 0xFF, 0xDA, 0x00, 0x08, 1, 1, 0x00, 0, 0, 0x00 };
+    size_t data = ((size_t)(w / 8) * (size_t)(h / 8) + 7) / 8; /* one 0 bit per block */
     for (int i = 0; i < nscans; i++) {
         memcpy(buf + n, scan, sizeof scan);
         n += sizeof scan;
@@ -602,7 +617,7 @@ START_TEST(test_work_budget_refuses_more_scan_passes_than_allowed)
     int fit = PREPROCESS_WORK_PASSES * 3;
     uint8_t *buf = malloc(256 + (size_t)(fit + 1) * 20);
     ck_assert_ptr_nonnull(buf);
-    preprocess_options opt = {.max_pixels = 64 * 64};
+    preprocess_options opt = { .max_pixels = 64 * 64 };
     preprocess_ctx *small = preprocess_create(&opt), *dflt = preprocess_create(NULL);
     uint8_t out[CROP_BYTES];
     char err[256];
@@ -633,7 +648,7 @@ static int stop_after(void *cls)
     stop_probe *s = cls;
     size_t b = preprocess_ctx_bytes(s->p);
     s->max_bytes = b > s->max_bytes ? b : s->max_bytes;
-    return ++s->calls == s->stop_at;   /* once: the next decode runs on */
+    return ++s->calls == s->stop_at; /* once: the next decode runs on */
 }
 
 START_TEST(test_stop_hook_stops_a_decode_and_the_ctx_recovers)
@@ -644,14 +659,14 @@ START_TEST(test_stop_hook_stops_a_decode_and_the_ctx_recovers)
     read_crop("s640x480", &g.crop);
     size_t len;
     uint8_t *big = read_jpeg("s4000x3000", &len);
-    stop_probe probe = {.p = p, .stop_at = 1 << 30};
+    stop_probe probe = { .p = p, .stop_at = 1 << 30 };
     preprocess_set_stop(p, stop_after, &probe);
     uint8_t out[CROP_BYTES];
     ck_assert_int_eq(run(p, big, len, out), PREP_OK);
     printf("stop hook: %d calls over a 4000x3000 decode, up to %zu bytes held\n", probe.calls, probe.max_bytes);
     ck_assert_int_gt(probe.calls, 100);
     ck_assert_uint_ge(probe.max_bytes, (size_t)4000 * 3000 * 3);
-    probe = (stop_probe){.p = p, .stop_at = 10};
+    probe = (stop_probe){ .p = p, .stop_at = 10 };
     expect_then_recover(p, big, len, PREP_ERR_STOPPED, "stop hook says stop", &g);
     ck_assert_int_ge(probe.calls, 10);
     preprocess_set_stop(p, NULL, NULL);
@@ -676,14 +691,14 @@ START_TEST(test_buffers_over_the_retained_size_are_freed)
     size_t kept = preprocess_ctx_bytes(p);
     ck_assert_uint_ge(kept, (size_t)640 * 480 * 3);
     ck_assert_uint_le(kept, PREPROCESS_DEFAULT_RETAIN_BYTES);
-    ck_assert_int_eq(run(p, big, blen, out), PREP_OK);   /* 36 MB of pixels */
+    ck_assert_int_eq(run(p, big, blen, out), PREP_OK); /* 36 MB of pixels */
     ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);
     ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
     ck_assert_uint_eq(preprocess_ctx_bytes(p), kept);
     ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
     ck_assert_uint_eq(preprocess_ctx_bytes(p), kept);
     preprocess_destroy(p);
-    preprocess_options opt = {.retain_bytes = 1u << 20};
+    preprocess_options opt = { .retain_bytes = 1u << 20 };
     p = preprocess_create(&opt);
     ck_assert_int_eq(run(p, small, slen, out), PREP_OK);
     ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);
@@ -700,8 +715,8 @@ END_TEST
  * (Image.convert("RGB") of PIL's inverted CMYK). */
 START_TEST(test_unusual_sampling_factors_equal_torchvision)
 {
-    static const char *const names[] = {"sample4x2_333x501", "sample3x1_333x501", "sample1x4_333x501",
-                                        "sample2x4_333x501", "cmyk_adobe_333x501"};
+    static const char *const names[] = { "sample4x2_333x501", "sample3x1_333x501", "sample1x4_333x501",
+                                         "sample2x4_333x501", "cmyk_adobe_333x501" };
     expect_exact_crops(names, sizeof names / sizeof *names);
 }
 END_TEST
@@ -719,7 +734,7 @@ START_TEST(test_header_matches_what_the_decode_checks)
     size_t tlen;
     uint8_t *two = two_component_jpeg(&tlen);
     ck_assert_int_eq(preprocess_header(p, cmyk, clen, &info, err, sizeof err), PREP_OK);
-    ck_assert_int_eq(info.ycc, 0);   /* CMYK: the CPU's, not the GPU decoder's */
+    ck_assert_int_eq(info.ycc, 0); /* CMYK: the CPU's, not the GPU decoder's */
     ck_assert_uint_eq(info.decode_bytes, (size_t)64 * 48 * 3 + preprocess_scratch_bytes(64, 48) + 64 * 16 * 4);
     ck_assert_int_eq(preprocess_header(p, two, tlen, &info, err, sizeof err), PREP_ERR_UNSUPPORTED);
     ck_assert_int_eq(preprocess_header(p, jpeg, len, &info, err, sizeof err), PREP_OK);
@@ -727,16 +742,16 @@ START_TEST(test_header_matches_what_the_decode_checks)
     ck_assert_int_eq(info.h, 501);
     ck_assert_int_eq(info.ycc, 1);
     ck_assert_uint_eq(info.decode_bytes, (size_t)333 * 501 * 3 + preprocess_scratch_bytes(333, 501));
-    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0);   /* nothing decoded, nothing held */
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), 0); /* nothing decoded, nothing held */
     ck_assert_int_eq(preprocess_header(p, jpeg, 2, &info, err, sizeof err), PREP_ERR_CORRUPT);
     ck_assert_int_eq(preprocess_header(p, jpeg, 1, &info, err, sizeof err), PREP_ERR_NOT_JPEG);
-    preprocess_options small = {.max_pixels = 333 * 501 - 1};
+    preprocess_options small = { .max_pixels = 333 * 501 - 1 };
     preprocess_ctx *q = preprocess_create(&small);
     ck_assert_int_eq(preprocess_header(q, jpeg, len, &info, err, sizeof err), PREP_ERR_TOO_LARGE);
     preprocess_destroy(q);
     uint8_t out[CROP_BYTES];
     ck_assert_int_eq(run(p, jpeg, len, out), PREP_OK);
-    ck_assert_uint_eq(preprocess_ctx_bytes(p), info.decode_bytes);   /* baseline: no coefficient store */
+    ck_assert_uint_eq(preprocess_ctx_bytes(p), info.decode_bytes); /* baseline: no coefficient store */
     /* A progressive file also needs libjpeg's coefficient store. */
     size_t plen;
     uint8_t *prog = read_jpeg("progressive_801x601", &plen);
@@ -803,7 +818,7 @@ END_TEST
  * enlarging on either axis. */
 START_TEST(test_resize_of_constant_image_is_constant)
 {
-    static const int sizes[][2] = {{1, 1}, {3, 700}, {700, 3}, {256, 256}, {1000, 999}, {4000, 300}};
+    static const int sizes[][2] = { { 1, 1 }, { 3, 700 }, { 700, 3 }, { 256, 256 }, { 1000, 999 }, { 4000, 300 } };
     uint8_t out[CROP_BYTES];
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         int w = sizes[i][0], h = sizes[i][1];

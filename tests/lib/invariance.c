@@ -24,8 +24,8 @@ int invariance_all_sizes(int max, int *out)
     return max;
 }
 
-int invariance_check(engine *e, const uint8_t *images, int nimages, const int *sizes, int nsizes,
-                     const char *what, int must_hold)
+int invariance_check(engine *e, const uint8_t *images, int nimages, const int *sizes, int nsizes, const char *what,
+                     int must_hold)
 {
     ck_assert_int_ge(nimages, 3);
     const size_t C = (size_t)e->classes, row = C * sizeof(float);
@@ -49,8 +49,8 @@ int invariance_check(engine *e, const uint8_t *images, int nimages, const int *s
                 int src = k < 2 ? k : filler;
                 if (k == 2 && ++filler == nimages)
                     filler = 2;
-                memcpy(e->input[slot] + (size_t)i * RESNET18_INPUT_BYTES,
-                       images + (size_t)src * RESNET18_INPUT_BYTES, RESNET18_INPUT_BYTES);
+                memcpy(e->input[slot] + (size_t)i * RESNET18_INPUT_BYTES, images + (size_t)src * RESNET18_INPUT_BYTES,
+                       RESNET18_INPUT_BYTES);
             }
             infer(e, slot, n);
             batches++;
@@ -72,16 +72,18 @@ int invariance_check(engine *e, const uint8_t *images, int nimages, const int *s
                 while (memcmp(&got[j], &want[j], sizeof(float)) == 0)
                     j++;
                 ck_abort_msg("%s: probe %d at position %d of a batch of %d: logit %zu is %.9g, alone %.9g "
-                             "(not the same bits)", what, k, i, n, j, (double)got[j], (double)want[j]);
+                             "(not the same bits)",
+                             what, k, i, n, j, (double)got[j], (double)want[j]);
             }
         }
     }
     if (differ)
-        fprintf(stderr, "  invariance %s: %d of %d placements differ from the probe alone (first: position %d "
-                "of %d)\n", what, differ, placements, first_i, first_n);
+        fprintf(stderr,
+                "  invariance %s: %d of %d placements differ from the probe alone (first: position %d "
+                "of %d)\n",
+                what, differ, placements, first_i, first_n);
     else
-        fprintf(stderr, "  invariance %s: %d placements in %d batches, all the same bits\n", what, placements,
-                batches);
+        fprintf(stderr, "  invariance %s: %d placements in %d batches, all the same bits\n", what, placements, batches);
     free(ref);
     return differ;
 }

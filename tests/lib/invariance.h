@@ -18,8 +18,8 @@
  * first difference fails the Check test, naming `what`, the size and the
  * position; else differences are only counted. Prints a summary line and
  * returns the count of probe placements that differed. */
-int invariance_check(engine *e, const uint8_t *images, int nimages, const int *sizes, int nsizes,
-                     const char *what, int must_hold);
+int invariance_check(engine *e, const uint8_t *images, int nimages, const int *sizes, int nsizes, const char *what,
+                     int must_hold);
 
 /* sizes 1..max into out (max entries). */
 int invariance_all_sizes(int max, int *out);

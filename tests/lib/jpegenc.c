@@ -12,7 +12,7 @@ uint8_t *jpegenc_layout(const uint8_t *rgb, int w, int h, int hs, int vs, int re
     struct jpeg_error_mgr e;
     unsigned char *buf = NULL;
     unsigned long n = 0;
-    c.err = jpeg_std_error(&e);   /* errors here are the test's own: exit */
+    c.err = jpeg_std_error(&e); /* errors here are the test's own: exit */
     jpeg_create_compress(&c);
     jpeg_mem_dest(&c, &buf, &n);
     c.image_width = (JDIMENSION)w;

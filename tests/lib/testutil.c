@@ -66,9 +66,7 @@ uint32_t testutil_rand_u32(uint64_t *state)
 float testutil_half_bits(uint16_t h)
 {
     const int e = (h >> 10) & 31, m = h & 1023;
-    const float v = e == 0    ? ldexpf((float)m, -24)
-                    : e == 31 ? (m ? NAN : INFINITY)
-                              : ldexpf((float)(m | 1024), e - 25);
+    const float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
     return h & 0x8000 ? -v : v;
 }
 

@@ -41,15 +41,15 @@ typedef struct tspec {
     char dtype[8];
     int ndim;
     uint64_t shape[4];
-    uint64_t begin, end;    /* bytes within the data area */
-    size_t first;           /* index of element 0 in the value array */
+    uint64_t begin, end; /* bytes within the data area */
+    size_t first; /* index of element 0 in the value array */
 } tspec;
 
 typedef struct stf {
     tspec t[MAX_TENSORS];
     int n;
     uint64_t data_len;
-    size_t nvals;           /* elements in all float tensors */
+    size_t nvals; /* elements in all float tensors */
 } stf;
 
 static tspec *stf_add(stf *s, const char *name, const char *dtype, int ndim, uint64_t d0, uint64_t d1, uint64_t d2,
@@ -61,7 +61,7 @@ static tspec *stf_add(stf *s, const char *name, const char *dtype, int ndim, uin
     snprintf(t->name, sizeof t->name, "%s", name);
     snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
     t->ndim = ndim;
-    uint64_t d[4] = {d0, d1, d2, d3};
+    uint64_t d[4] = { d0, d1, d2, d3 };
     memcpy(t->shape, d, sizeof d);
     return t;
 }
@@ -77,8 +77,10 @@ static tspec *stf_find(stf *s, const char *name)
 
 static uint64_t dtype_size(const char *dtype)
 {
-    return strcmp(dtype, "F32") == 0 ? 4 : strcmp(dtype, "I64") == 0 || strcmp(dtype, "F64") == 0 ? 8
-           : strcmp(dtype, "U8") == 0 ? 1 : 2;
+    return strcmp(dtype, "F32") == 0                                ? 4
+           : strcmp(dtype, "I64") == 0 || strcmp(dtype, "F64") == 0 ? 8
+           : strcmp(dtype, "U8") == 0                               ? 1
+                                                                    : 2;
 }
 
 static uint64_t numel(const tspec *t)
@@ -109,7 +111,7 @@ static void stf_layout(stf *s)
  * torch writes it. */
 static void stf_resnet18(stf *s, const char *dtype, uint64_t classes)
 {
-    static const char *const bn_fields[4] = {"weight", "bias", "running_mean", "running_var"};
+    static const char *const bn_fields[4] = { "weight", "bias", "running_mean", "running_var" };
     char name[80];
     s->n = 0;
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
@@ -137,8 +139,9 @@ static json_t *stf_header(const stf *s)
         json_t *shape = json_array();
         for (int j = 0; j < t->ndim; j++)
             json_array_append_new(shape, json_integer((json_int_t)t->shape[j]));
-        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->dtype, "shape", shape,
-                                                  "data_offsets", (json_int_t)t->begin, (json_int_t)t->end));
+        json_object_set_new(h, t->name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->dtype, "shape", shape, "data_offsets",
+                                      (json_int_t)t->begin, (json_int_t)t->end));
     }
     return h;
 }
@@ -191,7 +194,7 @@ static void poke_f32(const char *path, long data_off, const tspec *t, uint64_t i
 {
     uint32_t u;
     memcpy(&u, &v, 4);
-    uint8_t b[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+    uint8_t b[4] = { (uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24) };
     poke(path, data_off + (long)(t->begin + 4 * i), b, 4);
 }
 
@@ -214,7 +217,7 @@ static uint16_t half_bits(float v)
     uint16_t h = 0;
     if (v != 0) {
         int e;
-        double m = frexp(fabs(v), &e);     /* |v| = 2m * 2^(e-1), 2m in [1, 2) */
+        double m = frexp(fabs(v), &e); /* |v| = 2m * 2^(e-1), 2m in [1, 2) */
         h = (uint16_t)((e + 14) << 10 | (int)((2 * m - 1) * 1024));
         if (v < 0)
             h |= 0x8000;
@@ -307,7 +310,7 @@ static void check_fold(const resnet18_weights *w, stf *s, const float *vals)
         snprintf(name, sizeof name, "%s.weight", d->name);
         const float *wt = vals + stf_find(s, name)->first;
         const float *bn[4];
-        const char *f[4] = {"weight", "bias", "running_mean", "running_var"};
+        const char *f[4] = { "weight", "bias", "running_mean", "running_var" };
         for (int j = 0; j < 4; j++) {
             snprintf(name, sizeof name, "%s.%s", d->bn, f[j]);
             bn[j] = vals + stf_find(s, name)->first;
@@ -324,8 +327,8 @@ static void check_fold(const resnet18_weights *w, stf *s, const float *vals)
                         float got = w->conv[ci].w[((o * K + y) * K + x) * C + c];
                         float want = (float)(wt[((o * C + c) * K + y) * K + x] * (double)bn[0][o] * inv_std);
                         if (!near_ulp(got, want))
-                            ck_abort_msg("%s w[o=%d][y=%d][x=%d][c=%d] = %.9g, expected %.9g", d->name, o, y, x,
-                                         c, got, want);
+                            ck_abort_msg("%s w[o=%d][y=%d][x=%d][c=%d] = %.9g, expected %.9g", d->name, o, y, x, c, got,
+                                         want);
                     }
         }
     }
@@ -361,8 +364,8 @@ static int weights_zeroed(const resnet18_weights *w)
  * product rounded once and any conversion error shows. Returns the count. */
 static uint64_t put_all_patterns(stf *s, float *vals, uint8_t *data, int f16)
 {
-    static const char *const bn_fields[4] = {"weight", "bias", "running_mean", "running_var"};
-    static const float identity[4] = {1, 0, 0, 1};
+    static const char *const bn_fields[4] = { "weight", "bias", "running_mean", "running_var" };
+    static const float identity[4] = { 1, 0, 0, 1 };
     char name[64];
     for (int j = 0; j < 4; j++) {
         snprintf(name, sizeof name, "layer2.0.bn1.%s", bn_fields[j]);
@@ -627,7 +630,8 @@ END_TEST
 
 START_TEST(test_non_object_entry_is_an_error)
 {
-    expect_json_error(valid_set(), "conv1.weight", NULL, json_integer(5), "tensor conv1.weight: header entry is not a JSON object");
+    expect_json_error(valid_set(), "conv1.weight", NULL, json_integer(5),
+                      "tensor conv1.weight: header entry is not a JSON object");
     /* Only __metadata__ itself is exempt. */
     expect_json_error(valid_set(), "__metadata2__", NULL, json_object(), "tensor __metadata2__: dtype missing");
 }
@@ -637,7 +641,8 @@ START_TEST(test_unknown_dtype_is_an_error)
 {
     expect_json_error(valid_set(), "layer1.0.conv2.weight", "dtype", json_string("Q7"),
                       "tensor layer1.0.conv2.weight: unknown dtype Q7");
-    expect_json_error(valid_set(), "fc.bias", "dtype", json_integer(4), "tensor fc.bias: dtype missing or not a string");
+    expect_json_error(valid_set(), "fc.bias", "dtype", json_integer(4),
+                      "tensor fc.bias: dtype missing or not a string");
 }
 END_TEST
 
@@ -750,7 +755,8 @@ START_TEST(test_malformed_entry_fields_are_errors)
 {
     expect_json_error(valid_set(), "bn1.bias", "shape", json_pack("[i]", -64), "tensor bn1.bias: shape holds");
     expect_json_error(valid_set(), "bn1.bias", "shape", json_string("64"), "tensor bn1.bias: shape missing");
-    expect_json_error(valid_set(), "bn1.bias", "data_offsets", json_pack("[i]", 0), "tensor bn1.bias: data_offsets is not");
+    expect_json_error(valid_set(), "bn1.bias", "data_offsets", json_pack("[i]", 0),
+                      "tensor bn1.bias: data_offsets is not");
     expect_json_error(valid_set(), "bn1.bias", "data_offsets", json_pack("[s, i]", "0", 256),
                       "tensor bn1.bias: data_offsets is not");
     expect_json_error(valid_set(), "bn1.bias", "shape", json_pack("[I, I]", (json_int_t)1 << 62, (json_int_t)1 << 62),
@@ -804,25 +810,29 @@ static void expect_value_error(const char *name, uint64_t i, float v, const char
 
 START_TEST(test_bad_values_are_errors)
 {
-    expect_value_error("layer2.1.bn1.running_var", 5, -0.5f, NULL, 0, "tensor layer2.1.bn1.running_var: negative running_var -0.5 at index 5");
-    expect_value_error("layer4.1.conv2.weight", 77, NAN, NULL, 0, "tensor layer4.1.conv2.weight: non-finite value nan at index 77");
-    expect_value_error("bn1.running_mean", 3, -INFINITY, NULL, 0, "tensor bn1.running_mean: non-finite value -inf at index 3");
+    expect_value_error("layer2.1.bn1.running_var", 5, -0.5f, NULL, 0,
+                       "tensor layer2.1.bn1.running_var: negative running_var -0.5 at index 5");
+    expect_value_error("layer4.1.conv2.weight", 77, NAN, NULL, 0,
+                       "tensor layer4.1.conv2.weight: non-finite value nan at index 77");
+    expect_value_error("bn1.running_mean", 3, -INFINITY, NULL, 0,
+                       "tensor bn1.running_mean: non-finite value -inf at index 3");
     expect_value_error("fc.bias", 999, INFINITY, NULL, 0, "tensor fc.bias: non-finite value inf at index 999");
     /* gamma / sqrt(0 + eps) * mean overflows float in the folded bias. */
-    expect_value_error("bn1.weight", 2, 3e38f, "bn1.running_mean", 1.0f, "bn1: folded bias overflows float at channel 2");
+    expect_value_error("bn1.weight", 2, 3e38f, "bn1.running_mean", 1.0f,
+                       "bn1: folded bias overflows float at channel 2");
 }
 END_TEST
 
 START_TEST(test_f16_inf_and_nan_are_errors)
 {
-    static const uint16_t bad[3] = {0x7c00, 0xfc00, 0x7e01};
+    static const uint16_t bad[3] = { 0x7c00, 0xfc00, 0x7e01 };
     for (int k = 0; k < 3; k++) {
         stf *s = calloc(1, sizeof *s);
         ck_assert(s != NULL);
         stf_resnet18(s, "F16", RESNET18_IMAGENET_CLASSES);
         const char *path = tmp_path("f16bad.safetensors");
         long off = stf_write(s, path, NULL);
-        uint8_t b[2] = {(uint8_t)bad[k], (uint8_t)(bad[k] >> 8)};
+        uint8_t b[2] = { (uint8_t)bad[k], (uint8_t)(bad[k] >> 8) };
         poke(path, off + (long)stf_find(s, "layer1.1.conv1.weight")->begin + 2 * 9, b, 2);
         expect_error(path, k == 2 ? "layer1.1.conv1.weight: non-finite value nan at index 9"
                                   : "layer1.1.conv1.weight: non-finite value");
@@ -933,7 +943,7 @@ END_TEST
 START_TEST(test_sha256_padding_boundaries)
 {
     /* Lengths around the 55/56/64-byte padding edges, against sha256sum. */
-    static const size_t lens[] = {55, 56, 57, 63, 64, 65, 119, 120};
+    static const size_t lens[] = { 55, 56, 57, 63, 64, 65, 119, 120 };
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         char buf[128], hex[65], want[65];
         for (size_t i = 0; i < lens[k]; i++)
@@ -996,7 +1006,7 @@ static void check_reference(const char *file, resnet18_weights *w)
     size_t len = 0;
     uint8_t *bytes = testutil_read_file(path, &len);
     ck_assert(bytes != NULL);
-    static const int convs[] = {0, 6, 14, 19}; /* stem, a downsample, deep 3x3s */
+    static const int convs[] = { 0, 6, 14, 19 }; /* stem, a downsample, deep 3x3s */
     for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
         const resnet18_conv_desc *d = &resnet18_convs[convs[k]];
         char name[96];
@@ -1004,7 +1014,7 @@ static void check_reference(const char *file, resnet18_weights *w)
         snprintf(name, sizeof name, "%s.weight", d->name);
         float *wt = ref_tensor(bytes, len, name, &n);
         float *bn[4];
-        const char *f[4] = {"weight", "bias", "running_mean", "running_var"};
+        const char *f[4] = { "weight", "bias", "running_mean", "running_var" };
         for (int j = 0; j < 4; j++) {
             snprintf(name, sizeof name, "%s.%s", d->bn, f[j]);
             bn[j] = ref_tensor(bytes, len, name, &nc);

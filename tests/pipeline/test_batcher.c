@@ -42,7 +42,7 @@ START_TEST(full_batch_is_sent_at_once)
     batch_state s = { .queued = 8, .oldest_us = 1000 };
     batch_decision d = batch_decide(&p, &s, 1000);
     ck_assert_int_eq(d.send, 8);
-    s.queued = 20;   /* more than one batch: still at most max_batch */
+    s.queued = 20; /* more than one batch: still at most max_batch */
     d = batch_decide(&p, &s, 1000);
     ck_assert_int_eq(d.send, 8);
 }
@@ -94,10 +94,10 @@ START_TEST(preferred_size_is_sent_as_soon_as_formed)
     batch_state s = { .queued = 3, .oldest_us = 0 };
     ck_assert_int_eq(batch_decide(&p, &s, 100).send, 0);
     s.queued = 5;
-    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 4);   /* the largest preferred that fits */
+    ck_assert_int_eq(batch_decide(&p, &s, 100).send, 4); /* the largest preferred that fits */
     s.queued = 11;
     ck_assert_int_eq(batch_decide(&p, &s, 100).send, 8);
-    s.queued = 3;   /* no preferred size fits: the delay still applies */
+    s.queued = 3; /* no preferred size fits: the delay still applies */
     ck_assert_int_eq(batch_decide(&p, &s, 4000).send, 3);
 }
 END_TEST
@@ -114,10 +114,10 @@ END_TEST
 
 START_TEST(retry_after_tracks_backlog_and_is_bounded)
 {
-    ck_assert_int_eq(batch_retry_after_s(100, 0), 1);      /* no estimate yet */
+    ck_assert_int_eq(batch_retry_after_s(100, 0), 1); /* no estimate yet */
     ck_assert_int_eq(batch_retry_after_s(0, 50), 1);
     ck_assert_int_eq(batch_retry_after_s(100, 50), 2);
-    ck_assert_int_eq(batch_retry_after_s(101, 50), 3);     /* rounded up */
+    ck_assert_int_eq(batch_retry_after_s(101, 50), 3); /* rounded up */
     ck_assert_int_eq(batch_retry_after_s(100000, 1), 60);
 }
 END_TEST
@@ -131,7 +131,7 @@ START_TEST(reserve_is_all_or_nothing_and_release_restores)
     ck_assert_msg(q != NULL, "%s", err);
     int slots[4], more[4];
     ck_assert_int_eq(queue_reserve(q, 3, slots), 0);
-    ck_assert_int_eq(queue_reserve(q, 2, more), -1);          /* only 1 left */
+    ck_assert_int_eq(queue_reserve(q, 2, more), -1); /* only 1 left */
     ck_assert_int_eq(queue_reserve(q, 1, more), 0);
     for (int i = 0; i < 3; i++)
         ck_assert_int_ne(slots[i], more[0]);
@@ -147,8 +147,9 @@ END_TEST
 
 static queue_item item(int image, int slot, uint64_t enq, uint64_t deadline)
 {
-    queue_item it = { .req = NULL, .image = image, .slot = slot, .fd = -1,
-                      .enqueued_us = enq, .deadline_us = deadline };
+    queue_item it = {
+        .req = NULL, .image = image, .slot = slot, .fd = -1, .enqueued_us = enq, .deadline_us = deadline
+    };
     return it;
 }
 
@@ -218,7 +219,7 @@ START_TEST(expired_items_come_back_separately)
     ck_assert_int_eq(queue_reserve(q, 3, slots), 0);
     uint64_t now = clock_now_us();
     queue_item items[3] = {
-        item(0, slots[0], now - 2000, now - 1000),     /* already past its deadline */
+        item(0, slots[0], now - 2000, now - 1000), /* already past its deadline */
         item(1, slots[1], now - 1500, now - 500),
         item(2, slots[2], now, now + 60000000u),
     };
@@ -238,7 +239,6 @@ START_TEST(expired_items_come_back_separately)
     queue_destroy(q);
 }
 END_TEST
-
 
 /* ---- the pipeline on a fake engine ------------------------------------- */
 
@@ -273,18 +273,24 @@ static int fake_submit(void *ctx, int slot, int n, char *err, size_t errlen)
 
 static int fake_wait(void *ctx, int slot, char *err, size_t errlen)
 {
-    (void)slot; (void)err; (void)errlen;
+    (void)slot;
+    (void)err;
+    (void)errlen;
     fake_engine *f = ctx;
-    struct timespec ts = { 0, 20 * 1000 * 1000 };   /* "compute" */
+    struct timespec ts = { 0, 20 * 1000 * 1000 }; /* "compute" */
     nanosleep(&ts, NULL);
     atomic_fetch_sub(&f->in_flight, 1);
     return 0;
 }
 
-static void fake_destroy(void *ctx) { (void)ctx; }
+static void fake_destroy(void *ctx)
+{
+    (void)ctx;
+}
 
-static const engine_ops fake_ops = { .name = "fake", .submit = fake_submit, .wait = fake_wait,
-                                     .destroy = fake_destroy };
+static const engine_ops fake_ops = {
+    .name = "fake", .submit = fake_submit, .wait = fake_wait, .destroy = fake_destroy
+};
 
 static engine *fake_engine_create(fake_engine *f, int nslots, int max_batch)
 {
@@ -335,7 +341,9 @@ static void sink_done(void *req, int image, const float *logits, int classes, se
 
 static void sink_fail(void *req, int image, int status, const char *code, const char *message)
 {
-    (void)image; (void)code; (void)message;
+    (void)image;
+    (void)code;
+    (void)message;
     atomic_fetch_add(&fail_count[(int)(intptr_t)req - 1], 1);
     atomic_store(&fail_status, status);
 }
@@ -367,9 +375,13 @@ static void push_images(queue *q, int first, int n)
         memset(queue_slot(q, slot), as_f32 ? 0xee : id, RESNET18_INPUT_BYTES);
         f32_images[id] = (float)id;
         uint64_t now = clock_now_us();
-        queue_item it = { .req = (void *)(intptr_t)(id + 1), .image = 0, .slot = slot, .fd = -1,
+        queue_item it = { .req = (void *)(intptr_t)(id + 1),
+                          .image = 0,
+                          .slot = slot,
+                          .fd = -1,
                           .f32 = as_f32 ? &f32_images[id] : NULL,
-                          .enqueued_us = now, .deadline_us = now + 60000000u };
+                          .enqueued_us = now,
+                          .deadline_us = now + 60000000u };
         queue_push(q, &it, 1);
     }
 }
@@ -412,7 +424,7 @@ START_TEST(pipeline_keeps_two_batches_in_flight_and_reports_each_image_once)
         ck_assert_int_eq(atomic_load(&done_count[i]), 1);
         ck_assert_int_eq(atomic_load(&fail_count[i]), 0);
     }
-    ck_assert_int_eq(atomic_load(&wrong_pixels), 0);      /* each image's own pixels reached the engine */
+    ck_assert_int_eq(atomic_load(&wrong_pixels), 0); /* each image's own pixels reached the engine */
     ck_assert_int_eq(atomic_load(&max_batch_seen), 4);
     ck_assert_int_ge(atomic_load(&f.batches), NIMAGES / 4);
     /* While the completion thread waited on one slot, the batcher had
@@ -565,7 +577,7 @@ START_TEST(stop_drains_queued_images_before_the_batcher_exits)
     char err[256];
     queue *q = queue_create(64, err, sizeof err);
     infer *inf = infer_create(e, NULL, NULL, NULL, &test_sink, err, sizeof err);
-    batch_policy p = policy(4, 10000000);   /* would wait 10 s for a full batch */
+    batch_policy p = policy(4, 10000000); /* would wait 10 s for a full batch */
     batcher *b = batcher_start(q, inf, &p, &test_sink, NULL, 0, err, sizeof err);
     push_images(q, 0, 3);
     uint64_t t0 = clock_now_us();
@@ -589,19 +601,22 @@ END_TEST
  * told to fail the whole stage. */
 typedef struct fake_dj {
     engine *e;
-    queue *q;               /* when set: each stage checks its pixels count as backlog */
+    queue *q; /* when set: each stage checks its pixels count as backlog */
     atomic_int fail_next, stages, max_nhost, host_out_of_order, uncounted;
 } fake_dj;
 
 static devjpeg_reason fake_dj_check(void *ctx, const uint8_t *jpeg, size_t len, const preprocess_info *info)
 {
-    (void)ctx; (void)jpeg; (void)len; (void)info;
+    (void)ctx;
+    (void)jpeg;
+    (void)len;
+    (void)info;
     return DEVJPEG_OK;
 }
 
-static int fake_dj_stage(void *ctx, int slot, int nhost, const uint8_t *const *jpeg, const size_t *len,
-                         const int *w, const int *h, int n, devjpeg_fallback_fn fallback, void *cls, int *nfallback,
-                         char *err, size_t errlen)
+static int fake_dj_stage(void *ctx, int slot, int nhost, const uint8_t *const *jpeg, const size_t *len, const int *w,
+                         const int *h, int n, devjpeg_fallback_fn fallback, void *cls, int *nfallback, char *err,
+                         size_t errlen)
 {
     fake_dj *d = ctx;
     atomic_fetch_add(&d->stages, 1);
@@ -615,7 +630,7 @@ static int fake_dj_stage(void *ctx, int slot, int nhost, const uint8_t *const *j
     if (d->q && queue_jpeg_pixels(d->q) < px)
         atomic_fetch_add(&d->uncounted, 1);
     uint8_t *in = d->e->input[slot];
-    for (int i = 0; i < nhost; i++)   /* the CPU crops come first: ids below 10 or above 21 here */
+    for (int i = 0; i < nhost; i++) /* the CPU crops come first: ids below 10 or above 21 here */
         if (in[(size_t)i * RESNET18_INPUT_BYTES] >= 10 && in[(size_t)i * RESNET18_INPUT_BYTES] <= 21)
             atomic_fetch_add(&d->host_out_of_order, 1);
     int m = atomic_load(&d->max_nhost);
@@ -635,14 +650,21 @@ static int fake_dj_stage(void *ctx, int slot, int nhost, const uint8_t *const *j
 
 static double fake_dj_stage_ms(void *ctx, int slot)
 {
-    (void)ctx; (void)slot;
+    (void)ctx;
+    (void)slot;
     return 1.5;
 }
 
-static void fake_dj_destroy(void *ctx) { (void)ctx; }
+static void fake_dj_destroy(void *ctx)
+{
+    (void)ctx;
+}
 
-static const devjpeg_ops fake_dj_ops = { .name = "fake", .check = fake_dj_check, .stage = fake_dj_stage,
-                                         .stage_ms = fake_dj_stage_ms, .destroy = fake_dj_destroy };
+static const devjpeg_ops fake_dj_ops = { .name = "fake",
+                                         .check = fake_dj_check,
+                                         .stage = fake_dj_stage,
+                                         .stage_ms = fake_dj_stage_ms,
+                                         .destroy = fake_dj_destroy };
 
 static atomic_int gpu_timed;
 
@@ -679,8 +701,16 @@ static void push_compressed(queue *q, int id, const uint8_t *jpeg, size_t len)
     int slot;
     ck_assert_int_eq(queue_reserve(q, 1, &slot), 0);
     uint64_t now = clock_now_us();
-    queue_item it = { .req = (void *)(intptr_t)(id + 1), .image = 0, .slot = slot, .fd = -1, .jpeg = jpeg,
-                      .jpeg_len = len, .w = 2000, .h = 1500, .enqueued_us = now, .deadline_us = now + 60000000u };
+    queue_item it = { .req = (void *)(intptr_t)(id + 1),
+                      .image = 0,
+                      .slot = slot,
+                      .fd = -1,
+                      .jpeg = jpeg,
+                      .jpeg_len = len,
+                      .w = 2000,
+                      .h = 1500,
+                      .enqueued_us = now,
+                      .deadline_us = now + 60000000u };
     queue_push(q, &it, 1);
 }
 
@@ -699,7 +729,7 @@ START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_ima
     decode_route_init(&route, 1);
     const uint64_t seed_ps = decode_route_gpu_ps(&route);
     infer *inf = infer_create(e, NULL, &dj, &route, &gpu_sink, err, sizeof err);
-    batch_policy p = policy(8, 10000000);   /* full batches only: 24 images make 3 */
+    batch_policy p = policy(8, 10000000); /* full batches only: 24 images make 3 */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     ck_assert_ptr_nonnull(b);
 
@@ -731,13 +761,13 @@ START_TEST(device_decoder_fills_the_slot_behind_cpu_crops_and_falls_back_per_ima
     ck_assert_int_eq(atomic_load(&done_count[21]), 0);
     ck_assert_int_eq(atomic_load(&fail_count[21]), 1);
     ck_assert_int_eq(atomic_load(&fail_status), 400);
-    ck_assert_int_eq(atomic_load(&wrong_pixels), 0);   /* every image at the position its logits came from */
+    ck_assert_int_eq(atomic_load(&wrong_pixels), 0); /* every image at the position its logits came from */
     ck_assert_int_eq(atomic_load(&fd.host_out_of_order), 0);
     ck_assert_int_gt(atomic_load(&fd.max_nhost), 0);
-    ck_assert_int_eq(atomic_load(&gpu_timed), 11);    /* the compressed ones carry the stage time */
-    ck_assert_uint_ne(decode_route_gpu_ps(&route), seed_ps);   /* and the router learnt what it cost */
-    ck_assert_int_eq(atomic_load(&fd.uncounted), 0);   /* a stage's own pixels were backlog while it ran */
-    ck_assert_uint_eq(queue_jpeg_pixels(q), 0);        /* and none is left counted */
+    ck_assert_int_eq(atomic_load(&gpu_timed), 11); /* the compressed ones carry the stage time */
+    ck_assert_uint_ne(decode_route_gpu_ps(&route), seed_ps); /* and the router learnt what it cost */
+    ck_assert_int_eq(atomic_load(&fd.uncounted), 0); /* a stage's own pixels were backlog while it ran */
+    ck_assert_uint_eq(queue_jpeg_pixels(q), 0); /* and none is left counted */
     infer_destroy(inf);
     queue_destroy(q);
     fake_engine_free(e);
@@ -755,7 +785,7 @@ START_TEST(device_decoder_error_fails_its_batch_with_500)
     char err[256];
     queue *q = queue_create(16, err, sizeof err);
     infer *inf = infer_create(e, NULL, &dj, NULL, &gpu_sink, err, sizeof err);
-    batch_policy p = policy(4, 10000000);   /* full batches only */
+    batch_policy p = policy(4, 10000000); /* full batches only */
     batcher *b = batcher_start(q, inf, &p, &gpu_sink, &dj, 1u << 20, err, sizeof err);
     atomic_store(&fd.fail_next, 1);
     static uint8_t one[4] = { 1, 2, 3, 4 };

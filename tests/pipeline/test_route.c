@@ -42,8 +42,8 @@ START_TEST(means_follow_measurements_per_size_class)
         decode_route_cpu(&r, 4000, 3000, 24000000);
     ck_assert_uint_eq(decode_route_cpu_ps(&r, 0), small);
     ck_assert_uint_ne(big, 2000);
-    ck_assert_uint_lt(decode_route_cpu_ps(&r, 2) > 2000 ? decode_route_cpu_ps(&r, 2) - 2000
-                                                        : 2000 - decode_route_cpu_ps(&r, 2), 20);
+    ck_assert_uint_lt(
+        decode_route_cpu_ps(&r, 2) > 2000 ? decode_route_cpu_ps(&r, 2) - 2000 : 2000 - decode_route_cpu_ps(&r, 2), 20);
     /* batches of 64 0.5 MP images in 4 ms: 125 ps a pixel */
     for (int i = 0; i < 100; i++)
         decode_route_gpu(&r, 64ull * 500000, 4000000);
@@ -52,12 +52,12 @@ START_TEST(means_follow_measurements_per_size_class)
     decode_route_gpu(&r, 64 * 48, 3600000);
     ck_assert_uint_lt(decode_route_gpu_ps(&r), 130);
     /* one outlier moves the mean by an eighth of the difference */
-    decode_route_gpu(&r, 8ull * MP, 8000000000ull);   /* 1,000,000 ps a pixel */
+    decode_route_gpu(&r, 8ull * MP, 8000000000ull); /* 1,000,000 ps a pixel */
     ck_assert_uint_gt(decode_route_gpu_ps(&r), 100000);
     ck_assert_uint_lt(decode_route_gpu_ps(&r), 130000);
     /* and the decision uses the current means */
     ck_assert(decode_route_to_cpu(&r, 4000, 3000, 1000ull * MP));
-    decode_route_gpu(&r, 0, 5);   /* no pixels: no sample */
+    decode_route_gpu(&r, 0, 5); /* no pixels: no sample */
     ck_assert_uint_gt(decode_route_gpu_ps(&r), 100000);
 }
 END_TEST

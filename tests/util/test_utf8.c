@@ -8,10 +8,23 @@
 
 START_TEST(valid_and_invalid_sequences)
 {
-    static const struct { const char *s; size_t bad; } cases[] = {
-        { "plain ascii", 11 }, { "caf\xc3\xa9", 5 }, { "\xe2\x82\xac", 3 }, { "\xf0\x9f\x98\x80", 4 },
-        { "caf\xe9", 3 }, { "\xc0\xaf", 0 }, { "\xe0\x80\xaf", 0 }, { "\xed\xa0\x80", 0 },
-        { "\xf4\x90\x80\x80", 0 }, { "ok\xc3", 2 }, { "ok\xe2\x82", 2 }, { "\xff", 0 }, { "a\x80", 1 },
+    static const struct {
+        const char *s;
+        size_t bad;
+    } cases[] = {
+        { "plain ascii", 11 },
+        { "caf\xc3\xa9", 5 },
+        { "\xe2\x82\xac", 3 },
+        { "\xf0\x9f\x98\x80", 4 },
+        { "caf\xe9", 3 },
+        { "\xc0\xaf", 0 },
+        { "\xe0\x80\xaf", 0 },
+        { "\xed\xa0\x80", 0 },
+        { "\xf4\x90\x80\x80", 0 },
+        { "ok\xc3", 2 },
+        { "ok\xe2\x82", 2 },
+        { "\xff", 0 },
+        { "a\x80", 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         ck_assert_msg(utf8_invalid_at(cases[i].s, strlen(cases[i].s)) == cases[i].bad, "case %zu", i);
@@ -25,8 +38,8 @@ START_TEST(sanitize_escapes_bad_bytes_and_keeps_characters_whole)
     ck_assert_str_eq(utf8_sanitize(out, sizeof out, "image/\xff\xfe"), "image/\\xFF\\xFE");
     ck_assert_str_eq(utf8_sanitize(out, sizeof out, "caf\xc3\xa9"), "caf\xc3\xa9");
     ck_assert_str_eq(utf8_sanitize(out, 6, "caf\xc3\xa9"), "caf\xc3\xa9");
-    ck_assert_str_eq(utf8_sanitize(out, 5, "caf\xc3\xa9"), "caf");          /* not half an e-acute */
-    ck_assert_str_eq(utf8_sanitize(out, 6, "ab\xff"), "ab");                /* not half of \xFF */
+    ck_assert_str_eq(utf8_sanitize(out, 5, "caf\xc3\xa9"), "caf"); /* not half an e-acute */
+    ck_assert_str_eq(utf8_sanitize(out, 6, "ab\xff"), "ab"); /* not half of \xFF */
     ck_assert_str_eq(utf8_sanitize(out, 1, "abc"), "");
     ck_assert_uint_eq(utf8_invalid_at(out, strlen(out)), strlen(out));
 }

@@ -29,7 +29,8 @@ START_TEST(labels_shipped_file_has_1000_names_in_index_order)
     labels l;
     char err[256];
     char path[1024];
-    snprintf(path, sizeof path, "%s/etc/imagenet-classes.txt", getenv("RESNETD_SRCDIR") ? getenv("RESNETD_SRCDIR") : ".");
+    snprintf(path, sizeof path, "%s/etc/imagenet-classes.txt",
+             getenv("RESNETD_SRCDIR") ? getenv("RESNETD_SRCDIR") : ".");
     ck_assert_msg(labels_load(path, 1000, &l, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(l.count, 1000);
     ck_assert_str_eq(l.names[0], "tench");
@@ -84,7 +85,7 @@ START_TEST(topk_is_sorted_softmax_matching_a_direct_computation)
     }
     /* k is clamped; all k scores sum to 1. */
     topk_entry all[3];
-    float three[3] = {1, 1, 1};
+    float three[3] = { 1, 1, 1 };
     ck_assert_int_eq(topk_softmax(three, 3, 10, all), 3);
     ck_assert_int_eq(all[0].index, 0);
     ck_assert_double_eq_tol(all[0].score + all[1].score + all[2].score, 1.0, 1e-6);
@@ -98,7 +99,7 @@ START_TEST(npy_round_trips_and_rejects_garbage)
         data[i] = (float)i * 0.5f - 3.0f;
     char path[512], err[256];
     snprintf(path, sizeof path, "%s/a.npy", tmpdir);
-    const size_t shape[3] = {2, 3, 4};
+    const size_t shape[3] = { 2, 3, 4 };
     ck_assert_msg(npy_write_f32(path, data, 3, shape, err, sizeof err) == 0, "%s", err);
     npy_array a;
     ck_assert_msg(npy_read(path, &a, err, sizeof err) == 0, "%s", err);
@@ -144,8 +145,8 @@ START_TEST(device_and_precision_names_parse)
     ck_assert_int_eq(list[0], 2);
     ck_assert_int_eq(engine_parse_devices("cpu", &d, list, ENGINE_MAX_DEVICES, &n), 0);
     ck_assert_int_eq(d, ENGINE_DEVICE_CPU);
-    static const char *bad[] = {"cuda:0,0", "cuda:0,", "cuda:,1", "cuda:0,,1", "cuda:0,x", "cuda:1,64", "cpu,cuda",
-                                "cuda:0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"};
+    static const char *bad[] = { "cuda:0,0", "cuda:0,",   "cuda:,1",  "cuda:0,,1",
+                                 "cuda:0,x", "cuda:1,64", "cpu,cuda", "cuda:0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(engine_parse_devices(bad[i], &d, list, ENGINE_MAX_DEVICES, &n) != 0, "%s", bad[i]);
     ck_assert_int_eq(engine_parse_precision("fp16", &p), 0);
@@ -166,8 +167,9 @@ START_TEST(gpu_tuning_parses_formats_back_and_names_what_is_wrong)
     ck_assert_int_eq(engine_tuning_parse(NULL, &tu, err, sizeof err), 0);
     engine_tuning_format(&tu, text, sizeof text);
     ck_assert_str_eq(text, "");
-    ck_assert_int_eq(engine_tuning_parse("pdl=off,stem=separate,autotune=log,downsample=inside,pool=separate", &tu, err,
-                                         sizeof err), 0);
+    ck_assert_int_eq(
+        engine_tuning_parse("pdl=off,stem=separate,autotune=log,downsample=inside,pool=separate", &tu, err, sizeof err),
+        0);
     ck_assert_int_eq(tu.pdl, ENGINE_TUNE_OFF);
     ck_assert_int_eq(tu.stem, ENGINE_TUNE_SEPARATE);
     ck_assert_int_eq(tu.autotune, ENGINE_TUNE_LOG);
@@ -178,8 +180,9 @@ START_TEST(gpu_tuning_parses_formats_back_and_names_what_is_wrong)
     /* A later key wins; auto resets one. */
     ck_assert_int_eq(engine_tuning_parse("pdl=on,pdl=auto", &tu, err, sizeof err), 0);
     ck_assert_int_eq(tu.pdl, ENGINE_TUNE_AUTO);
-    static const char *bad[] = {"pdl", "pdl=", "=on", "pdl=inside", "stem=fused", "speed=max", "pdl=on,",
-                                "autotune=0", "pool=separate;stem=separate"};
+    static const char *bad[] = { "pdl",        "pdl=",       "=on",
+                                 "pdl=inside", "stem=fused", "speed=max",
+                                 "pdl=on,",    "autotune=0", "pool=separate;stem=separate" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_msg(engine_tuning_parse(bad[i], &tu, err, sizeof err) != 0, "%s", bad[i]);
         ck_assert_msg(strstr(err, "gpu tuning"), "%s: %s", bad[i], err);
