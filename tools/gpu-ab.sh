@@ -38,7 +38,7 @@ ldflags=
 build() {
     cd "$1" && autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
         ../configure --with-cuda LDFLAGS="$ldflags" >/dev/null &&
-        make -j"$JOBS" resnetd-bench resnetd-calibrate tools/make-corpus tests/gpu/test_gpu_kernels tests/gpu/test_engine_cuda \
+        make -j"$JOBS" resnetd-bench resnetd-calibrate tools/make-corpus tests/gpu/test_gpu_kernels tests/gpu/test_gpu_ops tests/gpu/test_engine_cuda \
             >build.txt 2>&1 || { tail -20 build.txt; echo "gpu-ab: building $1 FAILED" >&2; return 1; }
 }
 t0=$(date +%s)
@@ -58,6 +58,9 @@ if [ "${TESTS:-1}" = 1 ]; then
     t0=$(date +%s)
     CK_FORK=no timeout 300 ./tests/gpu/test_gpu_kernels >"$OUT/kernels.txt" 2>&1
     echo "kernel tests (new): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/kernels.txt")"
+    t0=$(date +%s)
+    CK_FORK=no timeout 200 ./tests/gpu/test_gpu_ops >"$OUT/ops.txt" 2>&1
+    echo "ops tests (new): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/ops.txt")"
     t0=$(date +%s)
     RESNETD_REF_DIR=$PWD/tests/ref CK_FORK=no timeout 200 ./tests/gpu/test_engine_cuda >"$OUT/engine-test.txt" 2>&1
     echo "engine test (new): rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E '^[0-9]+%' "$OUT/engine-test.txt" | tail -1)"

@@ -70,7 +70,7 @@ say "build: ok in $(( $(date +%s) - t0 )) s; $(grep -h 'nvJPEG' config.log | gre
 
 if run tests; then
     export RESNETD_FIDELITY_DIR=$PWD/corpus
-    tests=${GPU_TESTS:-"tests/gpu/test_gpu_kernels tests/gpu/test_engine_cuda tests/gpu/test_gpu_decode tests/image/test_chroma_rebuild
+    tests=${GPU_TESTS:-"tests/gpu/test_gpu_kernels tests/gpu/test_gpu_ops tests/gpu/test_engine_cuda tests/gpu/test_gpu_decode tests/image/test_chroma_rebuild
            tests/pipeline/test_batcher tests/daemon/test_daemon.sh tests/pipeline/test_reload.sh tests/gpu/test_gpu_daemon.sh"}
     t0=$(date +%s)
     make -j8 check TESTS="$(echo $tests)" >check.txt 2>&1
@@ -96,17 +96,22 @@ if run sanitize; then
     # The conv, stem and INT8 kernels (every tile) and the INT8 engine under
     # memcheck (small shapes and batches; the engine with the cost model's
     # plans, so that memcheck sees the graphs, not thousands of timings).
-    make -j"$JOBS" tests/gpu/test_gpu_kernels tests/gpu/test_engine_cuda tests/ref/.stamp >sanitize-build.txt 2>&1 ||
+    make -j"$JOBS" tests/gpu/test_gpu_kernels tests/gpu/test_gpu_ops tests/gpu/test_engine_cuda tests/ref/.stamp \
+        >sanitize-build.txt 2>&1 ||
         say "sanitize: building the tests FAILED (see sanitize-build.txt)"
     t0=$(date +%s)
     RESNETD_GPU_TEST_QUICK=1 timeout 250 compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_gpu_kernels \
         >sanitize.txt 2>&1
     say "memcheck test_gpu_kernels: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize.txt)"
     t0=$(date +%s)
+    RESNETD_GPU_TEST_QUICK=1 timeout 250 compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_gpu_ops \
+        >sanitize-ops.txt 2>&1
+    say "memcheck test_gpu_ops: rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize-ops.txt)"
+    t0=$(date +%s)
     RESNETD_GPU_TEST_QUICK=1 RESNETD_GPU_TUNING=autotune=off CK_RUN_CASE=int8 RESNETD_REF_DIR=$PWD/tests/ref timeout 250 \
         compute-sanitizer --tool memcheck --leak-check full ./tests/gpu/test_engine_cuda >sanitize-engine.txt 2>&1
     say "memcheck test_engine_cuda (int8): rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 sanitize-engine.txt)"
-    cat sanitize.txt sanitize-engine.txt >"$OUT/sanitize.txt"
+    cat sanitize.txt sanitize-ops.txt sanitize-engine.txt >"$OUT/sanitize.txt"
 fi
 
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)

@@ -63,6 +63,47 @@ uint32_t testutil_rand_u32(uint64_t *state)
     return (uint32_t)(*state >> 16);
 }
 
+float testutil_rand_float(uint64_t *state, float a)
+{
+    return a * ((float)(testutil_rand_u32(state) & 0xffffff) / 8388608.0f - 1.0f);
+}
+
+float *testutil_rand_array(uint64_t *state, size_t n, float a)
+{
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = testutil_rand_float(state, a);
+    return p;
+}
+
+int8_t testutil_rand_s8(uint64_t *state)
+{
+    return (int8_t)((int)(testutil_rand_u32(state) % 255) - 127);
+}
+
+float testutil_int8_epilogue(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu)
+{
+    float v = (float)acc * mult;
+    v = v + bias;
+    if (res)
+        v = v + (float)*res * res_scale;
+    if (relu && v < 0.0f)
+        v = 0.0f;
+    return v;
+}
+
+double testutil_rel_l2_d(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = a[i] - b[i];
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 float testutil_half_bits(uint16_t h)
 {
     const int e = (h >> 10) & 31, m = h & 1023;

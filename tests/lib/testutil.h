@@ -26,6 +26,19 @@ void testutil_topk(const float *v, int n, int k, int *idx);
 /* xorshift64: the next 32 random bits of *state (seeded non-zero); the
  * same sequence on every machine, so a failing trial can be replayed. */
 uint32_t testutil_rand_u32(uint64_t *state);
+/* From the same sequence: uniform in [-a, a); n of them in a malloc'd
+ * array (asserted); an int8 in [-127, 127]. */
+float testutil_rand_float(uint64_t *state, float a);
+float *testutil_rand_array(uint64_t *state, size_t n, float a);
+int8_t testutil_rand_s8(uint64_t *state);
+
+/* engine/int8.h's epilogue of one output, as the CPU INT8 engine computes
+ * it (the build compiles C with -ffp-contract=off): acc * mult + bias
+ * (+ *res * res_scale), then the ReLU; res may be NULL. */
+float testutil_int8_epilogue(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu);
+
+/* ||a - b|| / ||b|| with the reference b in double. */
+double testutil_rel_l2_d(const float *a, const double *b, size_t n);
 
 /* An FP16 value's bits as a float (subnormals, infinities, NaN). */
 float testutil_half_bits(uint16_t h);
