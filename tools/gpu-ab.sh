@@ -35,15 +35,18 @@ git diff "$BASE" >"$OUT/change.diff"
 # Link the libjpeg whose header the build uses (device-env.sh's), as gpu-check.sh does.
 ldflags=
 [ -n "${LIBRARY_PATH:-}" ] && ldflags="-L${LIBRARY_PATH%%:*}"
-build() {
-    cd "$1" && autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
+build() {  # tree extra-targets...
+    local tree=$1
+    shift
+    cd "$tree" && autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
         ../configure --with-cuda LDFLAGS="$ldflags" >/dev/null &&
-        make -j"$JOBS" resnetd-bench resnetd-calibrate tools/make-corpus tests/gpu/test_gpu_kernels tests/gpu/test_gpu_ops tests/gpu/test_engine_cuda \
-            >build.txt 2>&1 || { tail -20 build.txt; echo "gpu-ab: building $1 FAILED" >&2; return 1; }
+        make -j"$JOBS" resnetd-bench resnetd-calibrate tools/make-corpus "$@" >build.txt 2>&1 ||
+        { tail -20 build.txt; echo "gpu-ab: building $tree FAILED" >&2; return 1; }
 }
 t0=$(date +%s)
+# Only the new tree's tests run (the old tree's may live elsewhere).
 build "$work/old" & o=$!
-build "$work/new" & n=$!
+build "$work/new" tests/gpu/test_gpu_kernels tests/gpu/test_gpu_ops tests/gpu/test_engine_cuda & n=$!
 wait $o && wait $n || exit 1
 echo "builds: $(( $(date +%s) - t0 )) s; $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); old = $(git rev-parse --short "$BASE")"
 
