@@ -1,14 +1,13 @@
-/* Tests for model/weights.c (safetensors loading, validation, BN folding,
- * synthetic weights) and util/sha256.c.
+/* Tests for model/weights.c: safetensors loading, validation, BN folding,
+ * synthetic weights.
  *
  * The test writes its own safetensors files into a mkdtemp directory: the
  * full set of resnet18 tensors with patterned values (to check the fold and
  * the OIHW -> KRSC transpose against a computation done here), and
  * "everything valid except X" variants for each malformed case. Files whose
- * contents do not matter are sparse (header, then ftruncate). When
- * tests/reference.py's output exists, the torchvision weights are checked
- * too, read a second way by a small reader in this file. */
-#include <dirent.h>
+ * contents do not matter are sparse (header, then ftruncate). The
+ * torchvision weights are checked by test_weights_reference.c, util/sha256.c
+ * by tests/util/test_sha256.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -16,22 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "model/resnet18.h"
-#include "util/sha256.h"
 #include "tests/lib/testutil.h"
-
-static char tmpdir[] = "/tmp/test_weights.XXXXXX";
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int next;
-    char *b = buf[next++ % 4];
-    snprintf(b, sizeof buf[0], "%s/%s", tmpdir, name);
-    return b;
-}
+#include "tests/model/weights_testutil.h"
 
 /* ---- a tiny safetensors writer ------------------------------------------ */
 
@@ -200,14 +187,6 @@ static void poke_f32(const char *path, long data_off, const tspec *t, uint64_t i
 
 /* ---- value encodings, written independently of the loader --------------- */
 
-/* binary16 bits to value, by the definition (finite values only). */
-static double half_value(uint16_t h)
-{
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
-    return h & 0x8000 ? -v : v;
-}
-
 /* Check's assertions are too slow for per-element loops (each one reports
  * to the parent process), so hot loops count failures and assert once. */
 
@@ -293,13 +272,6 @@ static uint8_t *stf_encode(const stf *s, const float *vals)
 
 /* ---- checking a load ----------------------------------------------------- */
 
-/* a equals b or is its float neighbour: the fold may round its double
- * product in a different order than the check does. */
-static int near_ulp(float a, float b)
-{
-    return a == b || nextafterf(b, a) == a;
-}
-
 /* Checks every conv, bias and fc value of w against a BN fold and OIHW ->
  * KRSC transpose of vals computed here. */
 static void check_fold(const resnet18_weights *w, stf *s, const float *vals)
@@ -337,17 +309,6 @@ static void check_fold(const resnet18_weights *w, stf *s, const float *vals)
     const float *fw = vals + tw->first, *fb = vals + stf_find(s, "fc.bias")->first;
     ck_assert(memcmp(w->fc_w, fw, sizeof(float) * (size_t)w->classes * RESNET18_FEATURES) == 0);
     ck_assert(memcmp(w->fc_b, fb, sizeof(float) * (size_t)w->classes) == 0);
-}
-
-/* The sha256sum tool's digest of path, as an outside check of ours. */
-static void sha256sum(const char *path, char hex[65])
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    ck_assert(fscanf(p, "%64s", hex) == 1);
-    ck_assert_int_eq(pclose(p), 0);
 }
 
 static int weights_zeroed(const resnet18_weights *w)
@@ -544,14 +505,6 @@ static void expect_json_error(stf *s, const char *name, const char *key, json_t 
     free(s);
 }
 
-static void write_bytes(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert(f != NULL);
-    ck_assert(fwrite(b, 1, n, f) == n);
-    ck_assert(fclose(f) == 0);
-}
-
 START_TEST(test_zero_filled_valid_set_loads)
 {
     /* The base of every "valid except X" case below must itself load. */
@@ -578,7 +531,7 @@ END_TEST
 
 START_TEST(test_directory_is_an_error)
 {
-    expect_error(tmpdir, "not a regular file");
+    expect_error(tmp_dir(), "not a regular file");
 }
 END_TEST
 
@@ -910,205 +863,6 @@ START_TEST(test_synthetic_has_he_scales)
 }
 END_TEST
 
-/* ---- SHA-256 ------------------------------------------------------------- */
-
-START_TEST(test_sha256_known_vectors)
-{
-    char hex[65];
-    sha256_hex("", 0, hex);
-    ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    sha256_hex("abc", 3, hex);
-    ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-    sha256_hex(two, strlen(two), hex);
-    ck_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-    char *a = malloc(1000000);
-    ck_assert(a != NULL);
-    memset(a, 'a', 1000000);
-    sha256_hex(a, 1000000, hex);
-    ck_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-    /* Fed in uneven pieces, the streaming interface gives the same digest. */
-    sha256_ctx c;
-    uint8_t d[32];
-    sha256_init(&c);
-    for (size_t off = 0, step = 1; off < 1000000; off += step, step = step * 3 % 997 + 1)
-        sha256_update(&c, a + off, off + step > 1000000 ? 1000000 - off : step);
-    sha256_final(&c, d);
-    ck_assert_uint_eq(d[0], 0xcd);
-    ck_assert_uint_eq(d[31], 0xd0);
-    free(a);
-}
-END_TEST
-
-START_TEST(test_sha256_padding_boundaries)
-{
-    /* Lengths around the 55/56/64-byte padding edges, against sha256sum. */
-    static const size_t lens[] = { 55, 56, 57, 63, 64, 65, 119, 120 };
-    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
-        char buf[128], hex[65], want[65];
-        for (size_t i = 0; i < lens[k]; i++)
-            buf[i] = (char)('A' + (i * 7 + k) % 26);
-        const char *path = tmp_path("sha.bin");
-        write_bytes(path, buf, lens[k]);
-        sha256_hex(buf, lens[k], hex);
-        sha256sum(path, want);
-        ck_assert_msg(strcmp(hex, want) == 0, "length %zu: %s, sha256sum %s", lens[k], hex, want);
-        unlink(path);
-    }
-}
-END_TEST
-
-/* ---- torchvision reference weights --------------------------------------- */
-
-/* Reads a tensor of a reference file a second way: jansson on the header
- * and this file's own F16/BF16 decoding. Returns malloc'd floats. */
-static float *ref_tensor(const uint8_t *file, size_t len, const char *name, size_t *n)
-{
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | file[i];
-    ck_assert(hlen <= len - 8);
-    json_t *h = json_loadb((const char *)file + 8, hlen, 0, NULL);
-    ck_assert(h != NULL);
-    json_t *e = json_object_get(h, name);
-    ck_assert_msg(e != NULL, "reference file lacks %s", name);
-    const char *dt = json_string_value(json_object_get(e, "dtype"));
-    uint64_t b = (uint64_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
-    uint64_t end = (uint64_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 1));
-    size_t es = strcmp(dt, "F32") == 0 ? 4 : 2;
-    const uint8_t *p = file + 8 + hlen + b;
-    *n = (size_t)(end - b) / es;
-    float *v = malloc(*n * sizeof *v);
-    ck_assert(v != NULL);
-    for (size_t i = 0; i < *n; i++, p += es) {
-        uint32_t u = es == 4 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24
-                             : (uint32_t)p[0] | (uint32_t)p[1] << 8;
-        if (strcmp(dt, "F16") == 0)
-            v[i] = (float)half_value((uint16_t)u);
-        else if (strcmp(dt, "BF16") == 0)
-            u <<= 16;
-        if (strcmp(dt, "F16") != 0)
-            memcpy(&v[i], &u, 4);
-    }
-    json_decref(h);
-    return v;
-}
-
-/* Loads a reference file and checks a few tensors' folds against ref_tensor. */
-static void check_reference(const char *file, resnet18_weights *w)
-{
-    const char *path = testutil_ref_path(file);
-    char err[512] = "";
-    ck_assert_msg(weights_load(path, w, err, sizeof err) == 0, "%s", err);
-    char want[65];
-    sha256sum(path, want);
-    ck_assert_str_eq(w->sha256, want);
-    size_t len = 0;
-    uint8_t *bytes = testutil_read_file(path, &len);
-    ck_assert(bytes != NULL);
-    static const int convs[] = { 0, 6, 14, 19 }; /* stem, a downsample, deep 3x3s */
-    for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
-        const resnet18_conv_desc *d = &resnet18_convs[convs[k]];
-        char name[96];
-        size_t n, nc;
-        snprintf(name, sizeof name, "%s.weight", d->name);
-        float *wt = ref_tensor(bytes, len, name, &n);
-        float *bn[4];
-        const char *f[4] = { "weight", "bias", "running_mean", "running_var" };
-        for (int j = 0; j < 4; j++) {
-            snprintf(name, sizeof name, "%s.%s", d->bn, f[j]);
-            bn[j] = ref_tensor(bytes, len, name, &nc);
-            ck_assert_uint_eq(nc, (size_t)d->cout);
-        }
-        ck_assert_uint_eq(n, (size_t)d->cout * d->cin * d->k * d->k);
-        int K = d->k, C = d->cin, bad = 0;
-        for (int o = 0; o < d->cout; o++) {
-            double inv_std = 1.0 / sqrt((double)bn[3][o] + 1e-5);
-            bad += !near_ulp(w->conv[convs[k]].b[o], (float)(bn[1][o] - (double)bn[2][o] * bn[0][o] * inv_std));
-            for (int c = 0; c < C; c++)
-                for (int y = 0; y < K; y++)
-                    for (int x = 0; x < K; x++) {
-                        float want_w = (float)(wt[((o * C + c) * K + y) * K + x] * (double)bn[0][o] * inv_std);
-                        bad += !near_ulp(w->conv[convs[k]].w[((o * K + y) * K + x) * C + c], want_w);
-                    }
-        }
-        ck_assert_msg(bad == 0, "%s: %s has %d values off the fold", file, d->name, bad);
-        free(wt);
-        for (int j = 0; j < 4; j++)
-            free(bn[j]);
-    }
-    size_t n;
-    float *fc = ref_tensor(bytes, len, "fc.weight", &n);
-    ck_assert_uint_eq(n, (size_t)w->classes * RESNET18_FEATURES);
-    ck_assert(memcmp(fc, w->fc_w, n * sizeof *fc) == 0);
-    free(fc);
-    free(bytes);
-}
-
-START_TEST(test_reference_f32_loads_and_folds)
-{
-    resnet18_weights w;
-    check_reference("weights.safetensors", &w);
-    ck_assert_int_eq(w.classes, 1000);
-    /* torchvision's BN folding really does something here: scales differ from 1. */
-    ck_assert(w.conv[0].b[0] != 0);
-    weights_free(&w);
-}
-END_TEST
-
-/* reference.py's 10-class fine-tune: the class count comes from the file,
- * and the head is the file's, bias included. */
-START_TEST(test_reference_fine_tune_reports_10_classes)
-{
-    resnet18_weights w;
-    check_reference("ft10/weights.safetensors", &w);
-    ck_assert_int_eq(w.classes, 10);
-    size_t len = 0, n;
-    uint8_t *bytes = testutil_read_file(testutil_ref_path("ft10/weights.safetensors"), &len);
-    ck_assert(bytes != NULL);
-    float *fb = ref_tensor(bytes, len, "fc.bias", &n);
-    ck_assert_uint_eq(n, 10);
-    ck_assert(memcmp(fb, w.fc_b, n * sizeof *fb) == 0);
-    free(fb);
-    free(bytes);
-    weights_free(&w);
-}
-END_TEST
-
-/* F16 and BF16 files equal the F32 fold up to the storage rounding. */
-static void check_reduced(const char *file, double tol)
-{
-    resnet18_weights w32, w;
-    char err[512];
-    ck_assert_msg(weights_load(testutil_ref_path("weights.safetensors"), &w32, err, sizeof err) == 0, "%s", err);
-    check_reference(file, &w);
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
-        const resnet18_conv_desc *d = &resnet18_convs[i];
-        size_t n = (size_t)d->cout * d->k * d->k * d->cin;
-        double ew = testutil_rel_l2(w.conv[i].w, w32.conv[i].w, n);
-        double eb = testutil_rel_l2(w.conv[i].b, w32.conv[i].b, (size_t)d->cout);
-        ck_assert_msg(ew < tol && ew > 0, "%s: %s weight rel L2 %g", file, d->name, ew);
-        ck_assert_msg(eb < tol, "%s: %s bias rel L2 %g", file, d->bn, eb);
-    }
-    ck_assert_int_eq(w.classes, w32.classes);
-    double e = testutil_rel_l2(w.fc_w, w32.fc_w, (size_t)w.classes * RESNET18_FEATURES);
-    ck_assert_msg(e < tol && e > 0, "%s: fc rel L2 %g", file, e);
-    weights_free(&w);
-    weights_free(&w32);
-}
-
-START_TEST(test_reference_f16_equals_f32_within_rounding)
-{
-    check_reduced("weights-f16.safetensors", 0x1p-10);
-}
-END_TEST
-
-START_TEST(test_reference_bf16_equals_f32_within_rounding)
-{
-    check_reduced("weights-bf16.safetensors", 0x1p-7);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("weights");
@@ -1148,51 +902,17 @@ int main(void)
     tcase_add_test(tc, test_error_message_truncates_safely);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("synthetic_and_sha256");
+    tc = tcase_create("synthetic");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_synthetic_is_deterministic_and_seeded);
     tcase_add_test(tc, test_synthetic_has_he_scales);
-    tcase_add_test(tc, test_sha256_known_vectors);
-    tcase_add_test(tc, test_sha256_padding_boundaries);
     suite_add_tcase(s, tc);
 
-    /* The torchvision files exist only when reference.py could run; without
-     * them those tests are left out (CI demands them). */
-    const char *ref = getenv("RESNETD_REF_DIR");
-    char stamp[4096];
-    struct stat st;
-    snprintf(stamp, sizeof stamp, "%s/weights.safetensors", ref ? ref : "");
-    if (ref && stat(stamp, &st) == 0) {
-        testutil_require_reference();
-        tc = tcase_create("reference");
-        tcase_set_timeout(tc, 600);
-        tcase_add_test(tc, test_reference_f32_loads_and_folds);
-        tcase_add_test(tc, test_reference_fine_tune_reports_10_classes);
-        tcase_add_test(tc, test_reference_f16_equals_f32_within_rounding);
-        tcase_add_test(tc, test_reference_bf16_equals_f32_within_rounding);
-        suite_add_tcase(s, tc);
-    } else {
-        const char *req = getenv("RESNETD_REQUIRE_REFERENCE");
-        if (req && strcmp(req, "1") == 0)
-            testutil_require_reference(); /* exits 1 */
-        fprintf(stderr, "test_weights: no reference weights, torchvision checks skipped\n");
-    }
-    /* Passing tests unlink their files; a failed one may leave its file
-     * behind, so main empties the directory (not atexit, which the forked
-     * test children would run too). */
-    if (!mkdtemp(tmpdir)) {
+    if (tmpdir_make("test_weights") != 0) {
         perror("mkdtemp");
         return 1;
     }
     int rc = testutil_run(s);
-    DIR *dir = opendir(tmpdir);
-    struct dirent *de;
-    while (dir && (de = readdir(dir)) != NULL)
-        if (de->d_name[0] != '.')
-            unlink(tmp_path(de->d_name));
-    if (dir)
-        closedir(dir);
-    if (rmdir(tmpdir) != 0)
-        perror(tmpdir);
+    tmpdir_remove();
     return rc;
 }
