@@ -89,6 +89,27 @@ static int valid_id(const char *s)
     return 1;
 }
 
+/* The optional "check" object into *c; NULL, or what is wrong with it. */
+static const char *load_check(json_t *check, calib_check *c)
+{
+    if (!check)
+        return NULL;
+    json_t *images = json_object_get(check, "images");
+    json_t *agreement = json_object_get(check, "top1_agreement");
+    json_t *rel_l2 = json_object_get(check, "rel_l2");
+    if (!json_is_object(check) || !json_is_integer(images) || json_integer_value(images) < 1 ||
+        json_integer_value(images) > 1000000000 || !json_is_number(agreement) || !json_is_number(rel_l2))
+        return "\"check\" must be {\"images\": N >= 1, \"top1_agreement\": percent, \"rel_l2\": number}";
+    c->images = (int)json_integer_value(images);
+    c->agreement = json_number_value(agreement);
+    c->rel_l2 = json_number_value(rel_l2);
+    if (!(c->agreement >= 0 && c->agreement <= 100) || !(c->rel_l2 >= 0) || !isfinite(c->rel_l2)) {
+        memset(c, 0, sizeof *c);
+        return "\"check\" has an agreement outside 0..100 or a rel_l2 that is not a finite number >= 0";
+    }
+    return NULL;
+}
+
 int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
 {
     json_error_t je;
@@ -131,6 +152,8 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
         why = "\"images\" must be a positive integer";
     else if (!json_is_object(scales))
         why = "\"scales\" must be an object";
+    else
+        why = load_check(json_object_get(root, "check"), &t->check);
     if (!why) {
         snprintf(t->weights_sha256, sizeof t->weights_sha256, "%s", id);
         t->images = (int)json_integer_value(images);
@@ -203,7 +226,11 @@ int calib_save(const char *path, const calib_table *t, char *err, size_t errlen)
               (t->method == CALIB_PERCENTILE && json_object_set_new(root, "percentile", json_real(t->percentile))) ||
               json_object_set_new(root, "images", json_integer(t->images)) ||
               json_object_set_new(root, "histogram_bins", json_integer(CALIB_BINS)) ||
-              json_object_set(root, "scales", scales);
+              json_object_set(root, "scales", scales) ||
+              (t->check.images > 0 &&
+               json_object_set_new(root, "check",
+                                   json_pack("{s:i, s:f, s:f}", "images", t->check.images, "top1_agreement",
+                                             t->check.agreement, "rel_l2", t->check.rel_l2)) != 0);
     json_decref(scales);
     if (bad) {
         json_decref(root);

@@ -7,8 +7,11 @@
  *    "weights_sha256": "<64 hex digits of the weights file>" | "synthetic",
  *    "method": "entropy" | "percentile", "percentile": 99.99 (percentile only),
  *    "images": N, "histogram_bins": 2048,
- *    "scales": {"input": s, "conv1": s, "layer1.0.conv1": s, ...}}
- * with one scale per quantised tensor (calib_tensor_name), each a positive
+ *    "scales": {"input": s, "conv1": s, "layer1.0.conv1": s, ...},
+ *    "check": {"images": N, "top1_agreement": pct, "rel_l2": e}}
+ * "check" is optional: what resnetd-calibrate --check measured for the
+ * table (INT8 against FP32 on held-out images), which the daemon reports.
+ * There is one scale per quantised tensor (calib_tensor_name), each a positive
  * finite number written with full precision, so it reads back as the same
  * float. Tables that do not name the weights they are used with, or lack a
  * tensor, or name an unknown one, are refused. */
@@ -34,12 +37,21 @@ extern "C" {
 
 typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE } calib_method;
 
+/* INT8 against FP32 on held-out images, as resnetd-calibrate --check
+ * measured it; images 0: never checked. */
+typedef struct calib_check {
+    int images;
+    double agreement; /* top-1 agreement, percent */
+    double rel_l2; /* the logits' relative L2 error over all images */
+} calib_check;
+
 typedef struct calib_table {
     char weights_sha256[65]; /* hex digest, or CALIB_WEIGHTS_SYNTHETIC */
     calib_method method;
     double percentile; /* CALIB_PERCENTILE: the percentile of |x| used */
     int images; /* calibration images seen */
     float scale[CALIB_NTENSORS];
+    calib_check check;
 } calib_table;
 
 /* "input", or the name of the conv whose output tensor i is ("conv1",

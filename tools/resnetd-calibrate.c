@@ -10,7 +10,10 @@
  * The check runs the CPU engine at FP32 and at INT8 on held-out JPEGs and
  * prints their top-1 agreement and the logits' relative L2 error: the CUDA
  * engine's INT8 activations equal the CPU engine's bit for bit
- * (engine/int8.h), so the figure holds for both. */
+ * (engine/int8.h), so the figure holds for both. A table made with a check
+ * records its figures. --target-agreement makes one table per method from
+ * one pass over the calibration images, checks each, and writes the best
+ * (better()). */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "config.h"
 #include "engine/calib.h"
 #include "engine/engine.h"
@@ -34,6 +38,7 @@ typedef struct calibrate_opts {
     const char *table; /* check this table instead of making one */
     const char *check; /* held-out JPEGs for the check, or NULL */
     double min_agreement; /* percent; < 0: none */
+    double target_agreement; /* percent; < 0: make one table by --method */
     calib_method method;
     double percentile;
     int threads;
@@ -59,8 +64,27 @@ static void usage(FILE *f)
                "                       images) and print top-1 agreement and the logits' rel L2\n"
                "  --min-agreement PCT  with --check: exit 3 when top-1 agreement is below PCT percent\n"
                "                       (a table made here is written all the same)\n"
+               "  --target-agreement PCT  with --images, --out and --check: try every calibration\n"
+               "                       method (entropy; percentile 99.9, 99.99, 99.999, 100), print\n"
+               "                       each one's agreement, rel L2 and INT8 img/s on this machine,\n"
+               "                       and write the one with the best top-1 agreement on the --check\n"
+               "                       images (all are fully INT8: one speed), if at least PCT percent;\n"
+               "                       none: the most agreeing is written and the exit status is 3\n"
                "  --threads N          CPU engine threads (default: all cores)\n"
                "  --help, --version\n");
+}
+
+/* A percentage in [0, 100] into *out; 0, or -1 after saying why. */
+static int parse_percent(const char *name, const char *arg, double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(arg, &end);
+    if (errno || end == arg || *end || !(*out >= 0 && *out <= 100)) {
+        fprintf(stderr, "resnetd-calibrate: --%s must be in [0, 100], got '%s'\n", name, arg);
+        return -1;
+    }
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, calibrate_opts *o)
@@ -74,6 +98,7 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
         OPT_TABLE,
         OPT_CHECK,
         OPT_MIN_AGREE,
+        OPT_TARGET,
         OPT_THREADS,
         OPT_HELP,
         OPT_VERSION
@@ -87,6 +112,7 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
         { "table", required_argument, NULL, OPT_TABLE },
         { "check", required_argument, NULL, OPT_CHECK },
         { "min-agreement", required_argument, NULL, OPT_MIN_AGREE },
+        { "target-agreement", required_argument, NULL, OPT_TARGET },
         { "threads", required_argument, NULL, OPT_THREADS },
         { "help", no_argument, NULL, OPT_HELP },
         { "version", no_argument, NULL, OPT_VERSION },
@@ -96,6 +122,7 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
     o->method = CALIB_ENTROPY;
     o->percentile = 99.99;
     o->min_agreement = -1;
+    o->target_agreement = -1;
     int c, pct_given = 0, method_given = 0;
     char *end;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -106,12 +133,12 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
         case OPT_TABLE: o->table = optarg; break;
         case OPT_CHECK: o->check = optarg; break;
         case OPT_MIN_AGREE:
-            errno = 0;
-            o->min_agreement = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(o->min_agreement >= 0 && o->min_agreement <= 100)) {
-                fprintf(stderr, "resnetd-calibrate: --min-agreement must be in [0, 100], got '%s'\n", optarg);
+            if (parse_percent("min-agreement", optarg, &o->min_agreement) != 0)
                 return -1;
-            }
+            break;
+        case OPT_TARGET:
+            if (parse_percent("target-agreement", optarg, &o->target_agreement) != 0)
+                return -1;
             break;
         case OPT_METHOD:
             method_given = 1;
@@ -158,8 +185,13 @@ static int parse_args(int argc, char **argv, calibrate_opts *o)
         fprintf(stderr, "resnetd-calibrate: --images and --out are required (or --table and --check)\n");
         return -1;
     }
-    if (o->min_agreement >= 0 && !o->check) {
-        fprintf(stderr, "resnetd-calibrate: --min-agreement needs --check\n");
+    if ((o->min_agreement >= 0 || o->target_agreement >= 0) && !o->check) {
+        fprintf(stderr, "resnetd-calibrate: --min-agreement and --target-agreement need --check\n");
+        return -1;
+    }
+    if (o->target_agreement >= 0 && (o->table || method_given || pct_given || o->min_agreement >= 0)) {
+        fprintf(stderr, "resnetd-calibrate: --target-agreement makes a table by trying every method: it takes "
+                        "--images, --out and --check, and no --table, --method, --percentile or --min-agreement\n");
         return -1;
     }
     if (optind < argc) {
@@ -323,17 +355,16 @@ static void say_nonfinite_int8(const char *dir, const char *file)
 }
 
 /* Makes the table of o->images with the FP32 engine e into *t. */
-static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o, calib_table *t)
+/* Runs the FP32 engine e over every JPEG of o->images and histograms each
+ * tensor INT8 quantises into hist[CALIB_NTENSORS]; *used: images seen. */
+static int observe_images(engine *e, preprocess_ctx *pp, const calibrate_opts *o, calib_hist *hist, int *used)
 {
     char err[1024];
-    int nfiles = 0, used = 0, rc = -1;
+    int nfiles = 0, rc = -1;
     char **files = list_jpegs(o->images, &nfiles);
-    calib_hist *hist = calloc(CALIB_NTENSORS, sizeof *hist);
-    if (!files || !hist) {
-        if (!hist)
-            fprintf(stderr, "resnetd-calibrate: out of memory\n");
+    *used = 0;
+    if (!files)
         goto out;
-    }
     if (nfiles == 0) {
         fprintf(stderr, "resnetd-calibrate: no JPEG files (*.jpg, *.jpeg) in %s\n", o->images);
         goto out;
@@ -355,25 +386,30 @@ static int calibrate(engine *e, preprocess_ctx *pp, const resnet18_weights *w, c
             say_nonfinite(o->images, files[next - n + bad]);
             goto out;
         }
-        used += n;
+        *used += n;
     }
     if (engine_cpu_observe(e, NULL, NULL, err, sizeof err) != 0) {
         fprintf(stderr, "resnetd-calibrate: %s\n", err);
         goto out;
     }
-    memset(t, 0, sizeof *t);
-    snprintf(t->weights_sha256, sizeof t->weights_sha256, "%s", calib_weights_id(w));
-    t->method = o->method;
-    t->percentile = o->method == CALIB_PERCENTILE ? o->percentile : 0;
-    t->images = used;
-    for (int i = 0; i < CALIB_NTENSORS; i++)
-        t->scale[i] = o->method == CALIB_ENTROPY ? calib_scale_entropy(&hist[i])
-                                                 : calib_scale_percentile(&hist[i], o->percentile);
     rc = 0;
 out:
     free_names(files, nfiles);
-    free(hist);
     return rc;
+}
+
+/* The table a method (and percentile) picks from the histograms. */
+static void table_of(const calib_hist *hist, int used, const resnet18_weights *w, calib_method method,
+                     double percentile, calib_table *t)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->weights_sha256, sizeof t->weights_sha256, "%s", calib_weights_id(w));
+    t->method = method;
+    t->percentile = method == CALIB_PERCENTILE ? percentile : 0;
+    t->images = used;
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t->scale[i] = method == CALIB_ENTROPY ? calib_scale_entropy(&hist[i])
+                                              : calib_scale_percentile(&hist[i], percentile);
 }
 
 /* The first index of the largest value, as numpy's argmax. */
@@ -392,20 +428,50 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* INT8 (table t) against the FP32 engine f32 on every JPEG of o->check:
- * prints top-1 agreement and the logits' relative L2 error, overall and
- * per image (tests/engine/int8_agreement.py computes the same from
- * resnetd-classify's output). Returns 0, EXIT_BELOW_MIN, or -1. */
-static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, const calib_table *t,
-                 const calibrate_opts *o)
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* What INT8 (one table) gave against FP32 on the check images. */
+typedef struct check_result {
+    int images, agree;
+    double agreement, rel_l2, median, max; /* percent; rel L2 overall, per image median and max */
+    double int8_img_s; /* the CPU INT8 engine's inference alone, on this machine */
+} check_result;
+
+/* Scores per image into r: agreement and relative L2 of y against x. */
+static void score(const float *x, const float *y, int classes, check_result *r, double *rel, double *diff2,
+                  double *ref2)
+{
+    double d2 = 0, r2 = 0;
+    for (int k = 0; k < classes; k++) {
+        double d = (double)y[k] - (double)x[k];
+        d2 += d * d;
+        r2 += (double)x[k] * (double)x[k];
+    }
+    r->agree += argmax(x, classes) == argmax(y, classes);
+    rel[r->images++] = r2 > 0 ? sqrt(d2 / r2) : (d2 > 0 ? INFINITY : 0);
+    *diff2 += d2;
+    *ref2 += r2;
+}
+
+/* INT8 (table t) against the FP32 engine f32 on every JPEG of o->check
+ * (tests/engine/int8_agreement.py computes the same from
+ * resnetd-classify's output). 0, or -1 after saying why. */
+static int measure(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, const calib_table *t,
+                   const calibrate_opts *o, check_result *r)
 {
     char err[1024];
-    int nfiles = 0, rc = -1, agree = 0, done = 0;
+    int nfiles = 0, rc = -1;
     engine *i8 = NULL;
     uint8_t *images = NULL;
     float *a = NULL, *b = NULL;
-    double *rel = NULL, diff2 = 0, ref2 = 0;
+    double *rel = NULL, diff2 = 0, ref2 = 0, busy = 0;
     char **files = list_jpegs(o->check, &nfiles);
+    memset(r, 0, sizeof *r);
     if (!files)
         goto out;
     if (nfiles == 0) {
@@ -435,11 +501,13 @@ static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, con
         int n = load_batch(pp, o->check, files, nfiles, &next, images, max);
         if (n < 0)
             goto out;
-        if (engine_infer(f32, images, n, a, err, sizeof err) != 0 ||
+        double t0 = 0;
+        if (engine_infer(f32, images, n, a, err, sizeof err) != 0 || (t0 = now_s()) < 0 ||
             engine_infer(i8, images, n, b, err, sizeof err) != 0) {
             fprintf(stderr, "resnetd-calibrate: inference failed: %s\n", err);
             goto out;
         }
+        busy += now_s() - t0;
         int bad = first_nonfinite(a, n, classes);
         if (bad >= 0) {
             say_nonfinite(o->check, files[next - n + bad]);
@@ -449,32 +517,17 @@ static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, con
             say_nonfinite_int8(o->check, files[next - n + bad]);
             goto out;
         }
-        for (int i = 0; i < n; i++, done++) {
-            const float *x = a + (size_t)i * classes, *y = b + (size_t)i * classes;
-            double d2 = 0, r2 = 0;
-            for (int k = 0; k < classes; k++) {
-                double d = (double)y[k] - (double)x[k];
-                d2 += d * d;
-                r2 += (double)x[k] * (double)x[k];
-            }
-            agree += argmax(x, classes) == argmax(y, classes);
-            rel[done] = r2 > 0 ? sqrt(d2 / r2) : (d2 > 0 ? INFINITY : 0);
-            diff2 += d2;
-            ref2 += r2;
-        }
+        for (int i = 0; i < n; i++)
+            score(a + (size_t)i * classes, b + (size_t)i * classes, classes, r, rel, &diff2, &ref2);
     }
-    qsort(rel, (size_t)done, sizeof *rel, cmp_double);
-    const double median = done % 2 ? rel[done / 2] : 0.5 * (rel[done / 2 - 1] + rel[done / 2]);
-    const double pct = 100.0 * agree / done;
-    printf("check: INT8 vs FP32 on %d images of %s: top-1 agreement %d/%d (%.1f%%), logits rel L2 %.4f "
-           "(per image: median %.4f, max %.4f)\n",
-           done, o->check, agree, done, pct, ref2 > 0 ? sqrt(diff2 / ref2) : 0.0, median, rel[done - 1]);
+    qsort(rel, (size_t)r->images, sizeof *rel, cmp_double);
+    const int done = r->images;
+    r->median = done % 2 ? rel[done / 2] : 0.5 * (rel[done / 2 - 1] + rel[done / 2]);
+    r->max = rel[done - 1];
+    r->agreement = 100.0 * r->agree / done;
+    r->rel_l2 = ref2 > 0 ? sqrt(diff2 / ref2) : 0.0;
+    r->int8_img_s = busy > 0 ? done / busy : 0;
     rc = 0;
-    if (o->min_agreement >= 0 && pct < o->min_agreement) {
-        fprintf(stderr, "resnetd-calibrate: top-1 agreement %.1f%% is below --min-agreement %g%%\n", pct,
-                o->min_agreement);
-        rc = EXIT_BELOW_MIN;
-    }
 out:
     free_names(files, nfiles);
     free(images);
@@ -483,6 +536,125 @@ out:
     free(rel);
     engine_destroy(i8);
     return rc;
+}
+
+/* Measures table t on o->check, prints the figures and records them in
+ * t->check. Returns 0, EXIT_BELOW_MIN, or -1. */
+static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, calib_table *t, const calibrate_opts *o)
+{
+    check_result r;
+    if (measure(f32, pp, w, t, o, &r) != 0)
+        return -1;
+    printf("check: INT8 vs FP32 on %d images of %s: top-1 agreement %d/%d (%.1f%%), logits rel L2 %.4f "
+           "(per image: median %.4f, max %.4f)\n",
+           r.images, o->check, r.agree, r.images, r.agreement, r.rel_l2, r.median, r.max);
+    t->check = (calib_check){ .images = r.images, .agreement = r.agreement, .rel_l2 = r.rel_l2 };
+    if (o->min_agreement >= 0 && r.agreement < o->min_agreement) {
+        fprintf(stderr, "resnetd-calibrate: top-1 agreement %.1f%% is below --min-agreement %g%%\n", r.agreement,
+                o->min_agreement);
+        return EXIT_BELOW_MIN;
+    }
+    return 0;
+}
+
+/* The methods --target-agreement tries. */
+static const struct candidate {
+    calib_method method;
+    double percentile;
+} candidates[] = {
+    { CALIB_ENTROPY, 0 },         { CALIB_PERCENTILE, 99.9 }, { CALIB_PERCENTILE, 99.99 },
+    { CALIB_PERCENTILE, 99.999 }, { CALIB_PERCENTILE, 100 },
+};
+#define NCANDIDATES (int)(sizeof candidates / sizeof candidates[0])
+
+/* Candidate i beats candidate j for the target: one that meets it over
+ * one that does not; then the faster precision mix (every candidate here
+ * is fully INT8, one mix, so their timings differ by noise only and do not
+ * decide); then more agreeing; then the smaller rel L2. */
+static int better(const check_result *r, int i, int j, double target)
+{
+    const int mi = r[i].agreement >= target, mj = r[j].agreement >= target;
+    if (mi != mj)
+        return mi;
+    if (r[i].agree != r[j].agree)
+        return r[i].agree > r[j].agree;
+    return r[i].rel_l2 < r[j].rel_l2;
+}
+
+/* --target-agreement: every candidate's table from one set of histograms,
+ * each measured on o->check; the best (better()) into *t. Returns 0,
+ * EXIT_BELOW_MIN when none meets the target, or -1. */
+static int search(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o, calib_table *t)
+{
+    calib_hist *hist = calloc(CALIB_NTENSORS, sizeof *hist);
+    check_result r[NCANDIDATES];
+    calib_table tables[NCANDIDATES];
+    int used, best = 0;
+    if (!hist) {
+        fprintf(stderr, "resnetd-calibrate: out of memory\n");
+        return -1;
+    }
+    if (observe_images(f32, pp, o, hist, &used) != 0) {
+        free(hist);
+        return -1;
+    }
+    printf("candidates: INT8 against FP32 on the images of %s (img/s: the CPU INT8 engine, this machine)\n", o->check);
+    printf("%-22s %-6s %12s %9s %9s\n", "method", "mix", "agreement", "rel L2", "img/s");
+    for (int i = 0; i < NCANDIDATES; i++) {
+        char name[32];
+        table_of(hist, used, w, candidates[i].method, candidates[i].percentile, &tables[i]);
+        if (measure(f32, pp, w, &tables[i], o, &r[i]) != 0) {
+            free(hist);
+            return -1;
+        }
+        snprintf(name, sizeof name, candidates[i].method == CALIB_ENTROPY ? "entropy" : "percentile %g",
+                 candidates[i].percentile);
+        printf("%-22s %-6s %5d/%-4d %8.4f %9.1f\n", name, "int8", r[i].agree, r[i].images, r[i].rel_l2,
+               r[i].int8_img_s);
+        if (i > 0 && better(r, i, best, o->target_agreement))
+            best = i;
+    }
+    free(hist);
+    *t = tables[best];
+    t->check = (calib_check){ .images = r[best].images, .agreement = r[best].agreement, .rel_l2 = r[best].rel_l2 };
+    const int met = r[best].agreement >= o->target_agreement;
+    char chosen[32];
+    snprintf(chosen, sizeof chosen, t->method == CALIB_ENTROPY ? "entropy" : "percentile %g", t->percentile);
+    printf("chosen: %s, top-1 agreement %.1f%% %s the target %g%%\n", chosen, r[best].agreement,
+           met ? "meets" : "is below", o->target_agreement);
+    return met ? 0 : EXIT_BELOW_MIN;
+}
+
+/* Makes the table (by --method, or by --target-agreement's search) and
+ * writes it, with its check when there is one. Returns 0, EXIT_BELOW_MIN
+ * or -1. */
+static int make_table(engine *e, preprocess_ctx *pp, const resnet18_weights *w, const calibrate_opts *o, calib_table *t)
+{
+    char err[1024];
+    int status;
+    if (o->target_agreement >= 0) {
+        status = search(e, pp, w, o, t);
+    } else {
+        calib_hist *hist = calloc(CALIB_NTENSORS, sizeof *hist);
+        int used;
+        if (!hist || observe_images(e, pp, o, hist, &used) != 0) {
+            if (!hist)
+                fprintf(stderr, "resnetd-calibrate: out of memory\n");
+            free(hist);
+            return -1;
+        }
+        table_of(hist, used, w, o->method, o->percentile, t);
+        free(hist);
+        status = o->check ? check(e, pp, w, t, o) : 0;
+    }
+    if (status < 0)
+        return -1;
+    if (calib_save(o->out, t, err, sizeof err) != 0) {
+        fprintf(stderr, "resnetd-calibrate: %s\n", err);
+        return -1;
+    }
+    fprintf(stderr, "resnetd-calibrate: %d images, %s: wrote %s\n", t->images, calib_method_name(t->method), o->out);
+    return status;
 }
 
 int main(int argc, char **argv)
@@ -516,16 +688,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "resnetd-calibrate: out of memory\n");
         goto out;
     }
-    if (!o.table) {
-        if (calibrate(e, pp, &w, &o, &t) != 0)
-            goto out;
-        if (calib_save(o.out, &t, err, sizeof err) != 0) {
-            fprintf(stderr, "resnetd-calibrate: %s\n", err);
-            goto out;
-        }
-        fprintf(stderr, "resnetd-calibrate: %d images, %s: wrote %s\n", t.images, calib_method_name(t.method), o.out);
-    }
-    status = o.check ? check(e, pp, &w, &t, &o) : 0;
+    status = o.table ? check(e, pp, &w, &t, &o) : make_table(e, pp, &w, &o, &t);
     if (status < 0)
         status = 1;
 out:

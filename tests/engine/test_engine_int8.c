@@ -404,6 +404,7 @@ START_TEST(tables_round_trip_every_float_exactly)
     t.method = CALIB_PERCENTILE;
     t.percentile = 99.99;
     t.images = 123;
+    t.check = (calib_check){ .images = 357, .agreement = 100.0 * 349 / 357, .rel_l2 = 0.0132 };
     /* Awkward floats: a subnormal-free spread with full mantissas. */
     for (int i = 0; i < CALIB_NTENSORS; i++)
         t.scale[i] = nextafterf(0.01f * (float)(i + 1) / 3.0f, 1.0f);
@@ -415,6 +416,8 @@ START_TEST(tables_round_trip_every_float_exactly)
     ck_assert_int_eq(back.method, CALIB_PERCENTILE);
     ck_assert_int_eq(back.images, 123);
     ck_assert(back.percentile == 99.99);
+    ck_assert_int_eq(back.check.images, 357);
+    ck_assert(back.check.agreement == t.check.agreement && back.check.rel_l2 == t.check.rel_l2);
     for (int i = 0; i < CALIB_NTENSORS; i++)
         ck_assert_msg(back.scale[i] == t.scale[i], "scale %d: %.9g != %.9g", i, back.scale[i], t.scale[i]);
     ck_assert_int_eq(unlink(p), 0);
@@ -439,6 +442,18 @@ START_TEST(bad_tables_are_refused_with_a_reason)
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
           "\"method\": \"minmax\", \"images\": 1, \"scales\": {}}",
           "\"method\"" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+          "\"method\": \"entropy\", \"images\": 1, \"scales\": {}, \"check\": {\"images\": 0, "
+          "\"top1_agreement\": 99, \"rel_l2\": 0.01}}",
+          "\"check\" must be" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+          "\"method\": \"entropy\", \"images\": 1, \"scales\": {}, \"check\": {\"images\": 10, "
+          "\"top1_agreement\": 101, \"rel_l2\": 0.01}}",
+          "agreement outside 0..100" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"synthetic\", "
+          "\"method\": \"entropy\", \"images\": 1, \"scales\": {}, \"check\": {\"images\": 10, "
+          "\"top1_agreement\": 99, \"rel_l2\": -1}}",
+          "rel_l2 that is not" },
     };
     char err[512], p[128];
     calib_table t;

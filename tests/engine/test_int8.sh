@@ -97,6 +97,45 @@ set -e
   fail "--min-agreement 50 refused"
 if "$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" 2>"$out/err"; then fail "--table without --check"; fi
 grep -q "needs --check" "$out/err" || fail "--table without --check: $(cat "$out/err")"
+
+# --target-agreement: every method tried on one set of histograms, the
+# chosen table written with the check it passed, whose figures are those a
+# --check of it prints; below the target: written all the same, exit 3.
+# On 60 held-out photos, to keep the test short.
+mkdir -p "$out/held60"
+for f in $(ls "$photos/heldout" | head -n 60); do ln -s "$photos/heldout/$f" "$out/held60/$f"; done
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --check "$out/held60" --target-agreement 0 \
+  --out "$out/t.json" >"$out/search" || fail "--target-agreement 0: exit $?"
+cat "$out/search"
+[ "$(grep -c ' int8 ' "$out/search")" = 5 ] || fail "--target-agreement did not try 5 methods"
+grep -q "^chosen: .* meets the target 0%" "$out/search" || fail "--target-agreement 0: no table chosen"
+"$bin/resnetd-calibrate" --weights "$w" --table "$out/t.json" --check "$out/held60" >"$out/tcheck"
+"$TORCH_PYTHON" - "$out/t.json" "$out/search" "$out/tcheck" <<'PY'
+import json, re, sys
+t = json.load(open(sys.argv[1]))
+search, check = open(sys.argv[2]).read(), open(sys.argv[3]).read()
+c = t["check"]
+agree, images = map(int, re.search(r"agreement (\d+)/(\d+)", check).groups())
+assert c["images"] == images == 60 and abs(c["top1_agreement"] - 100.0 * agree / images) < 1e-9, (c, check)
+rel = float(re.search(r"rel L2 ([0-9.]+)", check).group(1))
+assert abs(c["rel_l2"] - rel) < 1e-4, (c, rel)
+counts = [int(m) for m in re.findall(r" (\d+)/60 ", search)]
+assert len(counts) == 5 and agree == max(counts), (counts, agree)
+print("target-agreement: 5 methods tried, the most agreeing (%d/60) written with its check" % agree)
+PY
+set +e
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --check "$out/held60" --target-agreement 100 \
+  --out "$out/t100.json" >"$out/search100" 2>&1
+rc=$?
+set -e
+[ "$rc" = 3 ] && grep -q "is below the target 100%" "$out/search100" && [ -s "$out/t100.json" ] ||
+  fail "--target-agreement 100: exit $rc, $(cat "$out/search100")"
+if "$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --target-agreement 99 --out "$out/x.json" \
+  2>"$out/err"; then fail "--target-agreement without --check"; fi
+grep -q "need --check" "$out/err" || fail "--target-agreement without --check: $(cat "$out/err")"
+if "$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --check "$out/held60" --target-agreement 99 \
+  --method percentile --out "$out/x.json" 2>"$out/err"; then fail "--target-agreement with --method"; fi
+grep -q "no --table, --method" "$out/err" || fail "--target-agreement with --method: $(cat "$out/err")"
 if [ -n "${RESNETD_REAL_WEIGHTS:-}" ]; then
   "$bin/resnetd-calibrate" --weights "$RESNETD_REAL_WEIGHTS" --images "$photos/calib" --out "$out/real.json"
   fp32 "$RESNETD_REAL_WEIGHTS"
