@@ -414,6 +414,7 @@ static void metrics_start(const served_model *model, const engine_set *es)
     const engine *e = es->eng[0];
     metrics_init(PACKAGE_VERSION, engine_device_name(e->device), engine_precision_name(e->precision));
     metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
+    metrics_set_int8_check(&model->int8_check);
     metrics_set_memory(es->gpu_bytes, es->pinned_bytes);
     if (e->device != ENGINE_DEVICE_CUDA)
         return;
@@ -644,6 +645,8 @@ int main(int argc, char **argv)
     calib_table calib, *calib_ptr = NULL;
     if (load_int8_table(&cfg, &w, &calib, &calib_ptr) != 0)
         return EXIT_BAD_FILE;
+    if (calib_ptr)
+        served_model_set_int8(model, calib_ptr);
 
     if (signals_setup() != 0) {
         log_error("cannot set up signal handling: %s", strerror(errno));

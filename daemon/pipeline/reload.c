@@ -127,6 +127,8 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
         served_model_unref(m);
         return -1;
     }
+    if (int8)
+        served_model_set_int8(m, &calib);
     /* Every new engine is built and warmed up before any is swapped in, so
      * a failure leaves all engines on the old model. Engines copy the
      * weights: w is freed once they are built. */
@@ -177,6 +179,7 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
              m->weights_path, m->synthetic ? "none: synthetic" : m->sha256, m->labels_path,
              (double)(clock_now_us() - t0) / 1e3);
     metrics_set_model(m->version, (double)m->loaded_unix_ms / 1e3);
+    metrics_set_int8_check(&m->int8_check);
     served_model_unref(m);
     return 0;
 fail:

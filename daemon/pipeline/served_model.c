@@ -60,6 +60,15 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
     return m;
 }
 
+void served_model_set_int8(served_model *m, const calib_table *t)
+{
+    if (t->method == CALIB_PERCENTILE)
+        snprintf(m->int8_calibration, sizeof m->int8_calibration, "percentile %g", t->percentile);
+    else
+        snprintf(m->int8_calibration, sizeof m->int8_calibration, "%s", calib_method_name(t->method));
+    m->int8_check = t->check;
+}
+
 served_model *served_model_ref(served_model *m)
 {
     if (m)

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "daemon/config_table.h"
+#include "engine/calib.h"
 #include "model/labels.h"
 #include "model/resnet18.h"
 
@@ -25,6 +26,10 @@ typedef struct served_model {
     char labels_path[CONFIG_PATH_MAX];
     char sha256[65]; /* of the weights file; "" for synthetic */
     int64_t loaded_unix_ms; /* wall clock when it was loaded */
+    /* INT8: the calibration's method ("entropy", "percentile 99.99"; ""
+     * at other precisions) and what its check measured (images 0: none). */
+    char int8_calibration[32];
+    calib_check int8_check;
 } served_model;
 
 /* Loads c's labels and weights: the model (one reference, the caller's)
@@ -33,6 +38,8 @@ typedef struct served_model {
  * ("weights" or "labels"). */
 served_model *served_model_load(const config *c, int version, resnet18_weights *w, const char **key, char *err,
                                 size_t errlen);
+/* Records INT8 table t's method and check in m, before m is shared. */
+void served_model_set_int8(served_model *m, const calib_table *t);
 served_model *served_model_ref(served_model *m);
 void served_model_unref(served_model *m);
 

@@ -4,6 +4,7 @@
  * exactly, and the families the daemon promises are always there.
  * Every check works on deltas, so tests also pass with CK_FORK=no. */
 #include "daemon/api/metrics.h"
+#include "engine/calib.h"
 #include "tests/lib/testutil.h"
 
 #include <check.h>
@@ -256,6 +257,23 @@ START_TEST(test_gauges_report_last_value)
 }
 END_TEST
 
+/* The INT8 check's gauges appear once a checked table is served, with its
+ * figures, and go again when one without a check replaces it. */
+START_TEST(test_int8_check_gauges_follow_the_served_table)
+{
+    ck_assert(isnan(render_sample("resnetd_int8_check_images")));
+    calib_check c = { .images = 357, .agreement = 100.0 * 349 / 357, .rel_l2 = 0.0132 };
+    metrics_set_int8_check(&c);
+    char *text = render();
+    ck_assert_double_eq(sample(text, "resnetd_int8_check_images"), 357);
+    ck_assert_double_eq_tol(sample(text, "resnetd_int8_check_top1_agreement_ratio"), 349.0 / 357, 1e-6);
+    ck_assert_double_eq_tol(sample(text, "resnetd_int8_check_logits_rel_l2"), 0.0132, 1e-9);
+    free(text);
+    metrics_set_int8_check(&(calib_check){ 0 });
+    ck_assert(isnan(render_sample("resnetd_int8_check_top1_agreement_ratio")));
+}
+END_TEST
+
 START_TEST(test_build_info_escapes_label_values)
 {
     metrics_init("1.2\"x\\y\nz", "cuda:0", NULL);
@@ -369,6 +387,7 @@ static Suite *metrics_suite(void)
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_every_family_has_help_and_type);
+    tcase_add_test(tc, test_int8_check_gauges_follow_the_served_table);
     tcase_add_test(tc, test_rejected_reasons_and_fixed_codes_always_present);
     tcase_add_test(tc, test_counters_move_by_exactly_what_was_added);
     tcase_add_test(tc, test_duration_histogram_buckets_are_cumulative_with_inclusive_bounds);
