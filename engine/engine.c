@@ -170,7 +170,7 @@ static const struct tuning_key {
     size_t offset;
     engine_tune allowed[3];
 } tuning_keys[] = {
-    { "autotune", offsetof(engine_tuning, autotune), { ENGINE_TUNE_OFF, ENGINE_TUNE_LOG, ENGINE_TUNE_ON } },
+    { "autotune", offsetof(engine_tuning, autotune), { ENGINE_TUNE_OFF, ENGINE_TUNE_LOG } },
     { "stem", offsetof(engine_tuning, stem), { ENGINE_TUNE_SEPARATE } },
     { "pool", offsetof(engine_tuning, pool), { ENGINE_TUNE_SEPARATE } },
     { "downsample", offsetof(engine_tuning, downsample), { ENGINE_TUNE_INSIDE, ENGINE_TUNE_SEPARATE } },

@@ -354,7 +354,6 @@ static void say_nonfinite_int8(const char *dir, const char *file)
             dir, file);
 }
 
-/* Makes the table of o->images with the FP32 engine e into *t. */
 /* Runs the FP32 engine e over every JPEG of o->images and histograms each
  * tensor INT8 quantises into hist[CALIB_NTENSORS]; *used: images seen. */
 static int observe_images(engine *e, preprocess_ctx *pp, const calibrate_opts *o, calib_hist *hist, int *used)
@@ -557,6 +556,15 @@ static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, cal
     return 0;
 }
 
+/* "entropy", or "percentile P". */
+static void method_label(calib_method m, double percentile, char *out, size_t outlen)
+{
+    if (m == CALIB_ENTROPY)
+        snprintf(out, outlen, "entropy");
+    else
+        snprintf(out, outlen, "percentile %g", percentile);
+}
+
 /* The methods --target-agreement tries. */
 static const struct candidate {
     calib_method method;
@@ -607,8 +615,7 @@ static int search(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, co
             free(hist);
             return -1;
         }
-        snprintf(name, sizeof name, candidates[i].method == CALIB_ENTROPY ? "entropy" : "percentile %g",
-                 candidates[i].percentile);
+        method_label(candidates[i].method, candidates[i].percentile, name, sizeof name);
         printf("%-22s %-6s %5d/%-4d %8.4f %9.1f\n", name, "int8", r[i].agree, r[i].images, r[i].rel_l2,
                r[i].int8_img_s);
         if (i > 0 && better(r, i, best, o->target_agreement))
@@ -619,7 +626,7 @@ static int search(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, co
     t->check = (calib_check){ .images = r[best].images, .agreement = r[best].agreement, .rel_l2 = r[best].rel_l2 };
     const int met = r[best].agreement >= o->target_agreement;
     char chosen[32];
-    snprintf(chosen, sizeof chosen, t->method == CALIB_ENTROPY ? "entropy" : "percentile %g", t->percentile);
+    method_label(t->method, t->percentile, chosen, sizeof chosen);
     printf("chosen: %s, top-1 agreement %.1f%% %s the target %g%%\n", chosen, r[best].agreement,
            met ? "meets" : "is below", o->target_agreement);
     return met ? 0 : EXIT_BELOW_MIN;

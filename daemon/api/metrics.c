@@ -16,7 +16,6 @@
 #include "engine/calib.h"
 
 #include <dirent.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,9 +184,10 @@ static atomic_llong engine_in_flight[MAX_ENGINES];
 static counter model_version;
 static counter model_loaded_ms; /* unix time of the served model's load, ms */
 static counter model_loads[2]; /* [0] failed, [1] ok */
-static counter int8_check_images; /* 0: no INT8 table, or one never checked */
-static counter int8_check_agreement_ppm; /* top-1 agreement, parts per million */
-static counter int8_check_rel_l2_ppb; /* logits rel L2, parts per billion */
+/* The served INT8 table's check: three figures that change together (on a
+ * reload), so one lock keeps a scrape from mixing two tables'. */
+static pthread_mutex_t int8_check_lock = PTHREAD_MUTEX_INITIALIZER;
+static calib_check int8_check; /* images 0: no INT8 table, or one never checked */
 
 #define LABEL_MAX 128
 static char build_version[LABEL_MAX] = "unknown";
@@ -351,10 +351,9 @@ void metrics_set_model(int version, double loaded_unix_s)
 
 void metrics_set_int8_check(const calib_check *c)
 {
-    atomic_store_explicit(&int8_check_agreement_ppm, (unsigned long long)llround(c->agreement * 1e4),
-                          memory_order_relaxed);
-    atomic_store_explicit(&int8_check_rel_l2_ppb, (unsigned long long)llround(c->rel_l2 * 1e9), memory_order_relaxed);
-    atomic_store_explicit(&int8_check_images, (unsigned long long)c->images, memory_order_relaxed);
+    pthread_mutex_lock(&int8_check_lock);
+    int8_check = *c;
+    pthread_mutex_unlock(&int8_check_lock);
 }
 
 void metrics_add_model_load(int ok)
@@ -720,19 +719,20 @@ static void render_engines(buf *b)
                   "running model.");
     buf_printf(b, "resnetd_model_reloads_total{result=\"ok\"} %llu\n", load(&model_loads[1]));
     buf_printf(b, "resnetd_model_reloads_total{result=\"failed\"} %llu\n", load(&model_loads[0]));
-    unsigned long long images = load(&int8_check_images);
-    if (images == 0)
+    pthread_mutex_lock(&int8_check_lock);
+    const calib_check c = int8_check;
+    pthread_mutex_unlock(&int8_check_lock);
+    if (c.images == 0)
         return;
     render_header(b, "resnetd_int8_check_top1_agreement_ratio", "gauge",
                   "Top-1 agreement of INT8 with FP32 that resnetd-calibrate --check measured for the served "
                   "calibration table, on resnetd_int8_check_images held-out images.");
-    unsigned long long ppm = load(&int8_check_agreement_ppm), ppb = load(&int8_check_rel_l2_ppb);
-    buf_printf(b, "resnetd_int8_check_top1_agreement_ratio %llu.%06llu\n", ppm / 1000000, ppm % 1000000);
+    buf_printf(b, "resnetd_int8_check_top1_agreement_ratio %.9g\n", c.agreement / 100.0);
     render_header(b, "resnetd_int8_check_logits_rel_l2", "gauge",
                   "Relative L2 error of INT8's logits against FP32's in the same check.");
-    buf_printf(b, "resnetd_int8_check_logits_rel_l2 %llu.%09llu\n", ppb / 1000000000, ppb % 1000000000);
+    buf_printf(b, "resnetd_int8_check_logits_rel_l2 %.9g\n", c.rel_l2);
     render_header(b, "resnetd_int8_check_images", "gauge", "Held-out images of that check.");
-    buf_printf(b, "resnetd_int8_check_images %llu\n", images);
+    buf_printf(b, "resnetd_int8_check_images %d\n", c.images);
 }
 
 char *metrics_render(size_t *len)

@@ -62,7 +62,7 @@ static json_t *int8_info(const served_model *m)
     json_t *check = c->images > 0 ? json_pack("{s:i, s:f, s:f}", "images", c->images, "top1_agreement", c->agreement,
                                               "rel_l2", c->rel_l2)
                                   : json_null();
-    return json_pack("{s:s, s:s, s:o*}", "calibration", m->int8_calibration, "mix", "int8", "check", check);
+    return json_pack("{s:s, s:s, s:o}", "calibration", m->int8_calibration, "mix", "int8", "check", check);
 }
 
 char *response_model(const response_service *svc, const served_model *m, size_t *len)

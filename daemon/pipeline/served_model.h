@@ -28,7 +28,7 @@ typedef struct served_model {
     int64_t loaded_unix_ms; /* wall clock when it was loaded */
     /* INT8: the calibration's method ("entropy", "percentile 99.99"; ""
      * at other precisions) and what its check measured (images 0: none). */
-    char int8_calibration[32];
+    char int8_calibration[48];
     calib_check int8_check;
 } served_model;
 

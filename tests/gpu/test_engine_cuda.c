@@ -172,8 +172,8 @@ static engine_tuning tuning;
 static void tune(const char *variant)
 {
     char text[256], err[256];
-    snprintf(text, sizeof text, "%s%s%s", base_tuning ? base_tuning : "", base_tuning && variant ? "," : "",
-             variant ? variant : "");
+    snprintf(text, sizeof text, "%s%s%s", base_tuning ? base_tuning : "",
+             base_tuning && *base_tuning && variant ? "," : "", variant ? variant : "");
     ck_assert_msg(engine_tuning_parse(text, &tuning, err, sizeof err) == 0, "%s", err);
 }
 
