@@ -29,6 +29,20 @@ const char *calib_method_name(calib_method m)
     return m == CALIB_PERCENTILE ? "percentile" : "entropy";
 }
 
+void calib_method_label(calib_method m, double percentile, char *out, size_t outlen)
+{
+    if (m != CALIB_PERCENTILE) {
+        snprintf(out, outlen, "%s", calib_method_name(m));
+        return;
+    }
+    char num[32];
+    int digits = 1;
+    do
+        snprintf(num, sizeof num, "%.*g", digits, percentile);
+    while (strtod(num, NULL) != percentile && ++digits <= 17);
+    snprintf(out, outlen, "percentile %s", num);
+}
+
 int calib_parse_method(const char *s, calib_method *m)
 {
     if (strcmp(s, "entropy") == 0) {

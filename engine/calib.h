@@ -59,6 +59,9 @@ typedef struct calib_table {
 const char *calib_tensor_name(int i);
 const char *calib_method_name(calib_method m);
 int calib_parse_method(const char *s, calib_method *m);
+/* "entropy", or "percentile P" with P in the shortest form that reads back
+ * as the same double. */
+void calib_method_label(calib_method m, double percentile, char *out, size_t outlen);
 
 /* What a table's weights_sha256 must be for w. */
 const char *calib_weights_id(const resnet18_weights *w);

@@ -556,15 +556,6 @@ static int check(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, cal
     return 0;
 }
 
-/* "entropy", or "percentile P". */
-static void method_label(calib_method m, double percentile, char *out, size_t outlen)
-{
-    if (m == CALIB_ENTROPY)
-        snprintf(out, outlen, "entropy");
-    else
-        snprintf(out, outlen, "percentile %g", percentile);
-}
-
 /* The methods --target-agreement tries. */
 static const struct candidate {
     calib_method method;
@@ -609,13 +600,13 @@ static int search(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, co
     printf("candidates: INT8 against FP32 on the images of %s (img/s: the CPU INT8 engine, this machine)\n", o->check);
     printf("%-22s %-6s %12s %9s %9s\n", "method", "mix", "agreement", "rel L2", "img/s");
     for (int i = 0; i < NCANDIDATES; i++) {
-        char name[32];
+        char name[48];
         table_of(hist, used, w, candidates[i].method, candidates[i].percentile, &tables[i]);
         if (measure(f32, pp, w, &tables[i], o, &r[i]) != 0) {
             free(hist);
             return -1;
         }
-        method_label(candidates[i].method, candidates[i].percentile, name, sizeof name);
+        calib_method_label(candidates[i].method, candidates[i].percentile, name, sizeof name);
         printf("%-22s %-6s %5d/%-4d %8.4f %9.1f\n", name, "int8", r[i].agree, r[i].images, r[i].rel_l2,
                r[i].int8_img_s);
         if (i > 0 && better(r, i, best, o->target_agreement))
@@ -625,8 +616,8 @@ static int search(engine *f32, preprocess_ctx *pp, const resnet18_weights *w, co
     *t = tables[best];
     t->check = (calib_check){ .images = r[best].images, .agreement = r[best].agreement, .rel_l2 = r[best].rel_l2 };
     const int met = r[best].agreement >= o->target_agreement;
-    char chosen[32];
-    method_label(t->method, t->percentile, chosen, sizeof chosen);
+    char chosen[48];
+    calib_method_label(t->method, t->percentile, chosen, sizeof chosen);
     printf("chosen: %s, top-1 agreement %.1f%% %s the target %g%%\n", chosen, r[best].agreement,
            met ? "meets" : "is below", o->target_agreement);
     return met ? 0 : EXIT_BELOW_MIN;

@@ -62,15 +62,7 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
 
 void served_model_set_int8(served_model *m, const calib_table *t)
 {
-    if (t->method == CALIB_PERCENTILE) {
-        /* The shortest form that reads back as the table's percentile. */
-        int digits = 1;
-        do
-            snprintf(m->int8_calibration, sizeof m->int8_calibration, "percentile %.*g", digits, t->percentile);
-        while (strtod(m->int8_calibration + 11, NULL) != t->percentile && ++digits <= 17);
-    } else {
-        snprintf(m->int8_calibration, sizeof m->int8_calibration, "%s", calib_method_name(t->method));
-    }
+    calib_method_label(t->method, t->percentile, m->int8_calibration, sizeof m->int8_calibration);
     m->int8_check = t->check;
 }
 

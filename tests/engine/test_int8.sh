@@ -132,40 +132,37 @@ set -e
   fail "--target-agreement 100: exit $rc, $(cat "$out/search100")"
 # The daemon serves the searched table and reports its method and check in
 # the model metadata and /metrics.
-"$bin/resnetd" --weights "$w" --device cpu --precision int8 --calibration "$out/t.json" --listen 127.0.0.1:0 \
-  2>"$out/daemon.log" &
-daemon=$!
-trap 'kill "$daemon" 2>/dev/null; rm -rf "$out"' EXIT
-i=0
-until grep -q '\bready\b' "$out/daemon.log" 2>/dev/null; do
-  kill -0 "$daemon" 2>/dev/null && [ $i -lt 600 ] || { cat "$out/daemon.log"; fail "resnetd at int8 did not start"; }
-  sleep 0.1
-  i=$((i + 1))
-done
-port=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$out/daemon.log" | head -n1)
 rc=0
-"$TORCH_PYTHON" - "$port" "$out/t.json" <<'PY' || rc=$?
-import json, sys, urllib.request
-port, table = sys.argv[1], json.load(open(sys.argv[2]))
-get = lambda p: urllib.request.urlopen("http://127.0.0.1:%s%s" % (port, p), timeout=30).read().decode()
-meta = json.loads(get("/v1/models/resnet18"))
-i8, c = meta["int8"], table["check"]
-assert meta["precision"] == "int8" and i8["mix"] == "int8", meta
-if table["method"] == "entropy":
-    assert i8["calibration"] == "entropy", i8
-else:
-    assert i8["calibration"].split()[0] == "percentile" and float(i8["calibration"].split()[1]) == table["percentile"], i8
-# The daemon writes reals with 9 significant digits.
-assert i8["check"]["images"] == c["images"] and abs(i8["check"]["top1_agreement"] - c["top1_agreement"]) < 1e-6, i8
-assert abs(i8["check"]["rel_l2"] - c["rel_l2"]) < 1e-9, i8
-m = {l.split()[0]: float(l.split()[1]) for l in get("/metrics").splitlines() if l.startswith("resnetd_int8_check")}
-assert abs(m["resnetd_int8_check_top1_agreement_ratio"] - c["top1_agreement"] / 100) < 1e-6, m
-assert abs(m["resnetd_int8_check_logits_rel_l2"] - c["rel_l2"]) < 1e-8 and m["resnetd_int8_check_images"] == 60, m
+"$TORCH_PYTHON" - "$bin/resnetd" "$ref" "$src" "$out/t.json" <<'PY' || rc=$?
+import json, os, sys, types
+resnetd, ref, src, table = sys.argv[1], sys.argv[2], sys.argv[3], json.load(open(sys.argv[4]))
+sys.path.insert(0, os.path.join(src, "tests", "lib"))
+from daemon_client import Daemon, metric
+d = Daemon(types.SimpleNamespace(resnetd=resnetd, ref=ref, labels=os.path.join(src, "etc", "imagenet-classes.txt")),
+           "--precision", "int8", "--calibration", sys.argv[4])
+try:
+    status, _, body = d.request("GET", "/v1/models/resnet18")
+    assert status == 200, status
+    meta = json.loads(body)
+    i8, c = meta["int8"], table["check"]
+    assert meta["precision"] == "int8" and i8["mix"] == "int8", meta
+    if table["method"] == "entropy":
+        assert i8["calibration"] == "entropy", i8
+    else:
+        assert i8["calibration"].split()[0] == "percentile" and float(i8["calibration"].split()[1]) == table["percentile"], i8
+    # The daemon writes reals with 9 significant digits.
+    assert i8["check"]["images"] == c["images"] and abs(i8["check"]["top1_agreement"] - c["top1_agreement"]) < 1e-6, i8
+    assert abs(i8["check"]["rel_l2"] - c["rel_l2"]) < 1e-9, i8
+    text = d.metrics()
+    m = {n: metric(text, n) for n in ("resnetd_int8_check_top1_agreement_ratio", "resnetd_int8_check_logits_rel_l2",
+                                      "resnetd_int8_check_images")}
+    assert abs(m["resnetd_int8_check_top1_agreement_ratio"] - c["top1_agreement"] / 100) < 1e-6, m
+    assert abs(m["resnetd_int8_check_logits_rel_l2"] - c["rel_l2"]) < 1e-8 and m["resnetd_int8_check_images"] == 60, m
+finally:
+    d.stop()
 print("daemon: int8 metadata and /metrics report the table's %s calibration, %d/%d agreement" %
       (i8["calibration"], round(c["top1_agreement"] * c["images"] / 100), c["images"]))
 PY
-kill "$daemon" && wait "$daemon" || true
-trap 'rm -rf "$out"' EXIT
 [ "$rc" = 0 ] || fail "the daemon's int8 report"
 if "$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --target-agreement 99 --out "$out/x.json" \
   2>"$out/err"; then fail "--target-agreement without --check"; fi
