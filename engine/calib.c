@@ -43,6 +43,47 @@ void calib_method_label(calib_method m, double percentile, char *out, size_t out
     snprintf(out, outlen, "percentile %s", num);
 }
 
+static const char *const mix_names[CALIB_NMIXES] = { "int8", "float:stem", "float:layer1", "float:layer2",
+                                                     "float:layer3" };
+
+const char *calib_mix_name(calib_mix m)
+{
+    return m >= 0 && m < CALIB_NMIXES ? mix_names[m] : "?";
+}
+
+int calib_parse_mix(const char *s, calib_mix *m)
+{
+    for (int i = 0; i < CALIB_NMIXES; i++)
+        if (strcmp(s, mix_names[i]) == 0) {
+            *m = (calib_mix)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* A stage ends where a conv's output is the only tensor later convs read
+ * (the stem's: its pool); counted from the table so that it cannot drift. */
+int calib_mix_float_convs(calib_mix m)
+{
+    if (m == CALIB_MIX_INT8)
+        return 0;
+    if (m == CALIB_MIX_STEM)
+        return 1;
+    static const char *const stage_of[CALIB_NMIXES] = { NULL, NULL, "layer1.", "layer2.", "layer3." };
+    const char *stage = stage_of[m];
+    int last = 0;
+    for (int i = 0; i < RESNET18_NUM_CONVS; i++)
+        if (strncmp(resnet18_convs[i].name, stage, strlen(stage)) == 0)
+            last = i;
+    return last + 1;
+}
+
+int calib_mix_boundary(calib_mix m)
+{
+    const int n = calib_mix_float_convs(m);
+    return n == 0 ? R18_IMAGE : n == 1 ? R18_POOL : n - 1;
+}
+
 int calib_parse_method(const char *s, calib_method *m)
 {
     if (strcmp(s, "entropy") == 0) {
@@ -156,8 +197,15 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
     json_t *scales = json_object_get(root, "scales");
     if (!json_is_object(root) || !format || strcmp(format, CALIB_FORMAT) != 0)
         why = "not a resnetd INT8 calibration table (\"format\" is not \"" CALIB_FORMAT "\")";
-    else if (!json_is_integer(version) || json_integer_value(version) != CALIB_VERSION)
-        why = "unsupported \"version\" (this resnetd reads version 1)";
+    else if (!json_is_integer(version) ||
+             (json_integer_value(version) != CALIB_VERSION && json_integer_value(version) != CALIB_VERSION_MIX))
+        why = "unsupported \"version\" (this resnetd reads versions 1 and 2)";
+    else if ((json_integer_value(version) == CALIB_VERSION_MIX) != (json_object_get(root, "mix") != NULL))
+        why = "\"mix\" is required in version 2 and not allowed in version 1";
+    else if (json_object_get(root, "mix") &&
+             (!json_is_string(json_object_get(root, "mix")) ||
+              calib_parse_mix(json_string_value(json_object_get(root, "mix")), &t->mix) != 0))
+        why = "\"mix\" must be \"int8\", \"float:stem\", \"float:layer1\", \"float:layer2\" or \"float:layer3\"";
     else if (!id || !valid_id(id))
         why = "\"weights_sha256\" must be 64 lower-case hex digits or \"synthetic\"";
     else if (!method || calib_parse_method(method, &t->method) != 0)
@@ -234,7 +282,9 @@ int calib_save(const char *path, const calib_table *t, char *err, size_t errlen)
         bad = json_object_set_new(scales, calib_tensor_name(i), json_real((double)t->scale[i])) != 0;
     if (!bad)
         bad = json_object_set_new(root, "format", json_string(CALIB_FORMAT)) ||
-              json_object_set_new(root, "version", json_integer(CALIB_VERSION)) ||
+              json_object_set_new(root, "version",
+                                  json_integer(t->mix == CALIB_MIX_INT8 ? CALIB_VERSION : CALIB_VERSION_MIX)) ||
+              (t->mix != CALIB_MIX_INT8 && json_object_set_new(root, "mix", json_string(calib_mix_name(t->mix)))) ||
               json_object_set_new(root, "weights_sha256", json_string(t->weights_sha256)) ||
               json_object_set_new(root, "method", json_string(calib_method_name(t->method))) ||
               (t->method == CALIB_PERCENTILE && json_object_set_new(root, "percentile", json_real(t->percentile))) ||

@@ -8,7 +8,13 @@
  *    "method": "entropy" | "percentile", "percentile": 99.99 (percentile only),
  *    "images": N, "histogram_bins": 2048,
  *    "scales": {"input": s, "conv1": s, "layer1.0.conv1": s, ...},
- *    "check": {"images": N, "top1_agreement": pct, "rel_l2": e}}
+ *    "check": {"images": N, "top1_agreement": pct, "rel_l2": e},
+ *    "mix": "float:layer1"}
+ * "mix" (version 2 only, where it is required) is the precision mix: a
+ * prefix of the network (calib_mix) runs in the engine's float precision
+ * (FP16 on the GPU, FP32 on the CPU) and the rest at INT8. Version 1
+ * tables are fully INT8; resnetd writes version 1 for them, so that a
+ * resnetd too old for mixes refuses only the tables it would misread.
  * "check" is optional: what resnetd-calibrate --check measured for the
  * table (INT8 against FP32 on held-out images), which the daemon reports.
  * There is one scale per quantised tensor (calib_tensor_name), each a positive
@@ -27,7 +33,8 @@ extern "C" {
 #endif
 
 #define CALIB_FORMAT "resnetd-int8-calibration"
-#define CALIB_VERSION 1
+#define CALIB_VERSION 1 /* fully INT8 */
+#define CALIB_VERSION_MIX 2 /* with "mix" */
 /* Quantised tensors: 0 is the normalised input image, i >= 1 the output of
  * conv i-1. The last conv's output stays FP32 (it feeds the average pool
  * and the FC), so there is one per conv. */
@@ -36,6 +43,21 @@ extern "C" {
 #define CALIB_WEIGHTS_SYNTHETIC "synthetic"
 
 typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE } calib_method;
+
+/* Which prefix of the network runs in float: none (all INT8), the stem
+ * (conv1 and its max pool), or the stem through layer1, 2 or 3. The
+ * prefix's last tensor (the pool's output, or the stage's last conv's) is
+ * quantised with its table scale, exactly as engine/int8.h quantises a
+ * conv's output, and the rest runs as at INT8. Every scale is in the table
+ * whatever the mix (one calibration serves every mix). */
+typedef enum {
+    CALIB_MIX_INT8,
+    CALIB_MIX_STEM,
+    CALIB_MIX_LAYER1,
+    CALIB_MIX_LAYER2,
+    CALIB_MIX_LAYER3,
+    CALIB_NMIXES
+} calib_mix;
 
 /* INT8 against FP32 on held-out images, as resnetd-calibrate --check
  * measured it; images 0: never checked. */
@@ -52,6 +74,7 @@ typedef struct calib_table {
     int images; /* calibration images seen */
     float scale[CALIB_NTENSORS];
     calib_check check;
+    calib_mix mix;
 } calib_table;
 
 /* "input", or the name of the conv whose output tensor i is ("conv1",
@@ -62,6 +85,15 @@ int calib_parse_method(const char *s, calib_method *m);
 /* "entropy", or "percentile P" with P in the shortest form that reads back
  * as the same double. */
 void calib_method_label(calib_method m, double percentile, char *out, size_t outlen);
+
+/* "int8", "float:stem", "float:layer1", "float:layer2", "float:layer3". */
+const char *calib_mix_name(calib_mix m);
+int calib_parse_mix(const char *s, calib_mix *m);
+/* How many convs (resnet18_convs order) a mix runs in float: 0, 1, 5, 10,
+ * 15; and the tensor at its boundary, which the INT8 part reads first:
+ * R18_POOL or a conv index (resnet18.h), R18_IMAGE for CALIB_MIX_INT8. */
+int calib_mix_float_convs(calib_mix m);
+int calib_mix_boundary(calib_mix m);
 
 /* What a table's weights_sha256 must be for w. */
 const char *calib_weights_id(const resnet18_weights *w);
