@@ -65,6 +65,8 @@ int calib_parse_mix(const char *s, calib_mix *m)
  * (the stem's: its pool); counted from the table so that it cannot drift. */
 int calib_mix_float_convs(calib_mix m)
 {
+    if (m < 0 || m >= CALIB_NMIXES)
+        return -1;
     if (m == CALIB_MIX_INT8)
         return 0;
     if (m == CALIB_MIX_STEM)
@@ -81,7 +83,7 @@ int calib_mix_float_convs(calib_mix m)
 int calib_mix_boundary(calib_mix m)
 {
     const int n = calib_mix_float_convs(m);
-    return n == 0 ? R18_IMAGE : n == 1 ? R18_POOL : n - 1;
+    return n <= 0 ? R18_IMAGE : n == 1 ? R18_POOL : n - 1;
 }
 
 int calib_parse_method(const char *s, calib_method *m)

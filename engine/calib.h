@@ -91,7 +91,8 @@ const char *calib_mix_name(calib_mix m);
 int calib_parse_mix(const char *s, calib_mix *m);
 /* How many convs (resnet18_convs order) a mix runs in float: 0, 1, 5, 10,
  * 15; and the tensor at its boundary, which the INT8 part reads first:
- * R18_POOL or a conv index (resnet18.h), R18_IMAGE for CALIB_MIX_INT8. */
+ * R18_POOL or a conv index (resnet18.h), R18_IMAGE for CALIB_MIX_INT8.
+ * A value outside calib_mix: -1 convs. */
 int calib_mix_float_convs(calib_mix m);
 int calib_mix_boundary(calib_mix m);
 

@@ -545,9 +545,10 @@ static void observe(cpu_engine *e, int t, int id, int n)
         e->observe(e->observe_ctx, id, e->act[e->buf[t]], n, e->th[t], e->tc[t], e->pad[t]);
 }
 
-static void forward(void *ctx, int slot, int n)
+/* Normalisation and convs [0, nconvs) of slot's n images, with the max
+ * pool after conv 0. */
+static void forward_convs(cpu_engine *e, int slot, int n, int nconvs)
 {
-    cpu_engine *e = ctx;
     e->job.n = n;
     e->job.slot = slot;
     /* The memory-bound steps: a few units per thread, so a thread the OS
@@ -556,7 +557,7 @@ static void forward(void *ctx, int slot, int n)
     zero_border(e, T_IMAGE, n);
     cpu_pool_run(&e->pool, normalize_unit, e, e->job.small_units);
     observe(e, T_IMAGE, 0, n);
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+    for (int i = 0; i < nconvs; i++) {
         e->job.layer = &e->layer[i];
         zero_border(e, i, n);
         if (e->avx512) {
@@ -574,6 +575,12 @@ static void forward(void *ctx, int slot, int n)
             cpu_pool_run(&e->pool, maxpool_unit, e, e->job.small_units);
         }
     }
+}
+
+static void forward(void *ctx, int slot, int n)
+{
+    cpu_engine *e = ctx;
+    forward_convs(e, slot, n, RESNET18_NUM_CONVS);
     cpu_pool_run(&e->pool, head_unit, e, n);
 }
 
@@ -626,6 +633,25 @@ int engine_cpu_observe(engine *pub, engine_observer_fn *fn, void *ctx, char *err
     pthread_mutex_lock(&e->run_mu);
     e->observe = fn;
     e->observe_ctx = ctx;
+    pthread_mutex_unlock(&e->run_mu);
+    return 0;
+}
+
+int engine_cpu_forward_prefix(engine *pub, int slot, int n, int nconvs, engine_observer_fn *fn, void *ctx, char *err,
+                              size_t errlen)
+{
+    if (pub->ops != &cpu_ops || nconvs < 1 || nconvs >= RESNET18_NUM_CONVS || slot < 0 || slot >= pub->nslots ||
+        n < 1 || n > pub->max_batch) {
+        snprintf(err, errlen,
+                 "a float prefix needs the CPU engine at fp32, 1..%d convs, a slot and 1..max batch images",
+                 RESNET18_NUM_CONVS - 1);
+        return -1;
+    }
+    cpu_engine *e = pub->ctx;
+    const int t = nconvs == 1 ? T_POOL : nconvs - 1;
+    pthread_mutex_lock(&e->run_mu);
+    forward_convs(e, slot, n, nconvs);
+    fn(ctx, nconvs, e->act[e->buf[t]], n, e->th[t], e->tc[t], e->pad[t]);
     pthread_mutex_unlock(&e->run_mu);
     return 0;
 }

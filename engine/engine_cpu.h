@@ -15,6 +15,16 @@
 typedef void engine_observer_fn(void *ctx, int tensor, const float *data, int n, int h, int c, int pad);
 int engine_cpu_observe(engine *e, engine_observer_fn *fn, void *ctx, char *err, size_t errlen);
 
+/* The CPU INT8 engine's float prefix (engine/calib.h's mix): runs slot's
+ * n images through normalisation and the first nconvs convs (1..19; the
+ * max pool after conv 0) as a full FP32 pass computes them, then hands fn
+ * the prefix's last tensor as an observer sees it: the pool's output when
+ * nconvs is 1, else conv nconvs-1's; `tensor` is nconvs, the calibration
+ * number of the scale it takes. Returns -1 (with err) on any other engine
+ * or bad arguments. */
+int engine_cpu_forward_prefix(engine *e, int slot, int n, int nconvs, engine_observer_fn *fn, void *ctx, char *err,
+                              size_t errlen);
+
 /* Tests: the CPU INT8 engine's last conv output (FP32, NHWC
  * [n][7][7][512]) of its latest batch; NULL for any other engine. */
 const float *engine_cpu_int8_last_conv(engine *e);

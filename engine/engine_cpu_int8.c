@@ -26,6 +26,12 @@
  * RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one; all give the
  * same integers, and the tests run each the CPU has.
  *
+ * Precision mixes (engine/calib.h): a table whose mix runs a prefix in
+ * float gets an FP32 CPU engine of its own (engine_cpu_forward_prefix),
+ * which computes that prefix exactly as at FP32; its last tensor is
+ * quantised into this engine's int8 buffer and the INT8 convs go on from
+ * there.
+ *
  * Every buffer is allocated at create for max_batch; submit computes under
  * a mutex (the activations are shared by the slots) and wait has nothing
  * left to do. */
@@ -107,6 +113,11 @@ typedef struct i8_engine {
     size_t ws_stride; /* the largest Kp */
     float in_inv; /* 1 / scale of the input image */
     int8_t qlut[3][256]; /* uint8 pixel -> quantised normalised value */
+    int float_convs; /* the mix's float prefix (calib_mix_float_convs) */
+    engine *prefix; /* the FP32 engine that runs it; NULL without one */
+    int boundary; /* the tensor it ends with (this engine's numbering) */
+    const float *fdata; /* that tensor in FP32 while it is quantised */
+    int fpad; /* its zero border */
     pthread_mutex_t run_mu;
     cpu_pool pool;
     /* The job being run. */
@@ -689,14 +700,63 @@ static void run_conv(i8_engine *e, int i)
     cpu_pool_run(&e->pool, conv_unit, e, e->rblocks * e->cparts);
 }
 
+/* The float prefix's last tensor (NHWC FP32 with a border of fpad) -> the
+ * boundary's int8 buffer, with the scale the INT8 convs read it at. */
+static void quantize_boundary_unit(void *ctx, int u, int tid)
+{
+    i8_engine *e = ctx;
+    const int h = e->th[e->boundary], c = e->tc[e->boundary], side = h + 2 * e->fpad;
+    const float inv = e->layer[e->float_convs - 1].out_inv;
+    int lo, hi;
+    (void)tid;
+    cpu_pool_split(e->n * h, e->small_units, u, &lo, &hi);
+    for (int row = lo; row < hi; row++) {
+        const int img = row / h, y = row % h;
+        const float *src = e->fdata + (((size_t)img * side + (size_t)(y + e->fpad)) * side + (size_t)e->fpad) * c;
+        int8_t *dst = e->act[e->buf[e->boundary]] + (size_t)row * h * c;
+        for (int i = 0; i < h * c; i++)
+            dst[i] = int8_quantize(src[i], inv);
+    }
+}
+
+/* engine_cpu_forward_prefix's hand-off: quantise on this engine's threads. */
+static void take_boundary(void *ctx, int tensor, const float *data, int n, int h, int c, int pad)
+{
+    i8_engine *e = ctx;
+    (void)tensor;
+    (void)n;
+    (void)h;
+    (void)c;
+    e->fdata = data;
+    e->fpad = pad;
+    cpu_pool_run(&e->pool, quantize_boundary_unit, e, e->small_units);
+}
+
+/* The mix's float prefix on slot's images, ending in the boundary's int8
+ * tensor. The FP32 engine has one slot of its own: the images are copied
+ * there (a few % of its convs' time). */
+static void run_float_prefix(i8_engine *e)
+{
+    char err[256];
+    engine *f = e->prefix;
+    memcpy(f->input[0], e->pub.input[e->slot], (size_t)e->n * RESNET18_INPUT_BYTES);
+    memcpy(f->input_f32[0], e->pub.input_f32[e->slot], (size_t)e->n * sizeof *f->input_f32[0]);
+    /* Cannot fail: the arguments were checked at create. */
+    if (engine_cpu_forward_prefix(f, 0, e->n, e->float_convs, take_boundary, e, err, sizeof err) != 0)
+        abort();
+}
+
 static void forward(void *ctx, int slot, int n)
 {
     i8_engine *e = ctx;
     e->n = n;
     e->slot = slot;
     e->small_units = imin(4 * e->nthreads, n * e->pool_h);
-    cpu_pool_run(&e->pool, quantize_input_unit, e, e->small_units);
-    for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
+    if (e->prefix)
+        run_float_prefix(e);
+    else
+        cpu_pool_run(&e->pool, quantize_input_unit, e, e->small_units);
+    for (int i = e->float_convs; i < RESNET18_NUM_CONVS; i++) {
         run_conv(e, i);
         if (i == 0)
             cpu_pool_run(&e->pool, maxpool_unit, e, e->small_units);
@@ -719,6 +779,7 @@ static void i8_destroy(void *ctx)
         return;
     cpu_pool_stop(&e->pool);
     pthread_mutex_destroy(&e->run_mu);
+    engine_destroy(e->prefix);
     for (int i = 0; i < RESNET18_NUM_CONVS; i++) {
         free(e->layer[i].w);
         free(e->layer[i].wv);
@@ -904,6 +965,29 @@ static int load_layer(i8_engine *e, const resnet18_weights *w, const calib_table
     return 0;
 }
 
+/* The FP32 engine for the table's float prefix, if its mix has one. */
+static int make_prefix(i8_engine *e, const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
+{
+    e->float_convs = calib_mix_float_convs(cfg->calib->mix);
+    if (e->float_convs < 0) {
+        snprintf(err, errlen, "cpu int8 engine: the table's mix is not a calib_mix");
+        return -1;
+    }
+    if (e->float_convs == 0)
+        return 0;
+    e->boundary = tensor_id(calib_mix_boundary(cfg->calib->mix));
+    engine_config fc = *cfg;
+    fc.precision = ENGINE_PRECISION_FP32;
+    fc.nslots = 1;
+    fc.calib = NULL;
+    char why[512];
+    if (!(e->prefix = engine_cpu_create(w, &fc, why, sizeof why))) {
+        snprintf(err, errlen, "cpu int8 engine: its %s prefix: %s", calib_mix_name(cfg->calib->mix), why);
+        return -1;
+    }
+    return 0;
+}
+
 engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
 {
     const calib_table *t = cfg->calib;
@@ -969,6 +1053,8 @@ engine *engine_cpu_int8_create(const resnet18_weights *w, const engine_config *c
     if (!e->ws)
         goto oom;
     calib_input_lut(t, e->qlut, &e->in_inv);
+    if (make_prefix(e, w, cfg, err, errlen) != 0)
+        goto fail;
 
     if (cpu_pool_start(&e->pool, e->nthreads, err, errlen) != 0)
         goto fail;
