@@ -383,12 +383,14 @@ fail:
 
 static size_t cuda_device_memory(void *ctx)
 {
-    return ((cuda_engine *)ctx)->device_bytes;
+    const cuda_engine *ce = (const cuda_engine *)ctx;
+    return ce->device_bytes + (ce->prefix ? ce->prefix->device_bytes : 0);
 }
 
 static size_t cuda_pinned_memory(void *ctx)
 {
-    return ((cuda_engine *)ctx)->pinned_bytes;
+    const cuda_engine *ce = (const cuda_engine *)ctx;
+    return ce->pinned_bytes + (ce->prefix ? ce->prefix->pinned_bytes : 0);
 }
 
 static void cuda_destroy(void *ctx)
@@ -440,6 +442,7 @@ static void cuda_destroy(void *ctx)
     cudaFree(ce->blas_ws);
     if (ce->order_init)
         pthread_mutex_destroy(&ce->order);
+    cuda_destroy(ce->prefix);
     free(ce);
 }
 
@@ -552,6 +555,40 @@ fail:
     return -1;
 }
 
+// INT8 with a precision mix: the FP16 engine that runs the float prefix,
+// deterministic (plans that give an image the same bits in any batch), so
+// that the mix keeps INT8's batch invariance.
+static int make_prefix(cuda_engine *ce, const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
+{
+    if (ce->kind != CONV_INT8)
+        return 0;
+    ce->float_convs = calib_mix_float_convs(cfg->calib->mix);
+    if (ce->float_convs < 0) {
+        snprintf(err, errlen, "cuda engine: the table's mix is not a calib_mix");
+        return -1;
+    }
+    if (ce->float_convs == 0)
+        return 0;
+    engine_config fc = *cfg;
+    fc.precision = ENGINE_PRECISION_FP16;
+    fc.nslots = 1;
+    fc.calib = NULL;
+    fc.deterministic = 1;
+    char why[512];
+    engine *e = engine_cuda_create(w, &fc, why, sizeof why);
+    if (!e) {
+        snprintf(err, errlen, "cuda engine: its %s prefix: %s", calib_mix_name(cfg->calib->mix), why);
+        return -1;
+    }
+    ce->prefix = (cuda_engine *)e->ctx;
+    if (ce->prefix->nbuckets != ce->nbuckets ||
+        memcmp(ce->prefix->buckets, ce->buckets, (size_t)ce->nbuckets * sizeof ce->buckets[0]) != 0) {
+        snprintf(err, errlen, "cuda engine: its float prefix has other batch buckets");
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_config *cfg, char *err, size_t errlen)
 {
     cuda_engine *ce = (cuda_engine *)calloc(1, sizeof *ce);
@@ -620,6 +657,8 @@ extern "C" engine *engine_cuda_create(const resnet18_weights *w, const engine_co
     for (int s = 0; s < nslots; s++)
         if (create_slot(ce, s, err, errlen) != 0)
             goto fail;
+    if (make_prefix(ce, w, cfg, err, errlen) != 0)
+        goto fail;
     {
         const int was = conv_set_pdl(ce->pdl_mode != 0);  // the autotuner's launches as the graphs' may be
         const int rc = ce_choose_plans(ce, err, errlen);
@@ -686,24 +725,27 @@ extern "C" int engine_cuda_layer_times(engine *e, int n, gpu_layer_time *out, in
         out[op].ms = ms;
         out[op].tile = NULL;
         out[op].splits = 0;
-        if (op == 0 && ce->fused_stem) {
+        // A precision mix's float prefix: its FP16 engine's ops and plans.
+        const int conv = op <= 2 ? 0 : op - 2;
+        cuda_engine *oc = ce->prefix && conv < ce->float_convs ? ce->prefix : ce;
+        if (op == 0 && oc->fused_stem) {
             out[op].tile = "FP32 images only: the stem normalises";
-        } else if (op == 2 && ce->fused_stem) {
+        } else if (op == 2 && oc->fused_stem) {
             out[op].tile = "fused into conv1";
-        } else if (op == 1 && ce->fused_stem) {
+        } else if (op == 1 && oc->fused_stem) {
             out[op].tile = "direct stem + max pool + normalise";
             out[op].splits = 1;
-        } else if (op == NCONV + 2 && pool_inside(ce, &ce->plan[ce_bucket_for(ce, n)][NCONV - 1])) {
+        } else if (op == NCONV + 2 && pool_inside(oc, &oc->plan[ce_bucket_for(oc, n)][NCONV - 1])) {
             out[op].tile = "inside the last conv";
-        } else if (op >= 3 && op < NCONV + 2 && !conv_runs_at(ce, ce_bucket_for(ce, n), op - 2)) {
+        } else if (op >= 3 && op < NCONV + 2 && !conv_runs_at(oc, ce_bucket_for(oc, n), op - 2)) {
             out[op].tile = "fused into the next conv (its shortcut)";
         } else if (op == 1 || (op >= 3 && op < NCONV + 2)) {
-            const int b = ce_bucket_for(ce, n), i = op == 1 ? 0 : op - 2;
-            const conv_plan *p = s8_inside_at(ce, b, i) ? &ce->plan_sc[b][i] : &ce->plan[b][i];
-            out[op].tile = conv_tile_get(ce->kind, p->tile)->name;
-            if (s8_inside_at(ce, b, i)) {
-                snprintf(ce->tile_sc[i], sizeof ce->tile_sc[i], "%s + downsample", out[op].tile);
-                out[op].tile = ce->tile_sc[i];
+            const int b = ce_bucket_for(oc, n), i = op == 1 ? 0 : op - 2;
+            const conv_plan *p = s8_inside_at(oc, b, i) ? &oc->plan_sc[b][i] : &oc->plan[b][i];
+            out[op].tile = conv_tile_get(oc->kind, p->tile)->name;
+            if (s8_inside_at(oc, b, i)) {
+                snprintf(oc->tile_sc[i], sizeof oc->tile_sc[i], "%s + downsample", out[op].tile);
+                out[op].tile = oc->tile_sc[i];
             }
             out[op].splits = p->splits;
         }

@@ -89,6 +89,11 @@ typedef struct cuda_engine {
     pthread_mutex_t order;
     int order_init;
     int last_slot;  // slot of the previous submit, -1 before the first
+    // INT8 with a precision mix (engine/calib.h): convs [0, float_convs)
+    // run on `prefix`, an FP16 engine of one slot whose own slot and graphs
+    // go unused (ce_forward).
+    int float_convs;
+    struct cuda_engine *prefix;
 } cuda_engine;
 #define NOPS (NCONV + 5)  // normalise, 20 convs, maxpool, avgpool, fc, fc bias
 #define MAX_CANDIDATES 24

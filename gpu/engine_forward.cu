@@ -62,36 +62,37 @@ cudaError_t ce_avgpool_last(cuda_engine *ce, int n, cudaStream_t st)
                           RESNET18_FEATURES, st);
 }
 
-// Enqueues the forward pass of n images of slot s on stream st. When marks
-// is given, records marks[op] after each op (for per-layer timing).
-int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *marks, char *err, size_t errlen)
-{
-    cuda_slot *sl = &ce->slot[s];
-    const float one = 1.f, zero = 0.f;
-    int op = 0;
-#define MARK()                                        \
-    do {                                              \
-        if (marks)                                    \
-            CUDA_TRY(cudaEventRecord(marks[op], st)); \
-        op++;                                         \
+#define MARK()                                         \
+    do {                                               \
+        if (marks)                                     \
+            CUDA_TRY(cudaEventRecord(marks[*op], st)); \
+        (*op)++;                                       \
     } while (0)
 
+// The input step (when from is 0) and convs [from, to) of ce, with the max
+// pool after conv 0, on slot sl's images: sl is ce's own slot, or, for an
+// INT8 engine's float prefix (ce its FP16 engine), the INT8 engine's.
+// Records marks[*op] after each op and advances *op.
+static int forward_convs(cuda_engine *ce, cuda_slot *sl, int n, int from, int to, cudaStream_t st, cudaEvent_t *marks,
+                         int *op, char *err, size_t errlen)
+{
     const int bk = ce_bucket_for(ce, n);
     const conv_plan *plan = ce->plan[bk];
     const long npix = (long)n * RESNET18_IMG * RESNET18_IMG;
-    if (ce->kind == CONV_INT8) {
+    if (from == 0 && ce->kind == CONV_INT8) {
         int8_t *img = (int8_t *)tensor_ptr(ce, T_IMG);
         if (!ce->fused_stem)  // else the stem normalises the decoded images itself
             CUDA_TRY(normalize_s8_launch(sl->d_in, ce->qlut, img, npix, st));
         CUDA_TRY(place_f32_s8_launch(sl->d_f32, sl->d_which, ce->in_inv, img, n, RESNET18_IMG * RESNET18_IMG, st));
-    } else {
+        MARK();
+    } else if (from == 0) {
         if (!ce->fused_stem)
             CUDA_TRY(normalize_launch(ce->fp16, sl->d_in, tensor_ptr(ce, T_IMG), npix, st));
         CUDA_TRY(place_f32_launch(ce->fp16, sl->d_f32, sl->d_which, tensor_ptr(ce, T_IMG), n,
                                   RESNET18_IMG * RESNET18_IMG, st));
+        MARK();
     }
-    MARK();
-    for (int i = 0; i < NCONV; i++) {
+    for (int i = from; i < to; i++) {
         const resnet18_conv_desc *d = &resnet18_convs[i];
         if (i == 0 && ce->fused_stem) {  // the stem and its max pool (a second mark: the pool's op, empty)
             const int s8 = ce->kind == CONV_INT8;
@@ -118,6 +119,39 @@ int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *mark
             MARK();
         }
     }
+    return 0;
+fail:
+    return -1;
+}
+
+// The tensor a precision mix's float prefix ends with (ce_float_prefix).
+static int boundary_tensor(const cuda_engine *ce)
+{
+    return ce->float_convs == 1 ? T_POOL : ce->float_convs - 1;
+}
+
+// Enqueues the forward pass of n images of slot s on stream st. When marks
+// is given, records marks[op] after each op (for per-layer timing). A
+// precision mix runs its float prefix on the FP16 engine ce->prefix, then
+// quantises the boundary tensor into this engine's (timed with the first
+// INT8 conv's op).
+int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *marks, char *err, size_t errlen)
+{
+    cuda_slot *sl = &ce->slot[s];
+    const float one = 1.f, zero = 0.f;
+    int op_count = 0, *op = &op_count;
+    const int bk = ce_bucket_for(ce, n);
+    const conv_plan *plan = ce->plan[bk];
+    if (ce->prefix) {
+        const int t = boundary_tensor(ce);
+        const long count = (long)n * (long)(tensor_bytes(ce, t) / (size_t)ce->esize);
+        if (forward_convs(ce->prefix, sl, n, 0, ce->float_convs, st, marks, op, err, errlen) != 0)
+            goto fail;
+        CUDA_TRY(quantize_f16_s8_launch((const __half *)tensor_ptr(ce->prefix, t), ce->q8[ce->float_convs - 1].out_inv,
+                                        (int8_t *)tensor_ptr(ce, t), count, st));
+    }
+    if (forward_convs(ce, sl, n, ce->float_convs, NCONV, st, marks, op, err, errlen) != 0)
+        goto fail;
     if (!pool_inside(ce, &plan[NCONV - 1]))
         CUDA_TRY(ce_avgpool_last(ce, n, st));
     MARK();
@@ -140,11 +174,12 @@ int ce_forward(cuda_engine *ce, int s, int n, cudaStream_t st, cudaEvent_t *mark
     MARK();
     CUDA_TRY(fc_bias_launch(sl->d_logits, ce->fc_b, n, ce->pub.classes, st));
     MARK();
-#undef MARK
     return 0;
 fail:
     return -1;
 }
+
+#undef MARK
 
 // Bucket b's forward pass on slot s as a graph, its kernels launched
 // programmatically (where supported) or not (pdl).

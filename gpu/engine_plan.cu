@@ -181,7 +181,7 @@ static int autotune(cuda_engine *ce, int log, char *err, size_t errlen)
         if (ce_forward(ce, 0, ce->buckets[ce->nbuckets - 1], st, NULL, err, errlen) != 0)
             goto fail_quiet;
     for (int b = ce->nbuckets - 1; b >= 0; b--)  // the largest first: plan_filter
-        for (int i = 0; i < NCONV; i++) {
+        for (int i = ce->float_convs; i < NCONV; i++) {  // a mix's float prefix runs on its FP16 engine
             if (!conv_runs(ce, i))
                 continue;
             // sc 1: INT8 with the downsample inside (then against the two convs' best, or alone when always inside).

@@ -261,6 +261,10 @@ cudaError_t normalize_s8_launch(const uint8_t *in, const int8_t *lut, int8_t *ou
 // of out: the stem reads the other images as decoded (stem_rgb).
 cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, int8_t *out, int n, int hw,
                                 cudaStream_t st);
+// INT8 precision mixes (engine/calib.h): the float prefix's last tensor,
+// count FP16 values (count % 8 == 0, 16-byte aligned), quantised with inv
+// (int8_quantize_dev) into the INT8 part's first tensor.
+cudaError_t quantize_f16_s8_launch(const __half *in, float inv, int8_t *out, long count, cudaStream_t st);
 // INT8 3x3/2 pad-1 max pool, NHWC; c % 16 == 0.
 cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w, int c, int oh, int ow,
                               cudaStream_t st);

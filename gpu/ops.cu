@@ -183,6 +183,35 @@ cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, in
     return place_launch(in, which, inv, out, n, hw, st);
 }
 
+/* ---- a precision mix's boundary ---------------------------------------- */
+
+// Eight values a thread: one 16-byte load, one 8-byte store.
+__global__ void quantize_f16_s8_kernel(const uint4 *in, float inv, uint2 *out, long n8)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    pdl_sync();
+    if (i >= n8)
+        return;
+    const uint4 v = in[i];
+    const __half2 *h = reinterpret_cast<const __half2 *>(&v);
+    int q[8];
+    for (int j = 0; j < 4; j++) {
+        const float2 f = __half22float2(h[j]);
+        q[2 * j] = int8_quantize_dev(f.x, inv);
+        q[2 * j + 1] = int8_quantize_dev(f.y, inv);
+    }
+    // int8_pack2(a, b, c): b in bits 7:0, a in 15:8, c's low half above.
+    out[i] = make_uint2(int8_pack2(q[1], q[0], int8_pack2(q[3], q[2], 0)),
+                        int8_pack2(q[5], q[4], int8_pack2(q[7], q[6], 0)));
+}
+
+cudaError_t quantize_f16_s8_launch(const __half *in, float inv, int8_t *out, long count, cudaStream_t st)
+{
+    const long n8 = count / 8;
+    return launch_k(quantize_f16_s8_kernel, (unsigned)((n8 + 255) / 256), 256, 0, st,
+                    reinterpret_cast<const uint4 *>(in), inv, reinterpret_cast<uint2 *>(out), n8);
+}
+
 /* ---- 3x3/2 max pool, pad 1 ------------------------------------------- */
 
 // A vector of V channels: 8 halves, 4 floats or 16 int8, 16 bytes.
