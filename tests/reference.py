@@ -24,6 +24,15 @@ Writes into --out:
     labels.txt               its 10 class names, one a line
     logits.npy               float32 [N,10]: logits of input/*, jpegs.txt order
     random_logits.npy        float32 [R,10]: logits of random_u8.npy
+  int8/                      engine/int8.h emulated (forward_int8)
+    table.json               a calibration table: max |x| / 127 over input/*
+    logits.npy               float32 [N,1000]: INT8 logits of input/*
+    random_logits.npy        float32 [R,1000]: INT8 logits of random_u8.npy
+    random_logits_float_{stem,layer1,layer2,layer3}.npy
+                             ... at each precision mix (engine/calib.h), its
+                             float prefix in FP32 as the CPU engine runs it
+    random_logits_float_*_fp16.npy
+                             ... the float prefix in FP16 as the CUDA engine does
 
 With --bench, times PyTorch on the CPU instead (the anchor for resnetd-bench);
 with --bench --int8, PyTorch's quantized INT8 resnet18 on the same weights.
@@ -286,7 +295,9 @@ def generate(out):
 # does, int8 values held in float64 (integer convolutions are exact there),
 # the epilogue in float32 one operation at a time, torch.round (half to
 # even). Only the average pool and the FC (float64 here) differ in order
-# from the C engine.
+# from the C engine. A precision mix's float prefix is the float engines'
+# arithmetic, whose sums' order is not fixed: there the emulation is close,
+# not exact (tests/engine/test_engine_int8.c says how close).
 
 def resnet18_convs():
     """(name, bn, stride, pad, src, residual, relu) in resnet18.c's order;
@@ -325,16 +336,68 @@ def quant(x, s):
     return torch.round(x.float() * inv).nan_to_num(0.0).clamp(-127, 127).double()
 
 
-def forward_int8(sd, x, scales):
+# The precision mixes (engine/calib.h's calib_mix, in its order): a prefix
+# of the network in float, the rest at INT8.
+MIXES = ["int8", "float:stem", "float:layer1", "float:layer2", "float:layer3"]
+
+
+def mix_float_convs(mix):
+    """How many convs (resnet18_convs order) mix runs in float: the stem
+    (conv1, its pool after it), or everything through a stage's last conv."""
+    if mix == "int8":
+        return 0
+    if mix == "float:stem":
+        return 1
+    stage = mix[len("float:"):] + "."
+    return 1 + max(i for i, c in enumerate(resnet18_convs()) if c[0].startswith(stage))
+
+
+def forward_float_prefix(sd, x, nfloat, half):
+    """Convs [0, nfloat) on folded weights in float, the max pool after the
+    stem; returns the prefix's last tensor (the pool's output when nfloat
+    is 1), float32. half=False: the CPU FP32 engine (float32 throughout);
+    half=True: the CUDA FP16 engine (the input, the weights and every conv's
+    output rounded to float16, sums, bias, residual and ReLU in float32).
+    Only the conv sums' order differs from the engines' (and on the GPU a
+    downsample fused into its conv2, whose output is then not rounded on
+    its own)."""
+    import torch.nn.functional as F
+    r = (lambda t: t.half().float()) if half else (lambda t: t)
+    convs = resnet18_convs()
+    t = {"image": r(x.float())}
+    for i, (name, bn, stride, pad, src, res, relu) in enumerate(convs[:nfloat]):
+        w, b = fold(sd, name, bn)
+        v = F.conv2d(t[src], r(w), stride=stride, padding=pad) + b[None, :, None, None]
+        if res is not None:
+            v = v + t[res]
+        if relu:
+            v = v.clamp_min(0)
+        t[i] = r(v)
+        if i == 0:
+            t["pool"] = F.max_pool2d(t[0], 3, 2, 1)
+    return t["pool"] if nfloat == 1 else t[nfloat - 1]
+
+
+def forward_int8(sd, x, scales, nfloat=0, half=False):
     """x: normalised float32 NCHW. scales: float32 per calibration tensor.
-    Returns float32 logits."""
+    nfloat: the mix's float convs (mix_float_convs); its boundary tensor is
+    quantised with scale nfloat (the pool's is the stem output's, 1) and
+    read by the INT8 convs after it as any int8 tensor. Returns float32
+    logits."""
     import torch.nn.functional as F
     convs = resnet18_convs()
     sc = [torch.tensor(s, dtype=torch.float32) for s in scales]
-    q = {"image": quant(x, scales[0])}
-    qs = {"image": sc[0]}
+    if nfloat == 0:
+        q = {"image": quant(x, scales[0])}
+        qs = {"image": sc[0]}
+    else:
+        boundary = "pool" if nfloat == 1 else nfloat - 1
+        q = {boundary: quant(forward_float_prefix(sd, x, nfloat, half), scales[nfloat])}
+        qs = {boundary: sc[nfloat]}
     last = None
     for i, (name, bn, stride, pad, src, res, relu) in enumerate(convs):
+        if i < nfloat:
+            continue
         w, b = fold(sd, name, bn)
         m = w.abs().amax(dim=(1, 2, 3))
         sw = torch.where(m > 0, m / 127, torch.ones_like(m))
@@ -399,6 +462,15 @@ def write_int8(out, model, inputs, random_x):
         np.save(os.path.join(out, "int8", "logits.npy"),
                 torch.cat([forward_int8(sd, inputs[i:i + 8], scales) for i in range(0, len(inputs), 8)]).numpy())
         np.save(os.path.join(out, "int8", "random_logits.npy"), forward_int8(sd, random_x, scales).numpy())
+        # The mixes on the random images only: on their 4 noise images a
+        # mix's logits stand furthest from every other mix's (on the photos
+        # an FP16 prefix's own roundings move them about as far as another
+        # mix does), and on the 28 JPEGs they would more than double this
+        # script's time.
+        for mix in MIXES[1:]:
+            for half, suffix in ((False, ""), (True, "_fp16")):
+                np.save(os.path.join(out, "int8", f"random_logits_{mix.replace(':', '_')}{suffix}.npy"),
+                        forward_int8(sd, random_x, scales, mix_float_convs(mix), half).numpy())
 
 
 def quantized_model(calib_images=16):

@@ -122,6 +122,60 @@ double testutil_rel_l2(const float *a, const float *b, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* The mean of the per-image rel L2 of got against want; *worst, *at: the
+ * largest and its image. */
+static double mean_rel_l2(const float *got, const float *want, int n, int classes, double *worst, int *at)
+{
+    double sum = 0;
+    *worst = -1;
+    for (int i = 0; i < n; i++) {
+        double rel = testutil_rel_l2(got + (size_t)i * classes, want + (size_t)i * classes, (size_t)classes);
+        sum += rel;
+        if (rel > *worst) {
+            *worst = rel;
+            *at = i;
+        }
+    }
+    return sum / n;
+}
+
+void testutil_expect_nearest(const float *got, const float *const *ref, const char *const *names, int nref, int own,
+                             int n, int classes, double tol_mean, double tol_image, const char *what)
+{
+    enum { MAX_REFS = 16 };
+    ck_assert(nref >= 2 && nref <= MAX_REFS && own >= 0 && own < nref && n >= 1);
+    double mean[MAX_REFS], worst = 0, w;
+    int near = -1, at = 0, a;
+    for (int r = 0; r < nref; r++) {
+        mean[r] = mean_rel_l2(got, ref[r], n, classes, r == own ? &worst : &w, r == own ? &at : &a);
+        if (r != own && (near < 0 || mean[r] < mean[near]))
+            near = r;
+    }
+    fprintf(stderr, "%s: mean rel L2 %.3g against %s (image %d %.3g), the nearest other %s %.3g\n", what, mean[own],
+            names[own], at, worst, names[near], mean[near]);
+    ck_assert_msg(mean[own] <= tol_mean, "%s: mean rel L2 %.3g against %s > %.3g (%s: %.3g)", what, mean[own],
+                  names[own], tol_mean, names[near], mean[near]);
+    ck_assert_msg(worst <= tol_image, "%s: image %d rel L2 %.3g against %s > %.3g", what, at, worst, names[own],
+                  tol_image);
+    ck_assert_msg(mean[near] > tol_mean, "%s: also within %.3g of %s (mean rel L2 %.3g): no telling them apart", what,
+                  tol_mean, names[near], mean[near]);
+}
+
+const char *testutil_mix_logits(const char *mix, int fp16)
+{
+    static char name[128];
+    if (strcmp(mix, "int8") == 0) {
+        snprintf(name, sizeof name, "int8/random_logits.npy");
+    } else {
+        char file_mix[64];
+        snprintf(file_mix, sizeof file_mix, "%s", mix);
+        for (char *c = file_mix; *c; c++)
+            *c = *c == ':' ? '_' : *c;
+        snprintf(name, sizeof name, "int8/random_logits_%s%s.npy", file_mix, fp16 ? "_fp16" : "");
+    }
+    return name;
+}
+
 void testutil_topk(const float *v, int n, int k, int *idx)
 {
     for (int j = 0; j < k; j++) {

@@ -20,6 +20,23 @@ uint8_t *testutil_read_file(const char *path, size_t *len);
 /* ||a - b|| / ||b|| over n floats, in double. */
 double testutil_rel_l2(const float *a, const float *b, size_t n);
 
+/* n images of `classes` logits, got, against nref candidate references
+ * ref[r] (named names[r]) of which ref[own] is the one got should match:
+ * per image rel L2 <= tol_image and the mean over the images <= tol_mean
+ * against ref[own], and the mean against every other candidate > tol_mean,
+ * so that got could not pass for another candidate (a setting the engine
+ * ignored fails). Prints the means, naming `what`. */
+void testutil_expect_nearest(const float *got, const float *const *ref, const char *const *names, int nref, int own,
+                             int n, int classes, double tol_mean, double tol_image, const char *what);
+
+/* The file (under the reference directory; testutil_ref_path gives its
+ * path) of tests/reference.py's emulated logits of random_u8.npy at the
+ * precision mix named mix (engine/calib.h's calib_mix_name), in a static
+ * buffer. "int8": engine/int8.h's, exact;
+ * a float mix: its float prefix in FP32 (fp16 0, the CPU engine's) or in
+ * FP16 (the CUDA engine's). */
+const char *testutil_mix_logits(const char *mix, int fp16);
+
 /* Indices of the k largest values, best first. */
 void testutil_topk(const float *v, int n, int k, int *idx);
 
