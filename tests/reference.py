@@ -352,10 +352,11 @@ def mix_float_convs(mix):
     return 1 + max(i for i, c in enumerate(resnet18_convs()) if c[0].startswith(stage))
 
 
-def forward_float_prefix(sd, x, nfloat, half):
+def forward_float_prefix(sd, x, nfloat, half, pool=True):
     """Convs [0, nfloat) on folded weights in float, the max pool after the
     stem; returns the prefix's last tensor (the pool's output when nfloat
-    is 1), float32. half=False: the CPU FP32 engine (float32 throughout);
+    is 1, unless pool is False), float32. half=False: the CPU FP32 engine
+    (float32 throughout);
     half=True: the CUDA FP16 engine (the input, the weights and every conv's
     output rounded to float16, sums, bias, residual and ReLU in float32).
     Only the conv sums' order differs from the engines' (and on the GPU a
@@ -375,15 +376,23 @@ def forward_float_prefix(sd, x, nfloat, half):
         t[i] = r(v)
         if i == 0:
             t["pool"] = F.max_pool2d(t[0], 3, 2, 1)
-    return t["pool"] if nfloat == 1 else t[nfloat - 1]
+    return t["pool"] if nfloat == 1 and pool else t[nfloat - 1]
 
 
-def forward_int8(sd, x, scales, nfloat=0, half=False):
+def per_channel(s):
+    """A [C] tensor of per-channel scales, shaped to multiply NCHW."""
+    return s[None, :, None, None]
+
+
+def forward_int8(sd, x, scales, nfloat=0, half=False, stem_chan=None):
     """x: normalised float32 NCHW. scales: float32 per calibration tensor.
     nfloat: the mix's float convs (mix_float_convs); its boundary tensor is
     quantised with scale nfloat (the pool's is the stem output's, 1) and
-    read by the INT8 convs after it as any int8 tensor. Returns float32
-    logits."""
+    read by the INT8 convs after it as any int8 tensor. stem_chan (an
+    experiment, tools/int8-emulate; no engine does it): float32 [64] scales
+    for the stem's output, one a channel, folded into the weights of the
+    convs that read it and applied per channel to a residual. Returns
+    float32 logits."""
     import torch.nn.functional as F
     convs = resnet18_convs()
     sc = [torch.tensor(s, dtype=torch.float32) for s in scales]
@@ -399,22 +408,30 @@ def forward_int8(sd, x, scales, nfloat=0, half=False):
         if i < nfloat:
             continue
         w, b = fold(sd, name, bn)
+        s_in = qs[src]
+        if s_in.ndim == 1:  # per-channel input scales: into the weights
+            w, s_in = w * per_channel(s_in), torch.tensor(1.0)
         m = w.abs().amax(dim=(1, 2, 3))
         sw = torch.where(m > 0, m / 127, torch.ones_like(m))
         qw = torch.round(w / sw[:, None, None, None]).clamp(-127, 127).double()
         acc = F.conv2d(q[src], qw, stride=stride, padding=pad).float()
-        mult = qs[src] * sw
+        mult = s_in * sw
         v = acc * mult[None, :, None, None]
         v = v + b[None, :, None, None]
         if res is not None:
-            v = v + q[res].float() * qs[res]
+            v = v + q[res].float() * (per_channel(qs[res]) if qs[res].ndim == 1 else qs[res])
         if relu:
             v = torch.where(v < 0, torch.zeros_like(v), v)
         if i == len(convs) - 1:
             last = v
             break
-        q[i] = quant(v, scales[i + 1])
-        qs[i] = sc[i + 1]
+        if i == 0 and stem_chan is not None:
+            c = stem_chan.to(v.device)
+            q[i] = torch.round(v.float() * per_channel(1.0 / c)).nan_to_num(0.0).clamp(-127, 127).double()
+            qs[i] = c
+        else:
+            q[i] = quant(v, scales[i + 1])
+            qs[i] = sc[i + 1]
         if i == 0:
             q["pool"] = F.max_pool2d(q[0], 3, 2, 1)
             qs["pool"] = qs[0]
