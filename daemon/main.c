@@ -414,7 +414,7 @@ static void metrics_start(const served_model *model, const engine_set *es)
     const engine *e = es->eng[0];
     metrics_init(PACKAGE_VERSION, engine_device_name(e->device), engine_precision_name(e->precision));
     metrics_set_model(model->version, (double)model->loaded_unix_ms / 1e3);
-    metrics_set_int8_check(&model->int8_check);
+    metrics_set_int8(served_model_int8_mix(model), &model->int8_check);
     metrics_set_memory(es->gpu_bytes, es->pinned_bytes);
     if (e->device != ENGINE_DEVICE_CUDA)
         return;

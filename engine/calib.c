@@ -39,7 +39,7 @@ void calib_method_label(calib_method m, double percentile, char *out, size_t out
     int digits = 1;
     do
         snprintf(num, sizeof num, "%.*g", digits, percentile);
-    while (strtod(num, NULL) != percentile && ++digits <= 17);
+    while ((strtod(num, NULL) != percentile || strchr(num, 'e')) && ++digits <= 17); /* 100, not 1e+02 */
     snprintf(out, outlen, "percentile %s", num);
 }
 

@@ -42,7 +42,12 @@
  * the stem output's scale. The image is quantised after normalisation with
  * the "input" scale. The only arithmetic whose order differs between
  * implementations is therefore the FC's sums, and the pool's, which give
- * the same result unless a feature's values span more than 2^23. */
+ * the same result unless a feature's values span more than 2^23.
+ *
+ * Precision mixes (engine/calib.h): with a float prefix, its last tensor x
+ * (FP32 on the CPU, FP16 on the GPU) becomes q(x) with that tensor's scale,
+ * and everything after it is as above. The prefix itself is float, so
+ * mixes are close between engines, not equal; the fully INT8 mix is. */
 #ifndef RESNETD_INT8_H
 #define RESNETD_INT8_H
 

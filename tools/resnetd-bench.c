@@ -53,6 +53,8 @@ typedef struct bench_opts {
     engine_config ecfg;
     const char *weights; /* path or "synthetic" */
     const char *calibration; /* INT8 calibration table, or NULL */
+    int int8_mix_given; /* --int8-mix: run the table at int8_mix, not at its own mix */
+    calib_mix int8_mix;
     int batches[BENCH_MAX_BATCHES];
     int nbatches;
     int iters;
@@ -128,6 +130,9 @@ static void usage(FILE *f)
             "  --device D           cpu, cuda, cuda:N or auto (default auto)\n"
             "  --precision P        fp32, fp16 or int8 (default: the engine's default)\n"
             "  --calibration FILE   INT8 calibration table for the weights (resnetd-calibrate)\n"
+            "  --int8-mix M         run the table at precision mix M instead of its own: int8,\n"
+            "                       float:stem, float:layer1, float:layer2 or float:layer3 (one\n"
+            "                       table times every mix)\n"
             "  --deterministic      the same bits for an image at any batch position and size\n"
             "                       (the config's deterministic; CUDA FP16/FP32 plan for it)\n"
             "  --gpu-tuning LIST    CUDA engine overrides, as the config's gpu_tuning\n"
@@ -234,7 +239,8 @@ enum {
     OPT_CALIB,
     OPT_DETERMINISTIC,
     OPT_DECODE_MEMORY,
-    OPT_GPU_TUNING
+    OPT_GPU_TUNING,
+    OPT_INT8_MIX
 };
 
 /* One option c with its argument into o; 0, or -1 after saying why. */
@@ -248,6 +254,15 @@ static int parse_one(int c, const char *arg, bench_opts *o)
     case OPT_GPU_TUNING: return toolopt_tuning("resnetd-bench", arg, &o->ecfg);
     case OPT_WEIGHTS: o->weights = arg; return 0;
     case OPT_CALIB: o->calibration = arg; return 0;
+    case OPT_INT8_MIX:
+        o->int8_mix_given = 1;
+        if (calib_parse_mix(arg, &o->int8_mix) == 0)
+            return 0;
+        fprintf(stderr,
+                "resnetd-bench: --int8-mix must be int8, float:stem, float:layer1, float:layer2 or float:layer3, "
+                "got '%s'\n",
+                arg);
+        return -1;
     case OPT_DETERMINISTIC: o->ecfg.deterministic = 1; return 0;
     case OPT_BATCHES:
         if (parse_batches(arg, o) == 0)
@@ -311,6 +326,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         { "pipeline", required_argument, NULL, OPT_PIPELINE },
         { "gpus", required_argument, NULL, OPT_GPUS },
         { "calibration", required_argument, NULL, OPT_CALIB },
+        { "int8-mix", required_argument, NULL, OPT_INT8_MIX },
         { "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
         { "help", no_argument, NULL, OPT_HELP },
         { NULL, 0, NULL, 0 },
@@ -327,6 +343,10 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return -1;
     if (optind < argc) {
         fprintf(stderr, "resnetd-bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->int8_mix_given && !o->calibration) {
+        fprintf(stderr, "resnetd-bench: --int8-mix needs --calibration\n");
         return -1;
     }
     if (o->decode_only && !o->decode_dir) {
@@ -608,18 +628,26 @@ static void print_multi(const multi_result *m, int n)
                m[i].ngpus, m[i].all_img_per_s, m[i].all_img_per_s / m[i].one_img_per_s);
 }
 
+/* The INT8 engine's precision mix ("int8", "float:layer1", ...); NULL at
+ * other precisions. */
+static const char *int8_mix(const bench_opts *o, const engine *info)
+{
+    return info->precision == ENGINE_PRECISION_INT8 && o->ecfg.calib ? calib_mix_name(o->ecfg.calib->mix) : NULL;
+}
+
 static void print_table(const bench_opts *o, const engine *info, const engine_result *res, const engine_extras *x,
                         const decode_result *dec)
 {
     if (!o->decode_only) {
         int cuda = info->device == ENGINE_DEVICE_CUDA;
-        const char *tile = x->int8_tile;
+        const char *tile = x->int8_tile, *mix = int8_mix(o, info);
         char tuning[128];
         engine_tuning_format(&o->ecfg.tuning, tuning, sizeof tuning);
-        printf("engine: %s, %s%s%s%s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
+        printf("engine: %s, %s%s%s%s%s%s%s%s%s, weights %s (%d classes), %d warm-up + %d timed batches (median)\n",
                engine_device_name(info->device), engine_precision_name(info->precision), tile ? " (" : "",
-               tile ? tile : "", tile ? " tile)" : "", o->ecfg.deterministic ? ", deterministic" : "",
-               tuning[0] ? ", tuning " : "", tuning, o->weights, info->classes, BENCH_WARMUP, o->iters);
+               tile ? tile : "", tile ? " tile)" : "", mix ? ", mix " : "", mix ? mix : "",
+               o->ecfg.deterministic ? ", deterministic" : "", tuning[0] ? ", tuning " : "", tuning, o->weights,
+               info->classes, BENCH_WARMUP, o->iters);
         if (cuda)
             printf("(ms/batch: submit to wait, copies included; gpu: the graph alone, inputs on the GPU;\n"
                    " pdl: its kernels launched programmatically, where timed faster)\n");
@@ -693,6 +721,8 @@ static int print_json(const bench_opts *o, const engine *info, const engine_resu
         json_object_set_new(root, "precision", json_string(engine_precision_name(info->precision)));
         if (x->int8_tile)
             json_object_set_new(root, "int8_tile", json_string(x->int8_tile));
+        if (int8_mix(o, info))
+            json_object_set_new(root, "int8_mix", json_string(int8_mix(o, info)));
         json_object_set_new(root, "weights", json_string(o->weights));
         json_object_set_new(root, "classes", json_integer(info->classes));
         json_object_set_new(root, "threads", json_integer(o->ecfg.threads));
@@ -794,6 +824,8 @@ int main(int argc, char **argv)
                 weights_free(&w);
                 return 1;
             }
+            if (o.int8_mix_given)
+                calib.mix = o.int8_mix;
             o.ecfg.calib = &calib;
         }
         int rc = bench_engine(&o, &w, res, &info, &extras, err, sizeof err);

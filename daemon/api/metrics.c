@@ -1,8 +1,10 @@
 /* Prometheus metrics for resnetd, rendered in text exposition format 0.0.4.
  *
  * Invariants:
- * - Every update is one or two relaxed atomic adds/stores on integers; no
- *   lock anywhere, so the request path never waits on a scrape.
+ * - Every update on the request path is one or two relaxed atomic
+ *   adds/stores on integers, with no lock, so it never waits on a scrape;
+ *   only the served INT8 table's figures, set at start-up and on a reload,
+ *   share a lock.
  * - A histogram stores per-bucket (non-cumulative) counts plus an overflow
  *   bucket; its _count is the sum of the buckets it just read, so every
  *   rendered histogram is self-consistent (+Inf == _count) even while other
@@ -184,9 +186,10 @@ static atomic_llong engine_in_flight[MAX_ENGINES];
 static counter model_version;
 static counter model_loaded_ms; /* unix time of the served model's load, ms */
 static counter model_loads[2]; /* [0] failed, [1] ok */
-/* The served INT8 table's check: three figures that change together (on a
- * reload), so one lock keeps a scrape from mixing two tables'. */
-static pthread_mutex_t int8_check_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The served INT8 table's mix and check: figures that change together (on
+ * a reload), so one lock keeps a scrape from mixing two tables'. */
+static pthread_mutex_t int8_lock = PTHREAD_MUTEX_INITIALIZER;
+static char int8_mix[32]; /* "": not at INT8 */
 static calib_check int8_check; /* images 0: no INT8 table, or one never checked */
 
 #define LABEL_MAX 128
@@ -349,11 +352,12 @@ void metrics_set_model(int version, double loaded_unix_s)
     atomic_store_explicit(&model_loaded_ms, (unsigned long long)(loaded_unix_s * 1e3), memory_order_relaxed);
 }
 
-void metrics_set_int8_check(const calib_check *c)
+void metrics_set_int8(const char *mix, const calib_check *c)
 {
-    pthread_mutex_lock(&int8_check_lock);
+    pthread_mutex_lock(&int8_lock);
+    snprintf(int8_mix, sizeof int8_mix, "%s", mix ? mix : "");
     int8_check = *c;
-    pthread_mutex_unlock(&int8_check_lock);
+    pthread_mutex_unlock(&int8_lock);
 }
 
 void metrics_add_model_load(int ok)
@@ -719,9 +723,19 @@ static void render_engines(buf *b)
                   "running model.");
     buf_printf(b, "resnetd_model_reloads_total{result=\"ok\"} %llu\n", load(&model_loads[1]));
     buf_printf(b, "resnetd_model_reloads_total{result=\"failed\"} %llu\n", load(&model_loads[0]));
-    pthread_mutex_lock(&int8_check_lock);
+    char mix[sizeof int8_mix];
+    pthread_mutex_lock(&int8_lock);
+    memcpy(mix, int8_mix, sizeof mix);
     const calib_check c = int8_check;
-    pthread_mutex_unlock(&int8_check_lock);
+    pthread_mutex_unlock(&int8_lock);
+    if (mix[0]) {
+        render_header(b, "resnetd_int8_mix_info", "gauge",
+                      "Always 1 while INT8 is served; the label gives the calibration table's precision mix "
+                      "(int8: every layer at INT8; float:stem .. float:layer3: that prefix in float).");
+        buf_printf(b, "resnetd_int8_mix_info{mix=\"");
+        render_label_value(b, mix);
+        buf_printf(b, "\"} 1\n");
+    }
     if (c.images == 0)
         return;
     render_header(b, "resnetd_int8_check_top1_agreement_ratio", "gauge",

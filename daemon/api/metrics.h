@@ -79,10 +79,12 @@ void metrics_engine_batch(int id, int images);
 void metrics_engine_in_flight(int id, int delta);
 /* The served model: its version and when it was loaded (unix seconds). */
 void metrics_set_model(int version, double loaded_unix_s);
-/* The served INT8 table's check (resnetd-calibrate --check): its figures
- * are rendered while c->images > 0. */
+/* The served INT8 table: its precision mix ("int8", "float:layer1", ...;
+ * NULL when the model is not served at INT8), rendered as
+ * resnetd_int8_mix_info, and its check (resnetd-calibrate --check), whose
+ * figures are rendered while c->images > 0. */
 struct calib_check;
-void metrics_set_int8_check(const struct calib_check *c);
+void metrics_set_int8(const char *mix, const struct calib_check *c);
 /* A hot reload finished: ok 1, or 0 when it failed. */
 void metrics_add_model_load(int ok);
 /* Engine memory (GPU engine; 0 on CPU). */

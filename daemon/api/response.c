@@ -54,15 +54,16 @@ char *response_error(int status, const char *code, const char *message, size_t *
                           len);
 }
 
-/* INT8: the calibration table's method and what its check measured
- * (null when it was never checked). */
+/* INT8: the calibration table's method, its precision mix and what its
+ * check measured (null when it was never checked). */
 static json_t *int8_info(const served_model *m)
 {
     const calib_check *c = &m->int8_check;
     json_t *check = c->images > 0 ? json_pack("{s:i, s:f, s:f}", "images", c->images, "top1_agreement", c->agreement,
                                               "rel_l2", c->rel_l2)
                                   : json_null();
-    return json_pack("{s:s, s:s, s:o}", "calibration", m->int8_calibration, "mix", "int8", "check", check);
+    return json_pack("{s:s, s:s, s:o}", "calibration", m->int8_calibration, "mix", served_model_int8_mix(m), "check",
+                     check);
 }
 
 char *response_model(const response_service *svc, const served_model *m, size_t *len)

@@ -179,7 +179,7 @@ static int reload_once(reloader *rl, char *msg, size_t msglen)
              m->weights_path, m->synthetic ? "none: synthetic" : m->sha256, m->labels_path,
              (double)(clock_now_us() - t0) / 1e3);
     metrics_set_model(m->version, (double)m->loaded_unix_ms / 1e3);
-    metrics_set_int8_check(&m->int8_check);
+    metrics_set_int8(served_model_int8_mix(m), &m->int8_check);
     served_model_unref(m);
     return 0;
 fail:

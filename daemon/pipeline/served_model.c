@@ -63,7 +63,13 @@ served_model *served_model_load(const config *c, int version, resnet18_weights *
 void served_model_set_int8(served_model *m, const calib_table *t)
 {
     calib_method_label(t->method, t->percentile, m->int8_calibration, sizeof m->int8_calibration);
+    m->int8_mix = t->mix;
     m->int8_check = t->check;
+}
+
+const char *served_model_int8_mix(const served_model *m)
+{
+    return m->int8_calibration[0] ? calib_mix_name(m->int8_mix) : NULL;
 }
 
 served_model *served_model_ref(served_model *m)

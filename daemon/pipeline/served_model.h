@@ -27,8 +27,10 @@ typedef struct served_model {
     char sha256[65]; /* of the weights file; "" for synthetic */
     int64_t loaded_unix_ms; /* wall clock when it was loaded */
     /* INT8: the calibration's method ("entropy", "percentile 99.99"; ""
-     * at other precisions) and what its check measured (images 0: none). */
+     * at other precisions), its precision mix and what its check measured
+     * (images 0: none). */
     char int8_calibration[48];
+    calib_mix int8_mix;
     calib_check int8_check;
 } served_model;
 
@@ -38,8 +40,11 @@ typedef struct served_model {
  * ("weights" or "labels"). */
 served_model *served_model_load(const config *c, int version, resnet18_weights *w, const char **key, char *err,
                                 size_t errlen);
-/* Records INT8 table t's method and check in m, before m is shared. */
+/* Records INT8 table t's method, mix and check in m, before m is shared. */
 void served_model_set_int8(served_model *m, const calib_table *t);
+/* The served table's mix ("int8", "float:layer1", ...); NULL when m is not
+ * served at INT8. */
+const char *served_model_int8_mix(const served_model *m);
 served_model *served_model_ref(served_model *m);
 void served_model_unref(served_model *m);
 

@@ -258,19 +258,33 @@ START_TEST(test_gauges_report_last_value)
 END_TEST
 
 /* The INT8 check's gauges appear once a checked table is served, with its
- * figures, and go again when one without a check replaces it. */
-START_TEST(test_int8_check_gauges_follow_the_served_table)
+ * figures, and go again when one without a check replaces it; the mix's
+ * info gauge names the served table's mix whether or not it was checked,
+ * and goes when the model is no longer served at INT8. */
+START_TEST(test_int8_gauges_follow_the_served_table)
 {
-    ck_assert(isnan(render_sample("resnetd_int8_check_images")));
-    calib_check c = { .images = 357, .agreement = 100.0 * 349 / 357, .rel_l2 = 0.0132 };
-    metrics_set_int8_check(&c);
     char *text = render();
+    ck_assert(isnan(sample(text, "resnetd_int8_check_images")));
+    ck_assert_ptr_null(strstr(text, "resnetd_int8_mix_info"));
+    free(text);
+    calib_check c = { .images = 357, .agreement = 100.0 * 349 / 357, .rel_l2 = 0.0132 };
+    metrics_set_int8("float:layer1", &c);
+    text = render();
+    ck_assert_double_eq(sample(text, "resnetd_int8_mix_info{mix=\"float:layer1\"}"), 1);
     ck_assert_double_eq(sample(text, "resnetd_int8_check_images"), 357);
     ck_assert_double_eq_tol(sample(text, "resnetd_int8_check_top1_agreement_ratio"), 349.0 / 357, 1e-6);
     ck_assert_double_eq_tol(sample(text, "resnetd_int8_check_logits_rel_l2"), 0.0132, 1e-9);
     free(text);
-    metrics_set_int8_check(&(calib_check){ 0 });
-    ck_assert(isnan(render_sample("resnetd_int8_check_top1_agreement_ratio")));
+    metrics_set_int8("int8", &(calib_check){ 0 });
+    text = render();
+    ck_assert_double_eq(sample(text, "resnetd_int8_mix_info{mix=\"int8\"}"), 1);
+    ck_assert_ptr_null(strstr(text, "float:layer1"));
+    ck_assert(isnan(sample(text, "resnetd_int8_check_top1_agreement_ratio")));
+    free(text);
+    metrics_set_int8(NULL, &(calib_check){ 0 });
+    text = render();
+    ck_assert_ptr_null(strstr(text, "resnetd_int8_mix_info"));
+    free(text);
 }
 END_TEST
 
@@ -387,7 +401,7 @@ static Suite *metrics_suite(void)
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_every_family_has_help_and_type);
-    tcase_add_test(tc, test_int8_check_gauges_follow_the_served_table);
+    tcase_add_test(tc, test_int8_gauges_follow_the_served_table);
     tcase_add_test(tc, test_rejected_reasons_and_fixed_codes_always_present);
     tcase_add_test(tc, test_counters_move_by_exactly_what_was_added);
     tcase_add_test(tc, test_duration_histogram_buckets_are_cumulative_with_inclusive_bounds);
