@@ -37,8 +37,8 @@
  * at most 0.0175, while any other mix's emulation is 0.035 or more away
  * on average (0.01 on a single image). Hence MIX_TOL_MEAN 0.015, about
  * 2.3x from either side, MIX_TOL_IMAGE 0.03, and the mean against every
- * other mix's emulation (int8's included) must exceed MIX_TOL_MEAN, so an
- * engine that ignored the mix fails. */
+ * other mix's emulation (int8's included) must be 3x the mean against its
+ * own (testutil_expect_nearest), so an engine that ignored the mix fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

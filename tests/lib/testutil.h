@@ -23,9 +23,11 @@ double testutil_rel_l2(const float *a, const float *b, size_t n);
 /* n images of `classes` logits, got, against nref candidate references
  * ref[r] (named names[r]) of which ref[own] is the one got should match:
  * per image rel L2 <= tol_image and the mean over the images <= tol_mean
- * against ref[own], and the mean against every other candidate > tol_mean,
- * so that got could not pass for another candidate (a setting the engine
- * ignored fails). Prints the means, naming `what`. */
+ * against ref[own], and the mean against every other candidate more than
+ * 3 times that against ref[own], so that got could not pass for another
+ * candidate (a setting the engine ignored fails: it is then as near another
+ * reference as the references are to each other, or exactly on it).
+ * Prints the means, naming `what`. */
 void testutil_expect_nearest(const float *got, const float *const *ref, const char *const *names, int nref, int own,
                              int n, int classes, double tol_mean, double tol_image, const char *what);
 
