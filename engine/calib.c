@@ -43,8 +43,10 @@ void calib_method_label(calib_method m, double percentile, char *out, size_t out
     snprintf(out, outlen, "percentile %s", num);
 }
 
-static const char *const mix_names[CALIB_NMIXES] = { "int8", "float:stem", "float:layer1", "float:layer2",
-                                                     "float:layer3" };
+static const char *const mix_names[CALIB_NMIXES] = {
+    "int8",           "float:stem",   "float:layer1.0", "float:layer1",
+    "float:layer2.0", "float:layer2", "float:layer3.0", "float:layer3"
+};
 
 const char *calib_mix_name(calib_mix m)
 {
@@ -61,8 +63,9 @@ int calib_parse_mix(const char *s, calib_mix *m)
     return -1;
 }
 
-/* A stage ends where a conv's output is the only tensor later convs read
- * (the stem's: its pool); counted from the table so that it cannot drift. */
+/* A prefix ends with a block (or the stem's pool): the last conv whose
+ * name starts with the mix's "layerN.0." or "layerN.", counted from the
+ * table so that it cannot drift. */
 int calib_mix_float_convs(calib_mix m)
 {
     if (m < 0 || m >= CALIB_NMIXES)
@@ -71,11 +74,11 @@ int calib_mix_float_convs(calib_mix m)
         return 0;
     if (m == CALIB_MIX_STEM)
         return 1;
-    static const char *const stage_of[CALIB_NMIXES] = { NULL, NULL, "layer1.", "layer2.", "layer3." };
-    const char *stage = stage_of[m];
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%s.", mix_names[m] + strlen("float:"));
     int last = 0;
     for (int i = 0; i < RESNET18_NUM_CONVS; i++)
-        if (strncmp(resnet18_convs[i].name, stage, strlen(stage)) == 0)
+        if (strncmp(resnet18_convs[i].name, prefix, strlen(prefix)) == 0)
             last = i;
     return last + 1;
 }
@@ -207,7 +210,7 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
     else if (json_object_get(root, "mix") &&
              (!json_is_string(json_object_get(root, "mix")) ||
               calib_parse_mix(json_string_value(json_object_get(root, "mix")), &t->mix) != 0))
-        why = "\"mix\" must be \"int8\", \"float:stem\", \"float:layer1\", \"float:layer2\" or \"float:layer3\"";
+        why = "\"mix\" must be one of " CALIB_MIX_NAMES;
     else if (!id || !valid_id(id))
         why = "\"weights_sha256\" must be 64 lower-case hex digits or \"synthetic\"";
     else if (!method || calib_parse_method(method, &t->method) != 0)

@@ -45,19 +45,29 @@ extern "C" {
 typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE } calib_method;
 
 /* Which prefix of the network runs in float: none (all INT8), the stem
- * (conv1 and its max pool), or the stem through layer1, 2 or 3. The
- * prefix's last tensor (the pool's output, or the stage's last conv's) is
+ * (conv1 and its max pool), or the stem through the first block of a
+ * stage (layerN.0) or the whole stage (layerN), N = 1..3: a prefix ends
+ * where a block does, where one tensor is all that later convs read. The
+ * prefix's last tensor (the pool's output, or the block's last conv's) is
  * quantised with its table scale, exactly as engine/int8.h quantises a
  * conv's output, and the rest runs as at INT8. Every scale is in the table
- * whatever the mix (one calibration serves every mix). */
+ * whatever the mix (one calibration serves every mix). In order of the
+ * prefix's length. */
 typedef enum {
     CALIB_MIX_INT8,
     CALIB_MIX_STEM,
+    CALIB_MIX_LAYER1_0,
     CALIB_MIX_LAYER1,
+    CALIB_MIX_LAYER2_0,
     CALIB_MIX_LAYER2,
+    CALIB_MIX_LAYER3_0,
     CALIB_MIX_LAYER3,
     CALIB_NMIXES
 } calib_mix;
+/* The names, for messages. */
+#define CALIB_MIX_NAMES                                                                                \
+    "int8, float:stem, float:layer1.0, float:layer1, float:layer2.0, float:layer2, float:layer3.0 or " \
+    "float:layer3"
 
 /* INT8 against FP32 on held-out images, as resnetd-calibrate --check
  * measured it; images 0: never checked. */
@@ -86,12 +96,13 @@ int calib_parse_method(const char *s, calib_method *m);
  * as the same double. */
 void calib_method_label(calib_method m, double percentile, char *out, size_t outlen);
 
-/* "int8", "float:stem", "float:layer1", "float:layer2", "float:layer3". */
+/* "int8", "float:stem", "float:layer1.0", "float:layer1", ... (CALIB_MIX_NAMES). */
 const char *calib_mix_name(calib_mix m);
 int calib_parse_mix(const char *s, calib_mix *m);
-/* How many convs (resnet18_convs order) a mix runs in float: 0, 1, 5, 10,
- * 15; and the tensor at its boundary, which the INT8 part reads first:
- * R18_POOL or a conv index (resnet18.h), R18_IMAGE for CALIB_MIX_INT8.
+/* How many convs (resnet18_convs order) a mix runs in float: 0, 1, 3, 5,
+ * 8, 10, 13, 15; and the tensor at its boundary, which the INT8 part reads
+ * first: R18_POOL or a conv index (resnet18.h), R18_IMAGE for
+ * CALIB_MIX_INT8.
  * A value outside calib_mix: -1 convs. */
 int calib_mix_float_convs(calib_mix m);
 int calib_mix_boundary(calib_mix m);

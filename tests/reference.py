@@ -28,7 +28,7 @@ Writes into --out:
     table.json               a calibration table: max |x| / 127 over input/*
     logits.npy               float32 [N,1000]: INT8 logits of input/*
     random_logits.npy        float32 [R,1000]: INT8 logits of random_u8.npy
-    random_logits_float_{stem,layer1,layer2,layer3}.npy
+    random_logits_float_{stem,layer1.0,layer1,...,layer3}.npy
                              ... at each precision mix (engine/calib.h), its
                              float prefix in FP32 as the CPU engine runs it
     random_logits_float_*_fp16.npy
@@ -338,12 +338,14 @@ def quant(x, s):
 
 # The precision mixes (engine/calib.h's calib_mix, in its order): a prefix
 # of the network in float, the rest at INT8.
-MIXES = ["int8", "float:stem", "float:layer1", "float:layer2", "float:layer3"]
+MIXES = ["int8", "float:stem", "float:layer1.0", "float:layer1", "float:layer2.0", "float:layer2",
+         "float:layer3.0", "float:layer3"]
 
 
 def mix_float_convs(mix):
     """How many convs (resnet18_convs order) mix runs in float: the stem
-    (conv1, its pool after it), or everything through a stage's last conv."""
+    (conv1, its pool after it), or everything through the last conv of a
+    block (layerN.0) or of a stage (layerN)."""
     if mix == "int8":
         return 0
     if mix == "float:stem":

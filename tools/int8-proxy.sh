@@ -57,7 +57,7 @@ cal() { "$bin/resnetd-calibrate" --weights "$w" --device "$dev" "$@"; }
 cat "$out/check.txt"
 float=fp16
 [ "$dev" = cpu ] && float=fp32
-mixes="int8 float:stem float:layer1 float:layer2 float:layer3"
+mixes="int8 float:stem float:layer1.0 float:layer1 float:layer2.0 float:layer2 float:layer3.0 float:layer3"
 if [ "${BENCH:-1}" != 0 ]; then
     for r in $(seq "${ROUNDS:-2}"); do
         "$bin/resnetd-bench" --device "$dev" --precision "$float" --weights "$w" --batches "${BATCHES:-1,256}" \

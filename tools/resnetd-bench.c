@@ -131,8 +131,8 @@ static void usage(FILE *f)
             "  --precision P        fp32, fp16 or int8 (default: the engine's default)\n"
             "  --calibration FILE   INT8 calibration table for the weights (resnetd-calibrate)\n"
             "  --int8-mix M         run the table at precision mix M instead of its own: int8,\n"
-            "                       float:stem, float:layer1, float:layer2 or float:layer3 (one\n"
-            "                       table times every mix)\n"
+            "                       float:stem, float:layer1.0, float:layer1, ... float:layer3\n"
+            "                       (one table times every mix)\n"
             "  --deterministic      the same bits for an image at any batch position and size\n"
             "                       (the config's deterministic; CUDA FP16/FP32 plan for it)\n"
             "  --gpu-tuning LIST    CUDA engine overrides, as the config's gpu_tuning\n"
@@ -258,10 +258,7 @@ static int parse_one(int c, const char *arg, bench_opts *o)
         o->int8_mix_given = 1;
         if (calib_parse_mix(arg, &o->int8_mix) == 0)
             return 0;
-        fprintf(stderr,
-                "resnetd-bench: --int8-mix must be int8, float:stem, float:layer1, float:layer2 or float:layer3, "
-                "got '%s'\n",
-                arg);
+        fprintf(stderr, "resnetd-bench: --int8-mix must be " CALIB_MIX_NAMES ", got '%s'\n", arg);
         return -1;
     case OPT_DETERMINISTIC: o->ecfg.deterministic = 1; return 0;
     case OPT_BATCHES:

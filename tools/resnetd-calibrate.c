@@ -73,8 +73,10 @@ static void usage(FILE *f)
             "  --method M           entropy (KL divergence, TensorRT's; default) or percentile\n"
             "  --percentile P       with --method percentile: the percentile of |x| (default 99.99)\n"
             "  --mix M              the table's precision mix: int8 (default: every layer at INT8),\n"
-            "                       float:stem, float:layer1, float:layer2 or float:layer3 (that\n"
-            "                       prefix of the network in float: FP16 on a GPU, FP32 on the CPU);\n"
+            "                       float:stem, float:layer1.0, float:layer1, ... float:layer3\n"
+            "                       (the network up to the end of the stem, of that stage's first\n"
+            "                       block or of that stage in float: FP16 on a GPU, FP32 on the\n"
+            "                       CPU);\n"
             "                       with --target-agreement, a comma-separated list: the mixes to\n"
             "                       search (default all)\n"
             "  --out FILE           the table to write (JSON)\n"
@@ -137,8 +139,8 @@ static int parse_mixes(const char *arg, calibrate_opts *o)
     }
     if (*p || o->nmixes == 0) {
         fprintf(stderr,
-                "resnetd-calibrate: --mix must be int8, float:stem, float:layer1, float:layer2 or float:layer3 "
-                "(a list of them, each once, with --target-agreement), got '%s'\n",
+                "resnetd-calibrate: --mix must be " CALIB_MIX_NAMES
+                " (a list of them, each once, with --target-agreement), got '%s'\n",
                 arg);
         return -1;
     }

@@ -731,7 +731,7 @@ static void render_engines(buf *b)
     if (mix[0]) {
         render_header(b, "resnetd_int8_mix_info", "gauge",
                       "Always 1 while INT8 is served; the label gives the calibration table's precision mix "
-                      "(int8: every layer at INT8; float:stem .. float:layer3: that prefix in float).");
+                      "(int8: every layer at INT8; float:stem .. float:layer3: the network up to there in float).");
         buf_printf(b, "resnetd_int8_mix_info{mix=\"");
         render_label_value(b, mix);
         buf_printf(b, "\"} 1\n");

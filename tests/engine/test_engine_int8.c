@@ -468,7 +468,7 @@ START_TEST(bad_tables_are_refused_with_a_reason)
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"weights_sha256\": \"synthetic\"}",
           "\"mix\" is required in version 2 and not allowed in version 1" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"mix\": \"float:layer4\"}",
-          "\"mix\" must be \"int8\", \"float:stem\"" },
+          "\"mix\" must be one of int8, float:stem, float:layer1.0" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"mix\": \"FLOAT:STEM\"}", "\"mix\" must be" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"mix\": 1}", "\"mix\" must be" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"weights_sha256\": \"xyz\"}", "weights_sha256" },
@@ -667,11 +667,20 @@ END_TEST
  * stage. */
 START_TEST(mix_names_float_convs_and_boundaries)
 {
-    static const char *const names[CALIB_NMIXES] = { "int8", "float:stem", "float:layer1", "float:layer2",
-                                                     "float:layer3" };
-    static const int nconvs[CALIB_NMIXES] = { 0, 1, 5, 10, 15 };
-    static const int boundary[CALIB_NMIXES] = { R18_IMAGE, R18_POOL, 4, 9, 14 };
-    static const char *const last[CALIB_NMIXES] = { NULL, NULL, "layer1.1.conv2", "layer2.1.conv2", "layer3.1.conv2" };
+    static const char *const names[CALIB_NMIXES] = {
+        "int8",           "float:stem",   "float:layer1.0", "float:layer1",
+        "float:layer2.0", "float:layer2", "float:layer3.0", "float:layer3"
+    };
+    static const int nconvs[CALIB_NMIXES] = { 0, 1, 3, 5, 8, 10, 13, 15 };
+    static const int boundary[CALIB_NMIXES] = { R18_IMAGE, R18_POOL, 2, 4, 7, 9, 12, 14 };
+    static const char *const last[CALIB_NMIXES] = { NULL,
+                                                    NULL,
+                                                    "layer1.0.conv2",
+                                                    "layer1.1.conv2",
+                                                    "layer2.0.conv2",
+                                                    "layer2.1.conv2",
+                                                    "layer3.0.conv2",
+                                                    "layer3.1.conv2" };
     for (int m = 0; m < CALIB_NMIXES; m++) {
         calib_mix parsed = CALIB_NMIXES;
         ck_assert_str_eq(calib_mix_name((calib_mix)m), names[m]);
@@ -690,7 +699,8 @@ START_TEST(mix_names_float_convs_and_boundaries)
         }
     }
     calib_mix parsed = CALIB_MIX_LAYER2;
-    static const char *const bad[] = { "", "float", "float:layer4", "Float:stem", "int8 ", "fp16" };
+    static const char *const bad[] = { "",     "float",          "float:layer4",   "Float:stem",   "int8 ",
+                                       "fp16", "float:layer1.1", "float:layer4.0", "float:layer1." };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_int_eq(calib_parse_mix(bad[i], &parsed), -1);
     ck_assert_int_eq(parsed, CALIB_MIX_LAYER2);

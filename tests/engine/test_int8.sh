@@ -171,7 +171,7 @@ rule() {
   "$TORCH_PYTHON" "$out/search_rule.py" "$out" "$@" ||
     { echo "FAIL: search $1 does not follow the rule: $(cat "$out/$1.err")" >&2; exit 1; }
 }
-all=int8,float:stem,float:layer1,float:layer2,float:layer3
+all=int8,float:stem,float:layer1.0,float:layer1,float:layer2.0,float:layer2,float:layer3.0,float:layer3
 search t 0
 r=$(rule t 0 "$all")
 fastest=${r% *} best=${r#* }

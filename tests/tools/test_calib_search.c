@@ -40,16 +40,17 @@ static void fill(fake *f, int agree)
 
 START_TEST(test_mixes_are_ordered_by_measured_speed_not_by_name)
 {
-    calib_mix order[CALIB_NMIXES] = { CALIB_MIX_INT8, CALIB_MIX_STEM, CALIB_MIX_LAYER1, CALIB_MIX_LAYER2,
-                                      CALIB_MIX_LAYER3 };
-    const double img_s[CALIB_NMIXES] = { [CALIB_MIX_INT8] = 900,
-                                         [CALIB_MIX_STEM] = 1200,
-                                         [CALIB_MIX_LAYER1] = 900,
-                                         [CALIB_MIX_LAYER2] = 300,
-                                         [CALIB_MIX_LAYER3] = 950 };
+    calib_mix order[CALIB_NMIXES] = { CALIB_MIX_INT8,     CALIB_MIX_STEM,   CALIB_MIX_LAYER1_0, CALIB_MIX_LAYER1,
+                                      CALIB_MIX_LAYER2_0, CALIB_MIX_LAYER2, CALIB_MIX_LAYER3_0, CALIB_MIX_LAYER3 };
+    const double img_s[CALIB_NMIXES] = {
+        [CALIB_MIX_INT8] = 900,     [CALIB_MIX_STEM] = 1200,  [CALIB_MIX_LAYER1_0] = 100, [CALIB_MIX_LAYER1] = 900,
+        [CALIB_MIX_LAYER2_0] = 200, [CALIB_MIX_LAYER2] = 300, [CALIB_MIX_LAYER3_0] = 250, [CALIB_MIX_LAYER3] = 950
+    };
     calib_search_order(order, CALIB_NMIXES, img_s);
-    const calib_mix want[CALIB_NMIXES] = { CALIB_MIX_STEM, CALIB_MIX_LAYER3, CALIB_MIX_INT8, CALIB_MIX_LAYER1,
-                                           CALIB_MIX_LAYER2 };
+    const calib_mix want[CALIB_NMIXES] = {
+        CALIB_MIX_STEM,   CALIB_MIX_LAYER3,   CALIB_MIX_INT8,     CALIB_MIX_LAYER1,
+        CALIB_MIX_LAYER2, CALIB_MIX_LAYER3_0, CALIB_MIX_LAYER2_0, CALIB_MIX_LAYER1_0
+    };
     for (int i = 0; i < CALIB_NMIXES; i++)
         ck_assert_int_eq(order[i], want[i]); /* int8 before layer1: equal speeds keep their order */
 }
