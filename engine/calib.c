@@ -280,6 +280,10 @@ int calib_check_weights(const calib_table *t, const char *table_path, const resn
 
 int calib_save(const char *path, const calib_table *t, char *err, size_t errlen)
 {
+    if (calib_mix_float_convs(t->mix) < 0) {
+        snprintf(err, errlen, "%s: the table's mix is not a calib_mix", path);
+        return -1;
+    }
     json_t *scales = json_object();
     json_t *root = json_object();
     int bad = !scales || !root;

@@ -719,7 +719,9 @@ static void quantize_boundary_unit(void *ctx, int u, int tid)
     }
 }
 
-/* engine_cpu_forward_prefix's hand-off: quantise on this engine's threads. */
+/* engine_cpu_forward_prefix's hand-off: quantise on this engine's threads.
+ * Its shape is the boundary's here (both engines take their shapes from
+ * resnet18_plan_tensors). */
 static void take_boundary(void *ctx, int tensor, const float *data, int n, int h, int c, int pad)
 {
     i8_engine *e = ctx;

@@ -124,7 +124,7 @@ fail:
     return -1;
 }
 
-// The tensor a precision mix's float prefix ends with (ce_float_prefix).
+// The tensor a precision mix's float prefix ends with (calib_mix_boundary).
 static int boundary_tensor(const cuda_engine *ce)
 {
     return ce->float_convs == 1 ? T_POOL : ce->float_convs - 1;

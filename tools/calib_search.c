@@ -3,7 +3,7 @@
 
 void calib_search_order(calib_mix *mixes, int n, const double img_s[CALIB_NMIXES])
 {
-    /* Insertion sort: five mixes at most, and it is stable. */
+    /* Insertion sort: CALIB_NMIXES (8) at most, and it is stable. */
     for (int i = 1; i < n; i++) {
         calib_mix m = mixes[i];
         int j = i;

@@ -29,6 +29,7 @@ bin=${3:-.}
 here=$(dirname "$0")
 py=${TORCH_PYTHON:-python3}
 dev=${DEVICE:-cuda}
+batches=${BATCHES:-1,256}
 mkdir -p "$out"
 # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options
 PYTHONUNBUFFERED=1 "$py" "$here/train-proxy" --photos "$photos" --out "$out" ${TRAIN_ARGS:-} \
@@ -60,15 +61,15 @@ float=fp16
 mixes="int8 float:stem float:layer1.0 float:layer1 float:layer2.0 float:layer2 float:layer3.0 float:layer3"
 if [ "${BENCH:-1}" != 0 ]; then
     for r in $(seq "${ROUNDS:-2}"); do
-        "$bin/resnetd-bench" --device "$dev" --precision "$float" --weights "$w" --batches "${BATCHES:-1,256}" \
+        "$bin/resnetd-bench" --device "$dev" --precision "$float" --weights "$w" --batches "$batches" \
             --json >"$out/bench-float-$r.json" || rc=1
         for m in $mixes; do
             "$bin/resnetd-bench" --device "$dev" --precision int8 --weights "$w" --calibration "$out/table.json" \
-                --int8-mix "$m" --batches "${BATCHES:-1,256}" --json >"$out/bench-$m-$r.json" || rc=1
+                --int8-mix "$m" --batches "$batches" --json >"$out/bench-$m-$r.json" || rc=1
         done
     done
     "$bin/resnetd-bench" --device "$dev" --precision int8 --weights "$w" --calibration "$out/table.json" \
-        --batches "${BATCHES##*,}" --iters 5 --layers >"$out/layers-chosen.txt" 2>&1 || rc=1
+        --batches "${batches##*,}" --iters 5 --layers >"$out/layers-chosen.txt" 2>&1 || rc=1
 fi
 if [ "${EMULATE:-1}" != 0 ]; then
     "$py" "$here/int8-emulate" --weights "$w" --table "$out/table-int8.json" --calib "$photos/calib" \

@@ -135,7 +135,11 @@ static int parse_mixes(const char *arg, calibrate_opts *o)
         if (!ok)
             break;
         o->mixes[o->nmixes++] = m;
-        p += n + (p[n] == ',');
+        p += n;
+        if (*p == ',' && !*++p) { /* "int8,": a name left out */
+            o->nmixes = 0;
+            break;
+        }
     }
     if (*p || o->nmixes == 0) {
         fprintf(stderr,

@@ -48,6 +48,7 @@
 #include "engine/engine.h"
 #include "engine/engine_cpu.h"
 #include "engine/engine_registry.h"
+#include "image/preprocess.h"
 #include "util/npy.h"
 #include "model/resnet18.h"
 #include "tests/lib/invariance.h"
@@ -711,6 +712,50 @@ END_TEST
 
 /* A table whose mix is no calib_mix (a caller's bug: calib_load never
  * gives one) is refused, not read past the end of the mixes. */
+/* A float mix's prefix reads images given as FP32 tensors too (they go to
+ * its FP32 engine as pointers): the random images as their normalised CHW
+ * tensors (the engines' own normalisation table) give the same bits as the
+ * uint8 images, odd positions only, so that each batch mixes both kinds. */
+START_TEST(a_float_mix_takes_fp32_input_tensors)
+{
+    resnet18_weights w;
+    calib_table t;
+    npy_array img;
+    load_reference(&w, &t, &img);
+    t.mix = CALIB_MIX_LAYER1_0;
+    const int n = (int)img.shape[0];
+    const size_t plane = (size_t)RESNET18_IMG * RESNET18_IMG, classes = (size_t)w.classes;
+    engine *e = make_engine(&w, &t, n, 0);
+    float lut[3][256];
+    preprocess_normalize_lut(lut);
+    float *chw = malloc((size_t)n * 3 * plane * sizeof *chw);
+    float *want = malloc((size_t)n * classes * sizeof *want);
+    ck_assert(chw && want);
+    const uint8_t *px = img.data;
+    for (int i = 0; i < n; i++)
+        for (size_t p = 0; p < plane; p++)
+            for (int c = 0; c < 3; c++)
+                chw[((size_t)i * 3 + (size_t)c) * plane + p] = lut[c][px[((size_t)i * plane + p) * 3 + (size_t)c]];
+    memcpy(e->input[0], img.data, (size_t)n * RESNET18_INPUT_BYTES);
+    run(e, n);
+    memcpy(want, e->logits[0], (size_t)n * classes * sizeof *want);
+    for (int i = 1; i < n; i += 2) {
+        memset(e->input[0] + (size_t)i * RESNET18_INPUT_BYTES, 0, RESNET18_INPUT_BYTES);
+        e->input_f32[0][i] = chw + (size_t)i * 3 * plane;
+    }
+    run(e, n);
+    ck_assert_msg(memcmp(e->logits[0], want, (size_t)n * classes * sizeof *want) == 0,
+                  "float:layer1.0: FP32 input tensors give other logits than their uint8 images");
+    for (int i = 0; i < n; i++)
+        e->input_f32[0][i] = NULL;
+    engine_destroy(e);
+    free(chw);
+    free(want);
+    npy_free(&img);
+    weights_free(&w);
+}
+END_TEST
+
 START_TEST(an_engine_refuses_a_mix_outside_calib_mix)
 {
     resnet18_weights w;
@@ -750,6 +795,7 @@ static Suite *engine_int8_suite(void)
                         (CALIB_NMIXES - 1) * NGEMMS);
     tcase_add_test(tc, mix_tables_round_trip_as_version_2_and_int8_as_version_1);
     tcase_add_test(tc, mix_names_float_convs_and_boundaries);
+    tcase_add_test(tc, a_float_mix_takes_fp32_input_tensors);
     tcase_add_test(tc, an_engine_refuses_a_mix_outside_calib_mix);
     suite_add_tcase(s, tc);
     return s;

@@ -131,12 +131,12 @@ text, rc = open("%s/%s.txt" % (out, name)).read(), int(open("%s/%s.rc" % (out, n
 table = json.load(open("%s/%s.json" % (out, name)))
 speed = re.search(r"^speed: INT8 on cpu, batch 8 of random pixels, 1 s per mix, fastest first: (.*)$", text, re.M)
 assert speed, text
-order = [(m, float(s)) for m, s in re.findall(r"([a-z0-9:]+) ([0-9.]+) img/s", speed.group(1))]
+order = [(m, float(s)) for m, s in re.findall(r"([a-z0-9:.]+) ([0-9.]+) img/s", speed.group(1))]
 assert sorted(m for m, _ in order) == sorted(mixes), (order, mixes)
 assert all(a[1] >= b[1] for a, b in zip(order, order[1:])), order
 rows = [(meth, mix, int(a), int(n), float(rel), float(s)) for meth, mix, a, n, rel, s in re.findall(
     r"^(entropy|percentile \S+) +(\S+) +(\d+)/(\d+) +([0-9.]+) +([0-9.]+)$", text, re.M)]
-methods = ["entropy", "percentile 99.9", "percentile 99.99", "percentile 99.999", "percentile 1e+02"]
+methods = ["entropy", "percentile 99.9", "percentile 99.99", "percentile 99.999", "percentile 100"]
 want, first_best, tried = None, None, 0
 for mix, img_s in order:
     group = rows[tried:tried + 5]
@@ -162,7 +162,7 @@ assert (chosen.group(8) == "meets") == want[1] and rc == (0 if want[1] else 3), 
 # The table: that mix (version 2 unless int8), that method, the check it passed.
 assert table.get("mix", "int8") == mix and table["version"] == (1 if mix == "int8" else 2), table
 label = table["method"] + ("" if table["method"] == "entropy" else " %g" % table["percentile"])
-assert label == method.replace("1e+02", "100"), (label, method)
+assert label == method, (label, method)
 c = table["check"]
 assert c["images"] == 60 and abs(c["top1_agreement"] - 100.0 * agree / 60) < 1e-9 and abs(c["rel_l2"] - rel) < 6e-5, c
 print(mix, first_best)
@@ -191,7 +191,7 @@ PY
 # A target just above the fastest mix's best, between it and the slowest:
 # the search goes past the fastest (and stops at the slowest, or writes
 # the most agreeing with exit 3).
-slowest=$(sed -n 's/^speed: .*, \([a-z0-9:]*\) [0-9.]* img\/s$/\1/p' "$out/t.txt")
+slowest=$(sed -n 's/^speed: .*, \([a-z0-9:.]*\) [0-9.]* img\/s$/\1/p' "$out/t.txt")
 if [ "$best" -lt 60 ]; then
   target=$("$TORCH_PYTHON" -c "print(100.0 * ($best + 1) / 60)")
   search two "$target" --mix "$fastest,$slowest"
@@ -284,6 +284,11 @@ expect_refusal "calibrate --check, table of other weights" "was made for weights
   "$bin/resnetd-calibrate" --weights "$ft" --table "$out/a.json" --check "$photos/heldout"
 expect_refusal "calibrate --check, truncated table" "$out/truncated.json:1: not JSON" \
   "$bin/resnetd-calibrate" --weights "$w" --table "$out/truncated.json" --check "$photos/heldout"
+for bad in float:layer4 int8, int8,int8 ",int8"; do
+  expect_refusal "calibrate --mix '$bad'" "--mix must be int8, float:stem" \
+    "$bin/resnetd-calibrate" --weights "$w" --images "$out/calib60" --out "$out/never.json" \
+    --check "$out/held60" --target-agreement 99 --mix "$bad"
+done
 for tool in classify daemon; do
   if [ $tool = classify ]; then
     run() { "$bin/resnetd-classify" --device cpu "$@" "$img"; }
