@@ -102,7 +102,7 @@ static void compare(int layer, int with_res, int (*have)(void),
 #if HAVE_VNNI_KERNEL
 static int have_avx512(void)
 {
-    return cpu_has_vnni();
+    return int8_cpu_has_vnni();
 }
 #endif
 
@@ -125,7 +125,7 @@ START_TEST(vector_epilogues_equal_the_scalar_one)
     const int layer = conv_of(_i / 2), with_res = _i % 2;
 #if HAVE_VNNI_KERNEL
     compare(layer, with_res, have_avx512, epilogue_avx512, "epilogue_avx512 (AVX-512)");
-    compare(layer, with_res, cpu_has_avx2, epilogue_avx2, "epilogue_avx2");
+    compare(layer, with_res, int8_cpu_has_avx2, epilogue_avx2, "epilogue_avx2");
 #else
     (void)layer;
     (void)with_res;

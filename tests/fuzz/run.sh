@@ -29,7 +29,7 @@ for t in $targets; do
     jpeg) files="image/preprocess.c"; libs="$(pc --libs libjpeg) -lm" ;;
     v2) files="daemon/api/v2.c daemon/http/budget.c engine/topk.c util/utf8.c"; libs="$(pc --libs jansson) -lm -lpthread" ;;
     safetensors) files="model/weights.c util/sha256.c model/resnet18.c"; libs="$(pc --libs jansson) -lm" ;;
-    config) files="daemon/config_table.c util/textfile.c image/devjpeg.c engine/engine.c engine/engine_cpu.c engine/engine_cpu_int8.c
+    config) files="daemon/config_table.c util/textfile.c image/devjpeg.c engine/engine.c engine/engine_cpu.c engine/engine_cpu_int8.c engine/int8_tiles.c
                    engine/cpu_pool.c engine/calib.c util/sha256.c model/resnet18.c image/preprocess.c"
             libs="$(pc --libs libjpeg libturbojpeg jansson) $( (pc --libs openblas || pc --libs openblas-pthread) 2>/dev/null) -lm -lpthread"
             flags_extra="$( (pc --cflags openblas || pc --cflags openblas-pthread) 2>/dev/null)" ;;
