@@ -16,8 +16,8 @@
  * order padded with zeros to Kp, a multiple of KBLK. A conv is a GEMM: rows
  * are output pixels, built by im2col into a per-thread workspace of RB
  * rows; a unit of work is RB rows times a range of output channels,
- * claimed by the pool threads (engine/cpu_pool.h). Four tiles compute the
- * int32 sums, chosen at create: an AMX one (tdpbssd on 16 x 16 int32
+ * claimed by the pool threads (engine/cpu_pool.h). Four tiles
+ * (engine/int8_tiles.c) compute the int32 sums, chosen at create: an AMX one (tdpbssd on 16 x 16 int32
  * tiles) where the CPU and the kernel allow it, else an AVX512-VNNI one
  * (vpdpbusd), else an AVX2 one for CPUs without AVX-512 (vpmaddubsw on
  * the non-negative inputs of every conv but the stem, vpmaddwd on bytes
