@@ -47,6 +47,7 @@ uint8_t *testutil_read_file(const char *path, size_t *len)
                 free(buf);
                 buf = NULL;
             } else {
+                buf[n] = 0;
                 *len = (size_t)n;
             }
         }

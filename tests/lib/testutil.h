@@ -14,7 +14,8 @@ const char *testutil_require_reference(void);
 /* ref_dir/name in a static buffer (one at a time). */
 const char *testutil_ref_path(const char *name);
 
-/* Whole file into malloc'd memory; NULL on error. */
+/* Whole file into malloc'd memory, a NUL after it (text can be searched
+ * as a string); NULL on error. */
 uint8_t *testutil_read_file(const char *path, size_t *len);
 
 /* ||a - b|| / ||b|| over n floats, in double. */
