@@ -233,6 +233,15 @@ END_TEST
  * inverses are +inf: every nonzero value quantises to +-127 and every
  * zero to NaN, which must give 0 (the epilogues' NaN paths). */
 /* The reference weights, table and random uint8 images. */
+/* A table for synthetic weights, every scale 0.05. */
+static void synthetic_table(calib_table *t)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->weights_sha256, sizeof t->weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        t->scale[i] = 0.05f;
+}
+
 static void load_reference(resnet18_weights *w, calib_table *t, npy_array *img)
 {
     testutil_require_reference();
@@ -385,10 +394,7 @@ START_TEST(non_finite_fp32_input_gives_finite_logits)
     char err[512];
     ck_assert_int_eq(weights_synthetic(7, &w, err, sizeof err), 0);
     calib_table t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
-    for (int i = 0; i < CALIB_NTENSORS; i++)
-        t.scale[i] = 0.05f;
+    synthetic_table(&t);
     engine *e = make_engine(&w, &t, 1, 1);
     static float bad[3 * RESNET18_IMG * RESNET18_IMG];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -762,10 +768,7 @@ START_TEST(an_engine_refuses_a_mix_outside_calib_mix)
     char err[512] = "";
     ck_assert_int_eq(weights_synthetic(7, &w, err, sizeof err), 0);
     calib_table t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.weights_sha256, sizeof t.weights_sha256, "%s", CALIB_WEIGHTS_SYNTHETIC);
-    for (int i = 0; i < CALIB_NTENSORS; i++)
-        t.scale[i] = 0.05f;
+    synthetic_table(&t);
     t.mix = CALIB_NMIXES;
     engine_config cfg = {
         .device = ENGINE_DEVICE_CPU, .precision = ENGINE_PRECISION_INT8, .max_batch = 1, .calib = &t
