@@ -12,7 +12,6 @@
 #include "image/preprocess.h"
 #include "util/textfile.h"
 
-#define TARGET_BINS 128 /* int8 magnitudes 0..127 */
 #define CALIB_FILE_MAX (16u << 20) /* a table is a few KB */
 
 const char *calib_tensor_name(int i)
@@ -24,9 +23,24 @@ const char *calib_tensor_name(int i)
     return resnet18_convs[i - 1].name;
 }
 
+int calib_tensor_unsigned(int i)
+{
+    return i >= 1 && i < CALIB_NTENSORS && resnet18_convs[i - 1].relu;
+}
+
+int calib_source_unsigned(int src)
+{
+    return src == R18_POOL || (src >= 0 && src < RESNET18_NUM_CONVS && resnet18_convs[src].relu);
+}
+
+int calib_tensor_levels(int i)
+{
+    return calib_tensor_unsigned(i) ? 255 : 127;
+}
+
 const char *calib_method_name(calib_method m)
 {
-    return m == CALIB_PERCENTILE ? "percentile" : "entropy";
+    return m == CALIB_PERCENTILE ? "percentile" : m == CALIB_MSE ? "mse" : "entropy";
 }
 
 void calib_method_label(calib_method m, double percentile, char *out, size_t outlen)
@@ -99,6 +113,10 @@ int calib_parse_method(const char *s, calib_method *m)
         *m = CALIB_PERCENTILE;
         return 0;
     }
+    if (strcmp(s, "mse") == 0) {
+        *m = CALIB_MSE;
+        return 0;
+    }
     return -1;
 }
 
@@ -131,7 +149,7 @@ void calib_input_lut(const calib_table *t, int8_t lut[3][256], float *in_inv)
 {
     float f[3][256];
     preprocess_normalize_lut(f);
-    *in_inv = 1.0f / t->scale[0];
+    *in_inv = 1.0f / t->scale[0]; /* the input is signed (calib_tensor_unsigned) */
     for (int c = 0; c < 3; c++)
         for (int v = 0; v < 256; v++)
             lut[c][v] = int8_quantize(f[c][v], *in_inv);
@@ -170,6 +188,17 @@ static const char *load_check(json_t *check, calib_check *c)
     return NULL;
 }
 
+/* A version 1 or 2 table (every tensor int8, every scale threshold / 127)
+ * as version 3: the tensors after a ReLU keep their threshold at 255
+ * levels; the check measured the older arithmetic, so it goes. */
+static void from_int8_everywhere(calib_table *t)
+{
+    for (int i = 0; i < CALIB_NTENSORS; i++)
+        if (calib_tensor_unsigned(i))
+            t->scale[i] = (float)((double)t->scale[i] * 127.0 / 255.0);
+    memset(&t->check, 0, sizeof t->check);
+}
+
 int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
 {
     json_error_t je;
@@ -202,11 +231,11 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
     json_t *scales = json_object_get(root, "scales");
     if (!json_is_object(root) || !format || strcmp(format, CALIB_FORMAT) != 0)
         why = "not a resnetd INT8 calibration table (\"format\" is not \"" CALIB_FORMAT "\")";
-    else if (!json_is_integer(version) ||
-             (json_integer_value(version) != CALIB_VERSION && json_integer_value(version) != CALIB_VERSION_MIX))
-        why = "unsupported \"version\" (this resnetd reads versions 1 and 2)";
-    else if ((json_integer_value(version) == CALIB_VERSION_MIX) != (json_object_get(root, "mix") != NULL))
-        why = "\"mix\" is required in version 2 and not allowed in version 1";
+    else if (!json_is_integer(version) || json_integer_value(version) < CALIB_VERSION_INT8 ||
+             json_integer_value(version) > CALIB_VERSION)
+        why = "unsupported \"version\" (this resnetd reads versions 1 to 3)";
+    else if ((json_integer_value(version) != CALIB_VERSION_INT8) != (json_object_get(root, "mix") != NULL))
+        why = "\"mix\" is required from version 2 and not allowed in version 1";
     else if (json_object_get(root, "mix") &&
              (!json_is_string(json_object_get(root, "mix")) ||
               calib_parse_mix(json_string_value(json_object_get(root, "mix")), &t->mix) != 0))
@@ -214,7 +243,7 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
     else if (!id || !valid_id(id))
         why = "\"weights_sha256\" must be 64 lower-case hex digits or \"synthetic\"";
     else if (!method || calib_parse_method(method, &t->method) != 0)
-        why = "\"method\" must be \"entropy\" or \"percentile\"";
+        why = "\"method\" must be \"entropy\", \"percentile\" or \"mse\"";
     else if (!json_is_integer(images) || json_integer_value(images) < 1 || json_integer_value(images) > 1000000000)
         why = "\"images\" must be a positive integer";
     else if (!json_is_object(scales))
@@ -238,6 +267,8 @@ int calib_load(const char *path, calib_table *t, char *err, size_t errlen)
             else
                 t->scale[i] = f;
         }
+        if (!why && json_integer_value(version) < CALIB_VERSION)
+            from_int8_everywhere(t);
         if (!why && json_object_size(scales) != CALIB_NTENSORS) {
             const char *key;
             json_t *v;
@@ -291,9 +322,8 @@ int calib_save(const char *path, const calib_table *t, char *err, size_t errlen)
         bad = json_object_set_new(scales, calib_tensor_name(i), json_real((double)t->scale[i])) != 0;
     if (!bad)
         bad = json_object_set_new(root, "format", json_string(CALIB_FORMAT)) ||
-              json_object_set_new(root, "version",
-                                  json_integer(t->mix == CALIB_MIX_INT8 ? CALIB_VERSION : CALIB_VERSION_MIX)) ||
-              (t->mix != CALIB_MIX_INT8 && json_object_set_new(root, "mix", json_string(calib_mix_name(t->mix)))) ||
+              json_object_set_new(root, "version", json_integer(CALIB_VERSION)) ||
+              json_object_set_new(root, "mix", json_string(calib_mix_name(t->mix))) ||
               json_object_set_new(root, "weights_sha256", json_string(t->weights_sha256)) ||
               json_object_set_new(root, "method", json_string(calib_method_name(t->method))) ||
               (t->method == CALIB_PERCENTILE && json_object_set_new(root, "percentile", json_real(t->percentile))) ||
@@ -363,13 +393,13 @@ void calib_hist_add(calib_hist *h, const float *x, size_t n)
     }
 }
 
-static float scale_of(double threshold)
+static float scale_of(double threshold, int levels)
 {
-    float s = (float)(threshold / 127.0);
+    float s = (float)(threshold / levels);
     return s > 0 && isfinite(s) ? s : 1.0f;
 }
 
-float calib_scale_percentile(const calib_hist *h, double percentile)
+float calib_scale_percentile(const calib_hist *h, double percentile, int levels)
 {
     uint64_t total = 0;
     for (int b = 0; b < CALIB_BINS; b++)
@@ -384,7 +414,34 @@ float calib_scale_percentile(const calib_hist *h, double percentile)
         if ((double)cum >= want)
             break;
     }
-    return scale_of(h->range * (b + 1) / CALIB_BINS);
+    return scale_of(h->range * (b + 1) / CALIB_BINS, levels);
+}
+
+float calib_scale_mse(const calib_hist *h, int levels)
+{
+    if (h->range == 0)
+        return 1.0f;
+    const double w = h->range / CALIB_BINS;
+    double best_err = INFINITY;
+    int best = CALIB_BINS;
+    for (int i = 1; i <= CALIB_BINS; i++) {
+        const double t = w * i, s = t / levels;
+        double err = 0;
+        for (int k = 0; k < CALIB_BINS; k++) {
+            if (!h->count[k])
+                continue;
+            const double c = w * (k + 0.5);
+            double q = c >= t ? t : rint(c / s) * s;
+            if (q > t)
+                q = t;
+            err += (double)h->count[k] * (c - q) * (c - q);
+        }
+        if (err < best_err) {
+            best_err = err;
+            best = i;
+        }
+    }
+    return scale_of(w * best, levels);
 }
 
 /* Spreads eps of probability mass over p's zero entries, taken from its
@@ -402,11 +459,12 @@ static void smooth(double *p, int n)
         p[i] = p[i] == 0 ? eps : p[i] - take;
 }
 
-float calib_scale_entropy(const calib_hist *h)
+float calib_scale_entropy(const calib_hist *h, int levels)
 {
     if (h->range == 0)
         return 1.0f;
     static const int n = CALIB_BINS;
+    const int target = levels + 1; /* quantised magnitudes 0..levels */
     double p[CALIB_BINS], q[CALIB_BINS];
     /* Bin 0 holds every exact zero a ReLU makes: counted as it is, spreading
      * it over its quantisation level dominates the divergence and drives
@@ -418,9 +476,9 @@ float calib_scale_entropy(const calib_hist *h)
     double best_kl = INFINITY;
     int best = n;
     uint64_t beyond = 0; /* counts at or past bin i */
-    for (int b = TARGET_BINS; b < n; b++)
+    for (int b = target; b < n; b++)
         beyond += count[b];
-    for (int i = TARGET_BINS; i <= n; i++) {
+    for (int i = target; i <= n; i++) {
         /* P: the first i bins, the clipped tail folded into the last. */
         double psum = 0;
         for (int k = 0; k < i; k++)
@@ -432,11 +490,11 @@ float calib_scale_entropy(const calib_hist *h)
             psum += p[k];
         if (psum == 0)
             continue;
-        /* Q: the same i bins merged into 128 levels, each level's count
+        /* Q: the same i bins merged into target levels, each level's count
          * spread evenly over the bins of it that were non-zero. */
-        const int per = i / TARGET_BINS;
-        for (int j = 0; j < TARGET_BINS; j++) {
-            int lo = j * per, hi = j == TARGET_BINS - 1 ? i : lo + per;
+        const int per = i / target;
+        for (int j = 0; j < target; j++) {
+            int lo = j * per, hi = j == target - 1 ? i : lo + per;
             double total = 0;
             int nz = 0;
             for (int k = lo; k < hi; k++) {
@@ -466,5 +524,5 @@ float calib_scale_entropy(const calib_hist *h)
             best = i;
         }
     }
-    return scale_of(h->range * best / n);
+    return scale_of(h->range * best / n, levels);
 }

@@ -3,23 +3,29 @@
  * and the histogram statistics that choose them.
  *
  * A table is JSON (jansson):
- *   {"format": "resnetd-int8-calibration", "version": 1,
+ *   {"format": "resnetd-int8-calibration", "version": 3,
  *    "weights_sha256": "<64 hex digits of the weights file>" | "synthetic",
- *    "method": "entropy" | "percentile", "percentile": 99.99 (percentile only),
+ *    "method": "entropy" | "percentile" | "mse", "percentile": 99.99 (percentile only),
  *    "images": N, "histogram_bins": 2048,
  *    "scales": {"input": s, "conv1": s, "layer1.0.conv1": s, ...},
  *    "check": {"images": N, "top1_agreement": pct, "rel_l2": e},
  *    "mix": "float:layer1"}
- * "mix" (version 2 only, where it is required) is the precision mix: a
- * prefix of the network (calib_mix) runs in the engine's float precision
- * (FP16 on the GPU, FP32 on the CPU) and the rest at INT8. Version 1
- * tables are fully INT8; resnetd writes version 1 for them, so that a
- * resnetd too old for mixes refuses only the tables it would misread.
- * "check" is optional: what resnetd-calibrate --check measured for the
- * table (INT8 against FP32 on held-out images), which the daemon reports.
- * There is one scale per quantised tensor (calib_tensor_name), each a positive
- * finite number written with full precision, so it reads back as the same
- * float. Tables that do not name the weights they are used with, or lack a
+ * There is one scale per quantised tensor (calib_tensor_name), each a
+ * positive finite number written with full precision, so it reads back as
+ * the same float: the value of one step, threshold / 255 for a tensor that
+ * follows a ReLU (stored as u8, engine/int8.h) and threshold / 127 for the
+ * others. "mix" is the precision mix: a prefix of the network (calib_mix)
+ * runs in the engine's float precision (FP16 on the GPU, FP32 on the CPU)
+ * and the rest at INT8. "check" is optional: what resnetd-calibrate --check
+ * measured for the table (INT8 against FP32 on held-out images), which the
+ * daemon reports.
+ * Older tables still load. Version 1 (fully INT8, no "mix") and version 2
+ * (with "mix") stored every tensor as int8, every scale threshold / 127:
+ * the scales of the tensors after a ReLU are converted (s * 127 / 255, the
+ * same threshold at 255 levels), and their "check" is dropped, since it
+ * measured the older arithmetic. resnetd writes version 3, which a resnetd
+ * too old for u8 refuses rather than misreads.
+ * Tables that do not name the weights they are used with, or lack a
  * tensor, or name an unknown one, are refused. */
 #ifndef RESNETD_CALIB_H
 #define RESNETD_CALIB_H
@@ -33,8 +39,9 @@ extern "C" {
 #endif
 
 #define CALIB_FORMAT "resnetd-int8-calibration"
-#define CALIB_VERSION 1 /* fully INT8 */
-#define CALIB_VERSION_MIX 2 /* with "mix" */
+#define CALIB_VERSION 3 /* what resnetd writes: u8 after a ReLU, "mix" */
+#define CALIB_VERSION_INT8 1 /* older: int8 everywhere, fully INT8 */
+#define CALIB_VERSION_MIX 2 /* older: int8 everywhere, with "mix" */
 /* Quantised tensors: 0 is the normalised input image, i >= 1 the output of
  * conv i-1. The last conv's output stays FP32 (it feeds the average pool
  * and the FC), so there is one per conv. */
@@ -42,7 +49,7 @@ extern "C" {
 #define CALIB_BINS 2048
 #define CALIB_WEIGHTS_SYNTHETIC "synthetic"
 
-typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE } calib_method;
+typedef enum { CALIB_ENTROPY, CALIB_PERCENTILE, CALIB_MSE } calib_method;
 
 /* Which prefix of the network runs in float: none (all INT8), the stem
  * (conv1 and its max pool), or the stem through the first block of a
@@ -90,6 +97,13 @@ typedef struct calib_table {
 /* "input", or the name of the conv whose output tensor i is ("conv1",
  * "layer1.0.conv1", ...). */
 const char *calib_tensor_name(int i);
+/* 1 when tensor i follows a ReLU, so is never negative and is stored as
+ * u8 (every conv output but the downsamples'); its levels: 255, else 127. */
+int calib_tensor_unsigned(int i);
+int calib_tensor_levels(int i);
+/* The same for a conv's source or residual in resnet18.h's numbering
+ * (R18_IMAGE, R18_POOL or a conv index). */
+int calib_source_unsigned(int src);
 const char *calib_method_name(calib_method m);
 int calib_parse_method(const char *s, calib_method *m);
 /* "entropy", or "percentile P" with P in the shortest form that reads back
@@ -145,13 +159,16 @@ typedef struct calib_hist {
 /* Adds n values. */
 void calib_hist_add(calib_hist *h, const float *x, size_t n);
 
-/* The scale (threshold / 127) that a method picks from h: entropy is
- * TensorRT's search for the threshold whose 128-level quantisation of the
- * clipped histogram has the least KL divergence from it; percentile takes
- * the upper edge of the bin where the given percentile of |x| falls. An
- * all-zero tensor gets scale 1. */
-float calib_scale_entropy(const calib_hist *h);
-float calib_scale_percentile(const calib_hist *h, double percentile);
+/* The scale (threshold / levels: 127 or 255, calib_tensor_levels) that a
+ * method picks from h: entropy is TensorRT's search for the threshold whose
+ * (levels + 1)-level quantisation of the clipped histogram has the least KL
+ * divergence from it; percentile takes the upper edge of the bin where the
+ * given percentile of |x| falls; mse the bin edge with the least squared
+ * error of rounding below it and clipping above it, each bin's values at
+ * its centre. An all-zero tensor gets scale 1. */
+float calib_scale_entropy(const calib_hist *h, int levels);
+float calib_scale_percentile(const calib_hist *h, double percentile, int levels);
+float calib_scale_mse(const calib_hist *h, int levels);
 
 #ifdef __cplusplus
 }

@@ -11,18 +11,19 @@
  * bit for bit; only the average pool and the FC (as small as they are)
  * are float, and they come last.
  *
- * Layouts: activations NHWC int8 without borders ([n][h][h][c]); the last
+ * Layouts: activations NHWC without borders ([n][h][h][c]), u8 after a
+ * ReLU and int8 elsewhere (engine/int8.h); the last
  * conv's output is NHWC FP32. Weights [cout][Kp] int8, K = k*k*cin in KRSC
  * order padded with zeros to Kp, a multiple of KBLK. A conv is a GEMM: rows
  * are output pixels, built by im2col into a per-thread workspace of RB
  * rows; a unit of work is RB rows times a range of output channels,
  * claimed by the pool threads (engine/cpu_pool.h). Four tiles
- * (engine/int8_tiles.c) compute the int32 sums, chosen at create: an AMX one (tdpbssd on 16 x 16 int32
- * tiles) where the CPU and the kernel allow it, else an AVX512-VNNI one
- * (vpdpbusd), else an AVX2 one for CPUs without AVX-512 (vpmaddubsw on
- * the non-negative inputs of every conv but the stem, vpmaddwd on bytes
- * widened to 16 bits for the stem), all on weights repacked for them, else
- * a plain C one whose fixed inner trip count GCC vectorises at -O2.
+ * (engine/int8_tiles.c) compute the int32 sums, chosen at create: an AMX
+ * one (tdpbusd, tdpbssd for the stem, on 16 x 16 int32 tiles) where the
+ * CPU and the kernel allow it, else an AVX512-VNNI one (vpdpbusd), else an
+ * AVX2 one for CPUs without AVX-512 (vpmaddwd on bytes widened to 16
+ * bits), all on weights repacked for them, else a plain C one whose fixed
+ * inner trip count GCC vectorises at -O2.
  * RESNETD_CPU_INT8_GEMM=generic|avx2|vnni|amx forces one; all give the
  * same integers, and the tests run each the CPU has.
  *
@@ -69,11 +70,12 @@ typedef struct i8_layer {
     int K, Kp; /* k*k*cin; padded to a multiple of KBLK */
     int8_t *w; /* [cout][Kp] */
     int8_t *wv; /* VNNI, AMX: [cout/16][Kp/4][16][4]; NULL without them */
-    int32_t *corr; /* VNNI: [cout], 128 * sum_k w[c][k] */
-    int16_t *w16; /* AVX2, the stem: wv's layout widened to 16 bits; NULL elsewhere */
+    int32_t *corr; /* VNNI, the stem (int8 input): [cout], 128 * sum_k w[c][k]; else NULL */
+    int16_t *w16; /* AVX2: wv's layout widened to 16 bits; NULL elsewhere */
     float *mult; /* [cout]: s_in * s_w[c] */
     float *b; /* [cout], BN folded */
     int src, res; /* tensors read (res -1: none) */
+    int in_u8, res_u8, out_u8; /* which of its tensors are u8 (the rest int8) */
     float res_scale; /* scale of the residual tensor */
     float out_inv; /* 1 / scale of the output (unused by the last conv) */
 } i8_layer;
@@ -197,10 +199,12 @@ static void epilogue(i8_engine *e, const i8_layer *L, int m, int nrows, int c, i
             float v = (float)acc[i * lda + j] * L->mult[c + j];
             v = v + L->b[c + j];
             if (res)
-                v = v + (float)res[o + j] * L->res_scale;
+                v = v + (float)(L->res_u8 ? (int)((const uint8_t *)res)[o + j] : (int)res[o + j]) * L->res_scale;
             if (L->d->relu && v < 0.0f)
                 v = 0.0f;
-            if (out8)
+            if (out8 && L->out_u8)
+                ((uint8_t *)out8)[o + j] = int8_quantize_u8(v, L->out_inv);
+            else if (out8)
                 out8[o + j] = int8_quantize(v, L->out_inv);
             else
                 e->last[o + j] = v;
@@ -220,11 +224,12 @@ __attribute__((target("avx512f,avx512bw"))) static void epilogue_avx512(i8_engin
     const int8_t *res;
     int8_t *out8;
     epilogue_tensors(e, L, &res, &out8);
-    /* With an int8 output the ReLU is the clamp's lower bound: v < 0 gives
+    /* With an 8-bit output the ReLU is the clamp's lower bound: v < 0 gives
      * rint(v * inv) <= 0 since inv > 0 (calib_load refuses scales <= 0),
-     * so 0 either way; -0 and NaN give 0 as well. */
+     * so 0 either way; -0 and NaN give 0 as well. A u8 output (after a
+     * ReLU) clamps to 0..255; the truncating store keeps its low byte. */
     const int relu_in_clamp = L->d->relu && out8;
-    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(127.0f);
+    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(L->out_u8 ? 255.0f : 127.0f);
     const __m512 lo = relu_in_clamp ? zero : _mm512_set1_ps(-127.0f);
     const __m512 res_scale = _mm512_set1_ps(L->res_scale), inv = _mm512_set1_ps(L->out_inv);
     for (int h = 0; h < CG; h += 16) {
@@ -235,7 +240,8 @@ __attribute__((target("avx512f,avx512bw"))) static void epilogue_avx512(i8_engin
             v = _mm512_add_ps(v, b);
             if (res) {
                 __m128i r8 = _mm_loadu_si128((const __m128i *)(res + o));
-                v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r8)), res_scale));
+                const __m512i r32 = L->res_u8 ? _mm512_cvtepu8_epi32(r8) : _mm512_cvtepi8_epi32(r8);
+                v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(r32), res_scale));
             }
             if (!out8) {
                 if (L->d->relu) /* v < 0 only: NaN and -0 pass, as in epilogue() */
@@ -261,7 +267,7 @@ __attribute__((target("avx2"))) static void epilogue_avx2(i8_engine *e, const i8
     int8_t *out8;
     epilogue_tensors(e, L, &res, &out8);
     const int relu_in_clamp = L->d->relu && out8; /* see epilogue_avx512 */
-    const __m256 zero = _mm256_setzero_ps(), hi = _mm256_set1_ps(127.0f);
+    const __m256 zero = _mm256_setzero_ps(), hi = _mm256_set1_ps(L->out_u8 ? 255.0f : 127.0f);
     const __m256 lo = relu_in_clamp ? zero : _mm256_set1_ps(-127.0f);
     const __m256 res_scale = _mm256_set1_ps(L->res_scale), inv = _mm256_set1_ps(L->out_inv);
     for (int h = 0; h < CG; h += 8) {
@@ -271,7 +277,8 @@ __attribute__((target("avx2"))) static void epilogue_avx2(i8_engine *e, const i8
             __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(acc[i] + h))), mult);
             v = _mm256_add_ps(v, b);
             if (res) {
-                __m256i r32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(res + o)));
+                const __m128i r8 = _mm_loadl_epi64((const __m128i *)(res + o));
+                const __m256i r32 = L->res_u8 ? _mm256_cvtepu8_epi32(r8) : _mm256_cvtepi8_epi32(r8);
                 v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(r32), res_scale));
             }
             if (!out8) {
@@ -285,7 +292,7 @@ __attribute__((target("avx2"))) static void epilogue_avx2(i8_engine *e, const i8
             q = _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(q, lo), hi), ordered); /* NaN lanes to +0 */
             const __m256i q32 = _mm256_cvtps_epi32(q);
             const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
-            _mm_storel_epi64((__m128i *)(out8 + o), _mm_packs_epi16(q16, q16));
+            _mm_storel_epi64((__m128i *)(out8 + o), L->out_u8 ? _mm_packus_epi16(q16, q16) : _mm_packs_epi16(q16, q16));
         }
     }
 }
@@ -313,7 +320,7 @@ static void conv_unit(void *ctx, int u, int tid)
         for (int c = c0; c < c1; c += CG)
             for (int r = 0; r < rows; r += AR) {
                 int32_t acc[AR][CG];
-                int8_amx_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, acc);
+                int8_amx_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, L->in_u8, acc);
                 epilogue_avx512(e, L, m0 + r, imin(AR, rows - r), c, acc);
             }
         int8_amx_end();
@@ -326,24 +333,21 @@ static void conv_unit(void *ctx, int u, int tid)
             for (int c = c0; c < c1; c += CG) {
                 int32_t acc[VR][CG];
                 for (int p = 0; p < CG; p += 16)
-                    if (L->w16) /* the stem: signed input */
-                        for (int rr = 0; rr < VR; rr += 2)
-                            int8_avx2_tile(ws + (size_t)(r + rr) * Kp, Kp, L->w16 + (size_t)(c + p) * Kp, (int)Kp,
-                                           &acc[rr][p], CG);
-                    else
-                        for (int rr = 0; rr < VR; rr += 4)
-                            int8_avx2_u8_tile(ws + (size_t)(r + rr) * Kp, Kp, L->wv + (size_t)(c + p) * Kp, (int)Kp,
-                                              &acc[rr][p], CG);
+                    for (int rr = 0; rr < VR; rr += 2)
+                        int8_avx2_tile(ws + (size_t)(r + rr) * Kp, Kp, L->w16 + (size_t)(c + p) * Kp, (int)Kp, L->in_u8,
+                                       &acc[rr][p], CG);
                 epilogue_avx2(e, L, m0 + r, imin(VR, rows - r), c, acc);
             }
         return;
     }
     if (e->tile == TILE_VNNI) {
-        int8_bias_a(ws, (size_t)padded * Kp);
+        if (!L->in_u8)
+            int8_bias_a(ws, (size_t)padded * Kp);
         for (int r = 0; r < rows; r += VR)
             for (int c = c0; c < c1; c += CG) {
                 int32_t acc[VR][CG];
-                int8_vnni_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, L->corr + c, acc);
+                int8_vnni_tile(ws + (size_t)r * Kp, Kp, L->wv + (size_t)c * Kp, (int)Kp, L->in_u8 ? NULL : L->corr + c,
+                               acc);
                 epilogue_avx512(e, L, m0 + r, imin(VR, rows - r), c, acc);
             }
         return;
@@ -355,7 +359,7 @@ static void conv_unit(void *ctx, int u, int tid)
         for (int r = 0; r < rows; r += MR)
             for (int c = cb; c < cb + CG; c += NR) {
                 int32_t acc[MR][NR];
-                int8_dot_tile(ws + (size_t)r * Kp, Kp, L->w + (size_t)c * Kp, Kp, (int)Kp, acc);
+                int8_dot_tile(ws + (size_t)r * Kp, Kp, L->w + (size_t)c * Kp, Kp, (int)Kp, L->in_u8, acc);
                 epilogue(e, L, m0 + r, imin(MR, rows - r), c, NR, acc[0], NR);
             }
 }
@@ -389,7 +393,7 @@ static void quantize_input_unit(void *ctx, int u, int tid)
     }
 }
 
-/* 3x3/2 pad-1 max pool of the stem's int8 output. C is a constant so
+/* 3x3/2 pad-1 max pool of the stem's u8 output. C is a constant so
  * that GCC vectorises the channel loop (a byte at a time, it took 9% of
  * the engine's time). */
 CPU_VECTOR_CLONES
@@ -401,18 +405,18 @@ static void maxpool_unit(void *ctx, int u, int tid)
     int lo, hi;
     (void)tid;
     cpu_pool_split(e->n * oh, e->small_units, u, &lo, &hi);
-    const int8_t *in = e->act[e->buf[0]];
-    int8_t *out = e->act[e->buf[T_POOL]];
+    const uint8_t *in = (const uint8_t *)e->act[e->buf[0]];
+    uint8_t *out = (uint8_t *)e->act[e->buf[T_POOL]];
     for (int row = lo; row < hi; row++) {
         int img = row / oh, oy = row % oh;
         int y0 = oy * 2 - 1 < 0 ? 0 : oy * 2 - 1, y1 = imin(oy * 2 + 2, ih);
         for (int ox = 0; ox < oh; ox++) {
             int x0 = ox * 2 - 1 < 0 ? 0 : ox * 2 - 1, x1 = imin(ox * 2 + 2, ih);
-            int8_t m[C]; /* local: no aliasing with the input to rule out */
+            uint8_t m[C]; /* local: no aliasing with the input to rule out */
             memcpy(m, in + (((size_t)img * ih + y0) * ih + x0) * C, (size_t)C);
             for (int iy = y0; iy < y1; iy++)
                 for (int ix = x0; ix < x1; ix++) {
-                    const int8_t *p = in + (((size_t)img * ih + iy) * ih + ix) * C;
+                    const uint8_t *p = in + (((size_t)img * ih + iy) * ih + ix) * C;
                     for (int c = 0; c < C; c++)
                         m[c] = p[c] > m[c] ? p[c] : m[c];
                 }
@@ -456,7 +460,8 @@ static void run_conv(i8_engine *e, int i)
 }
 
 /* The float prefix's last tensor (NHWC FP32 with a border of fpad) -> the
- * boundary's int8 buffer, with the scale the INT8 convs read it at. */
+ * boundary's u8 buffer (it follows a ReLU: a block's output, or the
+ * pool's), with the scale the INT8 convs read it at. */
 static void quantize_boundary_unit(void *ctx, int u, int tid)
 {
     i8_engine *e = ctx;
@@ -468,9 +473,9 @@ static void quantize_boundary_unit(void *ctx, int u, int tid)
     for (int row = lo; row < hi; row++) {
         const int img = row / h, y = row % h;
         const float *src = e->fdata + (((size_t)img * side + (size_t)(y + e->fpad)) * side + (size_t)e->fpad) * c;
-        int8_t *dst = e->act[e->buf[e->boundary]] + (size_t)row * h * c;
+        uint8_t *dst = (uint8_t *)e->act[e->buf[e->boundary]] + (size_t)row * h * c;
         for (int i = 0; i < h * c; i++)
-            dst[i] = int8_quantize(src[i], inv);
+            dst[i] = int8_quantize_u8(src[i], inv);
     }
 }
 
@@ -598,14 +603,13 @@ static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t er
     return nbuf;
 }
 
-/* L->w into the VNNI and AMX tiles' layout and VNNI's bias corrections,
- * or (avx2) that layout widened to 16 bits. */
+/* L->w into the VNNI and AMX tiles' layout and, for an int8 input, VNNI's
+ * bias corrections; or (avx2) that layout widened to 16 bits. */
 static int pack_vnni(i8_layer *L, int avx2)
 {
     const int N = L->d->cout, Kp = L->Kp;
     L->wv = alloc_bytes((size_t)N * Kp);
-    L->corr = alloc_bytes((size_t)N * sizeof(int32_t));
-    if (!L->wv || !L->corr)
+    if (!L->wv || (!L->in_u8 && !(L->corr = alloc_bytes((size_t)N * sizeof(int32_t)))))
         return -1;
     if (avx2 && !(L->w16 = alloc_bytes((size_t)N * Kp * sizeof(int16_t))))
         return -1;
@@ -616,7 +620,8 @@ static int pack_vnni(i8_layer *L, int avx2)
             sum += v;
             L->wv[(((size_t)(c / 16) * (Kp / 4) + (size_t)(k / 4)) * 16 + (size_t)(c % 16)) * 4 + (size_t)(k % 4)] = v;
         }
-        L->corr[c] = 128 * sum;
+        if (L->corr)
+            L->corr[c] = 128 * sum;
     }
     for (size_t i = 0; avx2 && i < (size_t)N * Kp; i++)
         L->w16[i] = L->wv[i];
@@ -667,6 +672,9 @@ static int load_layer(i8_engine *e, const resnet18_weights *w, const calib_table
     L->Kp = (L->K + KBLK - 1) / KBLK * KBLK;
     L->src = tensor_id(d->src);
     L->res = d->residual == R18_NONE ? -1 : tensor_id(d->residual);
+    L->in_u8 = calib_source_unsigned(d->src);
+    L->res_u8 = d->residual != R18_NONE && calib_source_unsigned(d->residual);
+    L->out_u8 = i != LAST && d->relu;
     L->w = alloc_bytes((size_t)N * L->Kp);
     L->mult = alloc_bytes((size_t)N * sizeof(float));
     L->b = alloc_bytes((size_t)N * sizeof(float));
@@ -680,11 +688,7 @@ static int load_layer(i8_engine *e, const resnet18_weights *w, const calib_table
         memcpy(L->w + (size_t)c * L->Kp, q + (size_t)c * L->K, (size_t)L->K);
     free(q);
     memcpy(L->b, w->conv[i].b, (size_t)N * sizeof(float));
-    /* AVX2: 16-bit weights where the input may be negative (the
-     * stem's image); a ReLU's or the pool's output takes avx2_u8_tile. */
-    const int signed_in = L->src == T_IMAGE ||
-                          (L->src >= 0 && L->src < RESNET18_NUM_CONVS && !resnet18_convs[L->src].relu);
-    if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2 && signed_in) != 0)
+    if (e->tile != TILE_GENERIC && pack_vnni(L, e->tile == TILE_AVX2) != 0)
         return -1;
     if ((size_t)L->Kp > e->ws_stride)
         e->ws_stride = (size_t)L->Kp;

@@ -16,17 +16,24 @@
  * Activations, per tensor t with the calibration table's scale s_t:
  *   inv_t   = 1 / s_t
  *   q(x)    = clamp(rint(x * inv_t), -127, 127)        (symmetric, no -128)
+ *             for a signed tensor (int8): the input image, a downsample's output;
+ *   q(x)    = clamp(rint(x * inv_t), 0, 255)
+ *             for an unsigned one (u8): every tensor that follows a ReLU
+ *             (calib_tensor_unsigned), twice the levels for the same range;
  *   q(NaN)  = 0   (a non-finite FP32 input tensor must not reach a float to
  *                  integer conversion, which C leaves undefined; +-inf
- *                  clamp to +-127 like any large value)
- * Every conv, the stem included, runs on int8: acc = sum q_in * q_w in
- * int32 (exact: |acc| <= 127 * 127 * 4608 < 2^31). Its epilogue, for
- * output channel c, with mult[c] = s_in * s_w[c] computed once:
+ *                  clamp to the ends like any large value)
+ * Every conv, the stem included, runs on 8-bit integers: acc = sum q_in *
+ * q_w in int32, q_in u8 for every conv but the stem (each reads a ReLU's
+ * output), int8 for the stem (the image); exact: |acc| <= 255 * 127 * 4608
+ * < 2^31. Its epilogue, for output channel c, with mult[c] = s_in * s_w[c]
+ * computed once:
  *   v = (float)acc * mult[c]
  *   v = v + bias[c]
- *   v = v + (float)r * s_r        if the conv adds a residual r (int8, scale s_r)
+ *   v = v + (float)r * s_r        if the conv adds a residual r (u8 or int8, scale s_r)
  *   v = v < 0 ? 0 : v             if the conv has a ReLU
- *   out = q_out(v)                the next tensor's int8 value, or
+ *   out = q_out(v)                the next tensor's u8 (after a ReLU) or
+ *                                 int8 value, or
  *   out = v                       for the last conv, whose FP32 output feeds
  *                                 the average pool and the FC.
  * The head: each feature is the mean of its 7x7 values summed in float64
@@ -37,7 +44,7 @@
  * FP16-rounded weights with float32 (or wider) sums, and adds the FP32
  * bias. FP16 operands let the GPU run the FC on its tensor cores, as in
  * FP16, at a third of the FP32 FC's time.
- * The 3x3/2 max pool runs on the stem's int8 output (the same as pooling in
+ * The 3x3/2 max pool runs on the stem's u8 output (the same as pooling in
  * float and then quantising, since q is monotone), so the pool's output has
  * the stem output's scale. The image is quantised after normalisation with
  * the "input" scale. The only arithmetic whose order differs between
@@ -45,8 +52,8 @@
  * the same result unless a feature's values span more than 2^23.
  *
  * Precision mixes (engine/calib.h): with a float prefix, its last tensor x
- * (FP32 on the CPU, FP16 on the GPU) becomes q(x) with that tensor's scale,
- * and everything after it is as above. The prefix itself is float, so
+ * (FP32 on the CPU, FP16 on the GPU; it follows a ReLU) becomes the u8 q(x)
+ * with that tensor's scale, and everything after it is as above. The prefix itself is float, so
  * mixes are close between engines, not equal; the fully INT8 mix is. */
 #ifndef RESNETD_INT8_H
 #define RESNETD_INT8_H
@@ -85,6 +92,19 @@ static inline int8_t int8_quantize(float x, float inv)
     if (q < -127.0f)
         q = -127.0f;
     return (int8_t)q;
+}
+
+/* q(x) of an unsigned (u8) tensor, given inv = 1 / s. */
+static inline uint8_t int8_quantize_u8(float x, float inv)
+{
+    float q = rintf(x * inv);
+    if (q != q)
+        return 0;
+    if (q > 255.0f)
+        q = 255.0f;
+    if (q < 0.0f)
+        q = 0.0f;
+    return (uint8_t)q;
 }
 
 /* Quantises cout rows of K weights: q[c][i] and scale[c] as above. */

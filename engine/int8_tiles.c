@@ -12,11 +12,13 @@
 #endif
 
 /* out[r][j] = sum_k a[r][k] * w[j][k] for MR rows (stride lda) and NR
- * weight rows (stride ldw), Kp a multiple of KBLK. Exact: int32 never
- * overflows for ResNet18's K (see int8.h). */
-CPU_VECTOR_CLONES
-void int8_dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restrict w, size_t ldw, int Kp,
-                   int32_t out[MR][NR])
+ * weight rows (stride ldw), Kp a multiple of KBLK, A's bytes u8 (uns) or
+ * int8. Exact: int32 never overflows for ResNet18's K (see int8.h).
+ * Inlined into int8_dot_tile's two branches, so each loop reads one type. */
+#define DOT_A(p, k) (uns ? (int)((const uint8_t *)(p))[k] : (int)(p)[k])
+static inline __attribute__((always_inline)) void dot_tile(const int8_t *restrict a, size_t lda,
+                                                           const int8_t *restrict w, size_t ldw, int Kp, int uns,
+                                                           int32_t out[MR][NR])
 {
     const int8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
     const int8_t *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
@@ -24,7 +26,7 @@ void int8_dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restrict 
     int32_t s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
     for (int k0 = 0; k0 < Kp; k0 += KBLK)
         for (int k = k0; k < k0 + KBLK; k++) {
-            int x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+            int x0 = DOT_A(a0, k), x1 = DOT_A(a1, k), x2 = DOT_A(a2, k), x3 = DOT_A(a3, k);
             int y0 = w0[k], y1 = w1[k], y2 = w2[k], y3 = w3[k];
             s00 += x0 * y0;
             s01 += x0 * y1;
@@ -60,12 +62,24 @@ void int8_dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restrict 
     out[3][2] = s32;
     out[3][3] = s33;
 }
+#undef DOT_A
+
+CPU_VECTOR_CLONES
+void int8_dot_tile(const int8_t *restrict a, size_t lda, const int8_t *restrict w, size_t ldw, int Kp, int uns,
+                   int32_t out[MR][NR])
+{
+    if (uns)
+        dot_tile(a, lda, w, ldw, Kp, 1, out);
+    else
+        dot_tile(a, lda, w, ldw, Kp, 0, out);
+}
 
 #if HAVE_VNNI_KERNEL
 /* acc[VR][CG] = A[VR][Kp] * W^T for CG channels with AVX512-VNNI: vpdpbusd
- * multiplies unsigned by signed bytes, so A comes biased by 128 (a ^ 0x80
- * is a + 128 as unsigned; int8_bias_a) and 128 * sum_k w[c][k] (corr) is taken
- * off again: the same exact integers as int8_dot_tile. wv is the channel
+ * multiplies unsigned by signed bytes, so u8 rows go in as they are (corr
+ * NULL); int8 rows (the stem's) come biased by 128 (a ^ 0x80 is a + 128 as
+ * unsigned; int8_bias_a) and 128 * sum_k w[c][k] (corr) is taken off
+ * again: the same exact integers as int8_dot_tile. wv is the channel
  * panel's weights as [Kp/4][16][4] per 16 channels, the second 16 at
  * wv + Kp * 16. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void int8_vnni_tile(const int8_t *a, size_t lda,
@@ -87,7 +101,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void int8_vnni_tile(const
             s[r][1] = _mm512_dpbusd_epi32(s[r][1], av, b1);
         }
     }
-    __m512i c0 = _mm512_loadu_si512(corr), c1 = _mm512_loadu_si512(corr + 16);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i c0 = corr ? _mm512_loadu_si512(corr) : zero, c1 = corr ? _mm512_loadu_si512(corr + 16) : zero;
     for (int r = 0; r < VR; r++) {
         _mm512_storeu_si512(acc[r], _mm512_sub_epi32(s[r][0], c0));
         _mm512_storeu_si512(acc[r] + 16, _mm512_sub_epi32(s[r][1], c1));
@@ -132,11 +147,12 @@ __attribute__((target("amx-tile"))) void int8_amx_end(void)
     _tile_release();
 }
 
-/* acc[AR][CG] = A[AR][Kp] * W^T with AMX: tdpbssd multiplies signed bytes,
- * so neither A's bias nor int8_vnni_tile's correction is needed. wv as for
- * int8_vnni_tile; each 64-byte k step is 16 of its rows. */
+/* acc[AR][CG] = A[AR][Kp] * W^T with AMX: tdpbusd multiplies u8 rows
+ * (uns) by the signed weights, tdpbssd int8 ones, so neither A's bias nor
+ * int8_vnni_tile's correction is needed. wv as for int8_vnni_tile; each
+ * 64-byte k step is 16 of its rows. */
 __attribute__((target("amx-tile,amx-int8"))) void int8_amx_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp,
-                                                                int32_t acc[AR][CG])
+                                                                int uns, int32_t acc[AR][CG])
 {
     const int8_t *w1 = wv + (size_t)Kp * 16;
     _tile_zero(0);
@@ -148,10 +164,17 @@ __attribute__((target("amx-tile,amx-int8"))) void int8_amx_tile(const int8_t *a,
         _tile_loadd(5, a + 16 * lda + k, lda);
         _tile_loadd(6, wv + (size_t)k * 16, 64);
         _tile_loadd(7, w1 + (size_t)k * 16, 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(2, 5, 6);
-        _tile_dpbssd(3, 5, 7);
+        if (uns) {
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        } else {
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
+            _tile_dpbssd(2, 5, 6);
+            _tile_dpbssd(3, 5, 7);
+        }
     }
     _tile_stored(0, acc[0], CG * 4);
     _tile_stored(1, acc[0] + 16, CG * 4);
@@ -162,12 +185,23 @@ __attribute__((target("amx-tile,amx-int8"))) void int8_amx_tile(const int8_t *a,
 
 /* out[r][j] (row stride ldo) = A[r][Kp] * W^T for 2 rows and 16 channels
  * with AVX2: vpmaddwd multiplies 16-bit values and adds pairs, exactly
- * (no saturation, unlike vpmaddubsw on bytes). A's 4 bytes of a k step
- * are widened and broadcast; w16 is the 16 channels' weights as
- * [Kp/4][16][4] int16, so one 32-byte row holds 4 channels' 4 values and
- * each sum comes out as two partials, added at the end. */
-__attribute__((target("avx2"))) void int8_avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp,
-                                                    int32_t *out, int ldo)
+ * (vpmaddubsw on the bytes would saturate: 2 * 255 * 127 > 2^15). A's 4
+ * bytes of a k step are widened (u8 or int8, uns) and broadcast; w16 is
+ * the 16 channels' weights as [Kp/4][16][4] int16, so one 32-byte row holds
+ * 4 channels' 4 values and each sum comes out as two partials, added at
+ * the end. The body is inlined into int8_avx2_tile's two branches, so that
+ * each loop widens one way. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i avx2_widen4(const int8_t *p, int uns)
+{
+    int32_t x;
+    memcpy(&x, p, 4);
+    const __m128i v = _mm_cvtsi32_si128(x);
+    return _mm256_broadcastq_epi64(uns ? _mm_cvtepu8_epi16(v) : _mm_cvtepi8_epi16(v));
+}
+
+__attribute__((target("avx2"), always_inline)) static inline void avx2_tile(const int8_t *a, size_t lda,
+                                                                            const int16_t *w16, int Kp, int uns,
+                                                                            int32_t *out, int ldo)
 {
     /* Eight named accumulators: with an array GCC kept them in memory. */
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s03 = s00;
@@ -177,11 +211,7 @@ __attribute__((target("avx2"))) void int8_avx2_tile(const int8_t *a, size_t lda,
         const __m256i *w = (const __m256i *)(w16 + (size_t)k * 16);
         const __m256i w0 = _mm256_load_si256(w), w1 = _mm256_load_si256(w + 1);
         const __m256i w2 = _mm256_load_si256(w + 2), w3 = _mm256_load_si256(w + 3);
-        int32_t x0, x1;
-        memcpy(&x0, a + k, 4);
-        memcpy(&x1, a1 + k, 4);
-        const __m256i v0 = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(x0)));
-        const __m256i v1 = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(x1)));
+        const __m256i v0 = avx2_widen4(a + k, uns), v1 = avx2_widen4(a1 + k, uns);
         s00 = _mm256_add_epi32(s00, _mm256_madd_epi16(v0, w0));
         s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(v0, w1));
         s02 = _mm256_add_epi32(s02, _mm256_madd_epi16(v0, w2));
@@ -199,44 +229,13 @@ __attribute__((target("avx2"))) void int8_avx2_tile(const int8_t *a, size_t lda,
     _mm256_storeu_si256((__m256i *)(out + ldo + 8), _mm256_permute4x64_epi64(_mm256_hadd_epi32(s12, s13), 0xD8));
 }
 
-/* out[r][j] (row stride ldo) = A[r][Kp] * W^T for 4 rows and 16 channels
- * whose A bytes are all in [0, 127], as every conv's input is but the
- * stem's (it reads a ReLU's output): vpmaddubsw then multiplies them as
- * unsigned by the signed weights and adds pairs without saturating
- * (2 * 127 * 127 < 2^15), and vpmaddwd by ones widens the pairs to
- * 32 bits: 3 instructions for 32 products where int8_avx2_tile takes 2 for 16.
- * wv is the VNNI layout of the 16 channels. */
-__attribute__((target("avx2"))) void int8_avx2_u8_tile(const int8_t *a, size_t lda, const int8_t *wv, int Kp,
-                                                       int32_t *out, int ldo)
+__attribute__((target("avx2"))) void int8_avx2_tile(const int8_t *a, size_t lda, const int16_t *w16, int Kp, int uns,
+                                                    int32_t *out, int ldo)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;
-    __m256i s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-#define U8_STEP(acc0, acc1, row)                                                              \
-    do {                                                                                      \
-        int32_t x;                                                                            \
-        memcpy(&x, a + (row)*lda + k, 4);                                                     \
-        const __m256i av = _mm256_set1_epi32(x);                                              \
-        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones)); \
-        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones)); \
-    } while (0)
-    for (int k = 0; k < Kp; k += 4) {
-        const __m256i *w = (const __m256i *)(wv + (size_t)k * 16);
-        const __m256i w0 = _mm256_load_si256(w), w1 = _mm256_load_si256(w + 1);
-        U8_STEP(s00, s01, 0);
-        U8_STEP(s10, s11, 1);
-        U8_STEP(s20, s21, 2);
-        U8_STEP(s30, s31, 3);
-    }
-#undef U8_STEP
-    _mm256_storeu_si256((__m256i *)out, s00);
-    _mm256_storeu_si256((__m256i *)(out + 8), s01);
-    _mm256_storeu_si256((__m256i *)(out + ldo), s10);
-    _mm256_storeu_si256((__m256i *)(out + ldo + 8), s11);
-    _mm256_storeu_si256((__m256i *)(out + 2 * ldo), s20);
-    _mm256_storeu_si256((__m256i *)(out + 2 * ldo + 8), s21);
-    _mm256_storeu_si256((__m256i *)(out + 3 * ldo), s30);
-    _mm256_storeu_si256((__m256i *)(out + 3 * ldo + 8), s31);
+    if (uns)
+        avx2_tile(a, lda, w16, Kp, 1, out, ldo);
+    else
+        avx2_tile(a, lda, w16, Kp, 0, out, ldo);
 }
 #endif
 

@@ -72,11 +72,12 @@ conv_shape conv_shape_make(int n, int h, int w, int c, int k, int kh, int kw, in
 
 int conv_shape_check(const conv_shape *s, int kind, char *err, size_t errlen)
 {
-    // Elements per 16-byte chunk; the stem's layouts: a chunk is two FP16
-    // pixels of 4 channels, or four INT8 pixels of 4 (loaded as two pairs).
+    // Elements per 16-byte chunk; the FP16 stem's layout: a chunk is two
+    // pixels of 4 channels. (INT8 kernels read u8, engine/int8.h, so not the
+    // int8 image: its stem is gpu/stem.cu's.)
     int chunk = kind == CONV_INT8 ? 16 : kind == CONV_FP16 ? 8 : 4;
-    int stem_layout = ((kind == CONV_FP16 && s->c == 4) || (kind == CONV_INT8 && s->c == 4 && s->kw % 4 == 0)) &&
-                      s->kw % 2 == 0 && s->w % 2 == 0 && s->pad_w % 2 == 0 && s->stride % 2 == 0;
+    int stem_layout = kind == CONV_FP16 && s->c == 4 && s->kw % 2 == 0 && s->w % 2 == 0 && s->pad_w % 2 == 0 &&
+                      s->stride % 2 == 0;
     if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->kh < 1 || s->kw < 1 || s->stride < 1 ||
         s->pad_h < 0 || s->pad_w < 0 || s->oh < 1 || s->ow < 1) {
         snprintf(err, errlen, "conv shape out of range");
@@ -198,13 +199,11 @@ __global__ void __launch_bounds__(256)
         a.w += p.w;
     }
     const int acc[4] = { a.x, a.y, a.z, a.w };
-    int8_t r[4] = { 0, 0, 0, 0 };
-    if (res)
-        *reinterpret_cast<uint32_t *>(r) = *reinterpret_cast<const uint32_t *>(res + i);
+    const uint32_t r = res ? *reinterpret_cast<const uint32_t *>(res + i) : 0u;
     float v[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-        v[j] = s8_value(acc[j], q.mult[col + j], bias[col + j], r[j], q.res_scale, res != NULL);  // ReLU below
+    for (int j = 0; j < 4; j++)  // ReLU below
+        v[j] = s8_value(acc[j], q.mult[col + j], bias[col + j], q8_byte(r, j, q.res_u8), q.res_scale, res != NULL);
     if (q.out_f32) {
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -216,8 +215,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 4; j++)
         t[j] = int8_requant_lo(v[j], q.out_inv, relu);
-    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = int8_pack2(t[1], t[0],
-                                                                                    int8_pack2(t[3], t[2], 0));
+    *reinterpret_cast<uint32_t *>(reinterpret_cast<int8_t *>(out) + i) = q8_pack2(t[1], t[0],
+                                                                                  q8_pack2(t[3], t[2], 0, relu), relu);
 }
 
 /* ===================================================================== */

@@ -4,6 +4,7 @@
 #ifndef RESNETD_GPU_CONV_HALO_CUH
 #define RESNETD_GPU_CONV_HALO_CUH
 
+#include <type_traits>
 #include "gpu/conv_wgmma.cuh"
 
 /* ===================================================================== */
@@ -306,7 +307,7 @@ __global__ void __launch_bounds__(128, MINB)
             const uint64_t db = ROWB == 64 ? wgmma_desc64(pb) : wgmma_desc(pb);
 #pragma unroll
             for (int kk = 0; kk < ROWB / 32; kk++)
-                wgmma_rs<TP, acc_t>::mma(acc, a[t * (ROWB / 32) + kk], db + 2 * kk);
+                wgmma_rs<TP, acc_t, S8 ? WG_S8U8 : WG_S8S8>::mma(acc, a[t * (ROWB / 32) + kk], db + 2 * kk);
         }
         wgmma_commit();
     };
@@ -320,19 +321,34 @@ __global__ void __launch_bounds__(128, MINB)
             // in the residual's place.
             unsigned char *const tb = bt + buf * TP * 64 + 128 * (lane & 3) + ((wq ^ (lane & 3)) << 4) +
                                       2 * (lane >> 2);
+            // SC: the shortcut's output (int8) is the residual; else res_'s
+            // (q.res_u8). The network's case, a ReLU and a u8 residual or
+            // the shortcut's or none, has its types fixed at compile time
+            // (U): a choice per pair cost the 64-channel kernel two thirds
+            // of its time more, its shared-memory loads no longer in flight
+            // together.
+            const bool hr = SC || res_ != NULL;
+            auto finish = [&](auto u) {
+                constexpr bool U = decltype(u)::value;
+                const int ru = U ? !SC : !SC && q.res_u8, rl = U ? 1 : relu;
 #pragma unroll
-            for (int j = 0; j < TP / 8; j++)
+                for (int j = 0; j < TP / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool hr = SC || res_ != NULL;  // SC: the shortcut's output is the residual
-                    const uint32_t r = hr ? *reinterpret_cast<const uint16_t *>(tb + 512 * j + 64 * e) : 0u;
-                    const int q0 = int8_requant_lo(
-                        s8_value(acc[4 * j + e], m2.x, bb2.x, (int8_t)(r & 0xff), q.res_scale, hr), q.out_inv, relu);
-                    const int q1 = int8_requant_lo(
-                        s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, (int8_t)(r >> 8 & 0xff), q.res_scale, hr), q.out_inv,
-                        relu);
-                    *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)int8_pack2(q1, q0, 0);
-                }
+                    for (int e = 0; e < 2; e++) {
+                        const uint32_t r = hr ? *reinterpret_cast<const uint16_t *>(tb + 512 * j + 64 * e) : 0u;
+                        const int q0 = int8_requant_lo(
+                            s8_value(acc[4 * j + e], m2.x, bb2.x, q8_byte(r, 0, ru), q.res_scale, hr), q.out_inv, rl);
+                        const int q1 = int8_requant_lo(
+                            s8_value(acc[4 * j + 2 + e], m2.y, bb2.y, q8_byte(r, 1, ru), q.res_scale, hr), q.out_inv,
+                            rl);
+                        *reinterpret_cast<uint16_t *>(tb + 512 * j + 64 * e) = (uint16_t)(U ? u8_pack2(q1, q0, 0)
+                                                                                            : q8_pack2(q1, q0, 0, rl));
+                    }
+            };
+            if (relu && (SC || !res_ || q.res_u8))
+                finish(std::true_type{});
+            else
+                finish(std::false_type{});
             int o8[RPT];
             swap_offsets(s, tpi, TP, ntiles, tile, tid >> 2, 32, co0, o8);
             __syncthreads();
@@ -393,7 +409,7 @@ __global__ void __launch_bounds__(128, MINB)
                            db = wgmma_desc64((uint32_t)__cvta_generic_to_shared(dsb + buf * TP * 64));
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
-                wgmma_op<TP, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
+                wgmma_op<TP, acc_t, WG_S8U8>::mma(acc, da + 2 * kk, db + 2 * kk);
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_pin(acc);

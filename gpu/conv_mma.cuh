@@ -28,10 +28,7 @@ __device__ __forceinline__ void load_sc_chunk(void *dst, const conv_shape &s, co
     cp_async16(dst, src, v);
 }
 
-// One 16-byte chunk of A into smem: one copy, or for the INT8 stem (4-byte
-// pixels: the chunk is 4 pixels, only 8-byte aligned when the first is at
-// an x = 2 mod 4) two copies of a pixel pair each, inside or outside the
-// image as a pair (x even, w even).
+// One 16-byte chunk of A into smem: one copy.
 template <bool S8, bool SC>
 __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, const igemm_row<__half> &row,
                                              const igemm_col &col, bool kvalid, const __half *in)
@@ -42,13 +39,6 @@ __device__ __forceinline__ void load_a_chunk(void *dst, const conv_shape &s, con
     }
     bool v;
     const __half *src = igemm_a_addr(s, row, col, kvalid, &v);
-    if (S8 && s.c == 2) {
-        const bool v2 = kvalid && (unsigned)(row.iy + col.r) < (unsigned)s.h &&
-                        (unsigned)(row.ix + col.s + 2) < (unsigned)s.w;
-        cp_async8(dst, v ? src : in, v);
-        cp_async8(static_cast<char *>(dst) + 8, v2 ? src + 4 : in, v2);
-        return;
-    }
     cp_async16(dst, v ? src : in, v);
 }
 
@@ -105,7 +95,7 @@ __device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, 
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        const int r = (int)(int8_t)(((j < 4 ? rbits.x : rbits.y) >> (8 * (j % 4))) & 0xff);
+        const int r = q8_byte(j < 4 ? rbits.x : rbits.y, j % 4, q.res_u8);
         v[j] = s8_value(a[j], m[j], b[j], r, q.res_scale, res);  // ReLU below
     }
     if (OUT == S8_OUT_F32 || (OUT == S8_OUT_RUNTIME && q.out_f32)) {
@@ -120,8 +110,8 @@ __device__ __forceinline__ void store8_s8(const int (&a)[8], const s8_chan8 &f, 
 #pragma unroll
         for (int j = 0; j < 8; j++)
             t[j] = int8_requant_lo(v[j], q.out_inv, relu);
-        const uint32_t w0 = int8_pack2(t[1], t[0], int8_pack2(t[3], t[2], 0)),
-                       w1 = int8_pack2(t[5], t[4], int8_pack2(t[7], t[6], 0));
+        const uint32_t w0 = q8_pack2(t[1], t[0], q8_pack2(t[3], t[2], 0, relu), relu),
+                       w1 = q8_pack2(t[5], t[4], q8_pack2(t[7], t[6], 0, relu), relu);
         *reinterpret_cast<uint2 *>(reinterpret_cast<int8_t *>(out) + o) = make_uint2(w0, w1);
     }
 }
@@ -536,7 +526,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             for (int mi = 0; mi < MI; mi++)
 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
-                    mma_16816(acc[mi][ni], a[mi], b[ni]);
+                    mma_act(acc[mi][ni], a[mi], b[ni]);
         }
     };
     // At the switch, the shortcut's sums go to the residual tile.

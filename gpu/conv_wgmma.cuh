@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, BM <= 128 && BN <= 128 ? 2 : 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++)  // +32 bytes of K per step: +2 in descriptor units
-            wgmma_op<BN, acc_t>::mma(acc, da + 2 * kk, db + 2 * kk);
+            wgmma_op<BN, acc_t, S8 ? WG_U8S8 : WG_S8S8>::mma(acc, da + 2 * kk, db + 2 * kk);  // INT8: u8 activations
         wgmma_commit();
         auto load_ahead = [&] {
             if (kt + AHEAD < KT)

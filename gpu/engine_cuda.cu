@@ -36,7 +36,9 @@
 // memory (its tensor gets no bytes); it also normalises the decoded
 // images (only images that came as FP32 tensors go through the normalised
 // tensor), at FP16 through a table of normalize_launch's own halves. FP32
-// (and tuning stem=separate) runs them as two kernels. ce_check_plan
+// (and FP16 with tuning stem=separate) runs them as two kernels. INT8
+// always fuses them: the stem is its one conv on int8 inputs (the image),
+// every other conv kernel reads u8 (engine/int8.h). ce_check_plan
 // makes sure that no kernel writes where it reads: the fused stem once
 // did, right only while neighbouring CTAs ran in order.
 //
@@ -185,6 +187,7 @@ static int upload_conv_s8(cuda_engine *ce, const resnet18_weights *w, const cali
         goto done;
     }
     calib_conv_params(w, t, i, q, mult, &qp->res_scale, &qp->out_inv);
+    qp->res_u8 = d->residual != R18_NONE && calib_source_unsigned(d->residual);
     qp->out_f32 = i == NCONV - 1;
     for (int c = 0; i == 0 && c < d->cout; c++)
         if (!(mult[c] >= 0.0f)) {  // the stem pools before its epilogue, which must not decrease
@@ -463,7 +466,7 @@ static void apply_tuning(cuda_engine *ce, const engine_tuning *tu)
                                                                                 : 1;
     ce->pool_mode = ce->kind == CONV_INT8 && tu->pool != ENGINE_TUNE_SEPARATE;
     ce->fused_stem = ce->kind != CONV_FP32 && stem_pool_fits(stem->in_h, stem->in_h, STEM_C, stem->cout) &&
-                     tu->stem != ENGINE_TUNE_SEPARATE;
+                     (tu->stem != ENGINE_TUNE_SEPARATE || ce->kind == CONV_INT8);
 }
 
 // Each conv's shape for one image (the stem padded; FP16's downsamples as
@@ -491,7 +494,11 @@ static int make_shapes(cuda_engine *ce, char *err, size_t errlen)
             if (ce->fused_ds)
                 add_shortcut(sh, ds);
         }
-        if (conv_shape_check(&ce->shape_per_image[i], ce->kind, err, errlen) != 0)
+        if (i == 0 && ce->kind == CONV_INT8 && !ce->fused_stem) {
+            snprintf(err, errlen, "cuda engine: INT8 runs its stem only in the fused stem kernel, which does not fit");
+            return -1;
+        }
+        if ((i > 0 || !ce->fused_stem) && conv_shape_check(&ce->shape_per_image[i], ce->kind, err, errlen) != 0)
             return -1;
         if (s8_shortcut_of(ce, i) >= 0) {
             const conv_shape sc = conv_shape_sc(ce, i, 1);

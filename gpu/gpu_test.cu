@@ -207,7 +207,8 @@ extern "C" int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_c
 // pool inside, out unused) gpu_test_conv_s8_pool.
 static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc8, const int8_t *in,
                         const int8_t *w, const float *bias, const float *mult, float res_scale, float out_inv,
-                        int out_f32, const int8_t *res, int relu, void *out, uint16_t *feat, char *err, size_t errlen)
+                        int out_f32, const int8_t *res, int res_u8, int relu, void *out, uint16_t *feat, char *err,
+                        size_t errlen)
 {
     void *din = NULL, *din2 = NULL, *dw = NULL, *dres = NULL, *dout = NULL, *dfeat = NULL;
     float *dbias = NULL, *dmult = NULL, *dws = NULL, *dmult2 = NULL, *dbias2 = NULL;
@@ -236,6 +237,7 @@ static int test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const gpu_
     const size_t nout = (size_t)s.n * s.oh * s.ow * s.k, obytes = nout * (out_f32 ? 4 : 1);
     conv_q8 q = {};
     q.res_scale = res_scale;
+    q.res_u8 = res_u8;
     q.out_inv = out_inv;
     q.out_f32 = out_f32;
     CUDA_TRY(conv_init());
@@ -331,17 +333,17 @@ fail:
 
 extern "C" int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
                                 const float *bias, const float *mult, float res_scale, float out_inv, int out_f32,
-                                const int8_t *res, int relu, void *out, char *err, size_t errlen)
+                                const int8_t *res, int res_u8, int relu, void *out, char *err, size_t errlen)
 {
-    return test_conv_s8(tile, splits, t, NULL, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, NULL,
-                        err, errlen);
+    return test_conv_s8(tile, splits, t, NULL, in, w, bias, mult, res_scale, out_inv, out_f32, res, res_u8, relu, out,
+                        NULL, err, errlen);
 }
 
 extern "C" int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *t, const int8_t *in, const int8_t *w,
                                      const float *bias, const float *mult, float res_scale, const int8_t *res, int relu,
                                      uint16_t *feat, char *err, size_t errlen)
 {
-    return test_conv_s8(tile, 1, t, NULL, in, w, bias, mult, res_scale, 0.f, 1, res, relu, NULL, feat, err, errlen);
+    return test_conv_s8(tile, 1, t, NULL, in, w, bias, mult, res_scale, 0.f, 1, res, 1, relu, NULL, feat, err, errlen);
 }
 
 extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_shape *t, const gpu_test_shortcut_s8 *sc,
@@ -349,8 +351,8 @@ extern "C" int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_sha
                                          float res_scale, float out_inv, int out_f32, int relu, void *out, char *err,
                                          size_t errlen)
 {
-    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, relu, out, NULL, err,
-                        errlen);
+    return test_conv_s8(tile, splits, t, sc, in, w, bias, mult, res_scale, out_inv, out_f32, NULL, 0, relu, out, NULL,
+                        err, errlen);
 }
 
 extern "C" int gpu_test_stem_pool(int kind, int wgmma, int ctas, int n, int h, void *in, const uint8_t *rgb,

@@ -58,15 +58,16 @@ typedef struct gpu_test_shortcut {
 int gpu_test_conv_shortcut(int kind, int tile, int splits, gpu_test_conv_shape *s, gpu_test_shortcut *sc, float *in,
                            float *w, const float *bias, int relu, float *out, char *err, size_t errlen);
 
-/* INT8 (engine/int8.h): in, w (KRSC) and res int8 with c % 16 == 0 (or the
- * stem's c = 4 layout); the sums' epilogue with mult, bias, res_scale,
- * relu, then quantised with out_inv into int8 out, or out_f32: FP32 out.
- * Returns as gpu_test_conv. */
+/* INT8 (engine/int8.h): in u8 (as every INT8 conv kernel reads it: the
+ * stem is gpu_test_stem_pool's), w (KRSC) int8, c % 16 == 0, res u8
+ * (res_u8) or int8; the sums' epilogue with mult, bias, res_scale, relu,
+ * then quantised with out_inv into out, u8 with relu and int8 without, or
+ * out_f32: FP32 out. Returns as gpu_test_conv. */
 int gpu_test_conv_s8(int tile, int splits, gpu_test_conv_shape *s, const int8_t *in, const int8_t *w, const float *bias,
-                     const float *mult, float res_scale, float out_inv, int out_f32, const int8_t *res, int relu,
-                     void *out, char *err, size_t errlen);
+                     const float *mult, float res_scale, float out_inv, int out_f32, const int8_t *res, int res_u8,
+                     int relu, void *out, char *err, size_t errlen);
 /* INT8's last conv with the average pool inside (conv_q8.pool_out): as
- * gpu_test_conv_s8 into FP32, but each image's channel means land in feat
+ * gpu_test_conv_s8 into FP32 (res u8: a block's output), but each image's channel means land in feat
  * [n][k] as FP16 bits (engine/int8.h) and no output is stored. Returns 1
  * for tiles without it (not general wgmma tiles, or fewer rows than an
  * image's oh * ow), -1 with err when a counter is not left at 0. */
@@ -75,8 +76,8 @@ int gpu_test_conv_s8_pool(int tile, gpu_test_conv_shape *s, const int8_t *in, co
                           size_t errlen);
 /* INT8 with a shortcut (conv_shape.c2): as gpu_test_conv_s8, the residual
  * (scale res_scale) being the shortcut's 1x1 conv of sc->in (n x h x w x c
- * int8, weights sc->wgt [k][c] int8) finished by its own epilogue with
- * sc->mult, sc->bias and sc->inv (engine/int8.h, no ReLU). General tiles,
+ * u8, weights sc->wgt [k][c] int8) finished by its own epilogue with
+ * sc->mult, sc->bias and sc->inv (engine/int8.h, no ReLU: int8). General tiles,
  * no split-K: splits > 1 is refused (-1). Returns as gpu_test_conv. */
 typedef struct gpu_test_shortcut_s8 {
     int c, h, w, stride;
@@ -90,7 +91,7 @@ int gpu_test_conv_s8_shortcut(int tile, int splits, gpu_test_conv_shape *s, cons
 /* INT8 input: in npix RGB pixels -> out npix x 4 (lut[c][byte], then 0). */
 int gpu_test_normalize_s8(const uint8_t *in, long npix, const int8_t lut[3][256], int8_t *out, char *err,
                           size_t errlen);
-/* INT8 3x3/2 pad-1 max pool; c % 16 == 0. */
+/* INT8 3x3/2 pad-1 max pool of u8 values; c % 16 == 0. */
 int gpu_test_maxpool_s8(const int8_t *in, int n, int h, int w, int c, int oh, int ow, int8_t *out, char *err,
                         size_t errlen);
 

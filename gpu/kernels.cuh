@@ -187,12 +187,45 @@ __device__ __forceinline__ uint32_t int8_pack2(int a, int b, uint32_t c)
     return d;
 }
 
+// The same saturated to u8 (0..255): a tensor after a ReLU (engine/int8.h).
+__device__ __forceinline__ uint32_t u8_pack2(int a, int b, uint32_t c)
+{
+    uint32_t d;
+    asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// An epilogue's output pair: u8 after a ReLU (relu), else int8 (a
+// downsample's output). Both packed, then one selected: a branch around
+// each pair keeps an unrolled epilogue's loads from overlapping.
+__device__ __forceinline__ uint32_t q8_pack2(int a, int b, uint32_t c, int relu)
+{
+    const uint32_t u = u8_pack2(a, b, c), s = int8_pack2(a, b, c);
+    return relu ? u : s;
+}
+
+// Byte k of bits as the value it stores: u8 (uns) or int8.
+__device__ __forceinline__ int q8_byte(uint32_t bits, int k, int uns)
+{
+    const uint32_t b = (bits >> (8 * k)) & 0xffu;
+    return uns ? (int)b : (int)(int8_t)b;
+}
+
+// q(x) of a u8 tensor given inv: as int8_quantize_dev, clamped to 0..255.
+__device__ __forceinline__ int u8_quantize_dev(float x, float inv)
+{
+    return min(max(__float2int_rn(__fmul_rn(x, inv)), 0), 255);
+}
+
 // INT8's epilogue (engine/int8.h): v = acc * mult[c] + bias[c]
-// (+ res * res_scale), ReLU, then q(v) with out_inv into an int8 output, or
-// v itself into an FP32 one (out_f32: the last conv).
+// (+ res * res_scale), ReLU, then q(v) with out_inv into a u8 output (after
+// a ReLU) or an int8 one, or v itself into an FP32 one (out_f32: the last
+// conv). Every INT8 conv kernel reads u8 inputs (each follows a ReLU; the
+// stem, which reads the int8 image, is gpu/stem.cu's).
 struct conv_q8 {
     const float *mult;  // [k], device: s_in * s_w[c]
     float res_scale;  // the residual's scale
+    int res_u8;  // the residual (res) is u8; a shortcut's own output (c2 > 0) is int8
     float out_inv;  // 1 / the output's scale
     int out_f32;
     // With a shortcut (conv_shape.c2): the downsample's own epilogue, its
@@ -263,9 +296,9 @@ cudaError_t place_f32_s8_launch(const float *in, const int *which, float inv, in
                                 cudaStream_t st);
 // INT8 precision mixes (engine/calib.h): the float prefix's last tensor,
 // count FP16 values (count % 8 == 0, 16-byte aligned), quantised with inv
-// (int8_quantize_dev) into the INT8 part's first tensor.
+// (u8_quantize_dev: it follows a ReLU) into the INT8 part's first tensor.
 cudaError_t quantize_f16_s8_launch(const __half *in, float inv, int8_t *out, long count, cudaStream_t st);
-// INT8 3x3/2 pad-1 max pool, NHWC; c % 16 == 0.
+// INT8 3x3/2 pad-1 max pool of the stem's u8 output, NHWC; c % 16 == 0.
 cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w, int c, int oh, int ow,
                               cudaStream_t st);
 // Images that came as normalised FP32 tensors: for each of the n images

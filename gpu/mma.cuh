@@ -58,6 +58,20 @@ __device__ __forceinline__ void mma_16816(int d[4], const uint32_t a[4], const u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// A conv's MMA, activations (A) by weights (B): FP16, or INT8 with u8
+// activations (each conv but the stem reads a ReLU's output, engine/int8.h).
+__device__ __forceinline__ void mma_act(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    mma_16816(d, a, b);
+}
+__device__ __forceinline__ void mma_act(int d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // Accumulators of a kernel instantiated for FP16 or INT8.
 template <bool S8>
 struct acc_type {

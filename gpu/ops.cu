@@ -197,12 +197,11 @@ __global__ void quantize_f16_s8_kernel(const uint4 *in, float inv, uint2 *out, l
     int q[8];
     for (int j = 0; j < 4; j++) {
         const float2 f = __half22float2(h[j]);
-        q[2 * j] = int8_quantize_dev(f.x, inv);
-        q[2 * j + 1] = int8_quantize_dev(f.y, inv);
+        q[2 * j] = u8_quantize_dev(f.x, inv);
+        q[2 * j + 1] = u8_quantize_dev(f.y, inv);
     }
-    // int8_pack2(a, b, c): b in bits 7:0, a in 15:8, c's low half above.
-    out[i] = make_uint2(int8_pack2(q[1], q[0], int8_pack2(q[3], q[2], 0)),
-                        int8_pack2(q[5], q[4], int8_pack2(q[7], q[6], 0)));
+    // u8_pack2(a, b, c): b in bits 7:0, a in 15:8, c's low half above.
+    out[i] = make_uint2(u8_pack2(q[1], q[0], u8_pack2(q[3], q[2], 0)), u8_pack2(q[5], q[4], u8_pack2(q[7], q[6], 0)));
 }
 
 cudaError_t quantize_f16_s8_launch(const __half *in, float inv, int8_t *out, long count, cudaStream_t st)
@@ -252,21 +251,22 @@ struct vec16<float> {
     }
 };
 
+// INT8's pool reads the stem's output, u8 (it follows a ReLU).
 template <>
-struct vec16<int8_t> {
+struct vec16<uint8_t> {
     static constexpr int V = 16;
     unsigned w[4];
     __device__ static vec16 lowest()
     {
         vec16 r;
         for (int i = 0; i < 4; i++)
-            r.w[i] = 0x80808080u;  // -128 in every byte
+            r.w[i] = 0u;
         return r;
     }
     __device__ void max_with(const vec16 &o)
     {
         for (int i = 0; i < 4; i++)
-            w[i] = __vmaxs4(w[i], o.w[i]);
+            w[i] = __vmaxu4(w[i], o.w[i]);
     }
 };
 
@@ -321,7 +321,8 @@ cudaError_t maxpool_s8_launch(const int8_t *in, int8_t *out, int n, int h, int w
 {
     long total = (long)n * oh * ow * (c / 16);
     unsigned blocks = (unsigned)((total + 255) / 256);
-    return launch_k(maxpool3x3s2_kernel<int8_t>, blocks, 256, 0, st, in, out, n, h, w, c, oh, ow);
+    return launch_k(maxpool3x3s2_kernel<uint8_t>, blocks, 256, 0, st, reinterpret_cast<const uint8_t *>(in),
+                    reinterpret_cast<uint8_t *>(out), n, h, w, c, oh, ow);
 }
 
 /* ---- global average pool --------------------------------------------- */

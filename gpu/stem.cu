@@ -362,7 +362,7 @@ __device__ __forceinline__ void stem_pool_out(typename acc_type<S8>::type (&v)[3
             const float2 mf = *reinterpret_cast<const float2 *>(fac + STEM_K + 8 * ni + c0);
             const int v0 = int8_requant_lo(s8_value(p[0], mf.x, bf.x, 0, 0.f, false), q.out_inv, 1);
             const int v1 = int8_requant_lo(s8_value(p[1], mf.y, bf.y, 0, 0.f, false), q.out_inv, 1);
-            *reinterpret_cast<uint16_t *>(stage + o + 8 * ni + c0) = (uint16_t)int8_pack2(v1, v0, 0);
+            *reinterpret_cast<uint16_t *>(stage + o + 8 * ni + c0) = (uint16_t)u8_pack2(v1, v0, 0);  // after a ReLU
         } else {
             *reinterpret_cast<__half2 *>(stage + o + 2 * (8 * ni + c0)) = __floats2half2_rn(fmaxf(p[0] + bf.x, 0.f),
                                                                                             fmaxf(p[1] + bf.y, 0.f));

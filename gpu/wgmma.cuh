@@ -117,15 +117,17 @@ __device__ __forceinline__ void wgmma_pin(int (&d)[R])
 #define F_(x) "+f"(x)
 #define R_(x) "+r"(x)
 
-template <int N, typename T>
+// AB: the INT8 operands' types, A's then B's (WG_S8S8 also for FP16).
+enum { WG_S8S8, WG_U8S8, WG_S8U8 };
+template <int N, typename T, int AB = WG_S8S8>
 struct wgmma_op;
 
 // DA, DB, P: the operand numbers of the descriptors and the flag. FP16
 // takes A/B scale and transpose immediates; INT8 has none.
 #ifdef RESNETD_WGMMA
-#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                                           \
+#define WGMMA_OP(N, NACC, T, AB, CONSTR, TYPES, IMM, DA, DB, P)                                                       \
     template <>                                                                                                       \
-    struct wgmma_op<N, T> {                                                                                           \
+    struct wgmma_op<N, T, AB> {                                                                                       \
         static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db)                            \
         {                                                                                                             \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                              \
@@ -136,9 +138,9 @@ struct wgmma_op;
         }                                                                                                             \
     };
 #else
-#define WGMMA_OP(N, NACC, T, CONSTR, TYPES, IMM, DA, DB, P)                                \
+#define WGMMA_OP(N, NACC, T, AB, CONSTR, TYPES, IMM, DA, DB, P)                            \
     template <>                                                                            \
-    struct wgmma_op<N, T> {                                                                \
+    struct wgmma_op<N, T, AB> {                                                            \
         static __device__ __forceinline__ void mma(T (&d)[NACC], uint64_t da, uint64_t db) \
         {                                                                                  \
             (void)d;                                                                       \
@@ -147,22 +149,25 @@ struct wgmma_op;
         }                                                                                  \
     };
 #endif
-WGMMA_OP(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "32", "33", "34")
-WGMMA_OP(128, 64, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "64", "65", "66")
-WGMMA_OP(256, 128, float, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "128", "129", "130")
-WGMMA_OP(64, 32, int, R_, "k32.s32.s8.s8", "", "32", "33", "34")
-WGMMA_OP(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66")
-WGMMA_OP(256, 128, int, R_, "k32.s32.s8.s8", "", "128", "129", "130")
+WGMMA_OP(64, 32, float, WG_S8S8, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "32", "33", "34")
+WGMMA_OP(128, 64, float, WG_S8S8, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "64", "65", "66")
+WGMMA_OP(256, 128, float, WG_S8S8, F_, "k16.f32.f16.f16", ", 1, 1, 0, 0", "128", "129", "130")
+WGMMA_OP(64, 32, int, WG_U8S8, R_, "k32.s32.u8.s8", "", "32", "33", "34")
+WGMMA_OP(128, 64, int, WG_U8S8, R_, "k32.s32.u8.s8", "", "64", "65", "66")
+WGMMA_OP(256, 128, int, WG_U8S8, R_, "k32.s32.u8.s8", "", "128", "129", "130")
+WGMMA_OP(64, 32, int, WG_S8U8, R_, "k32.s32.s8.u8", "", "32", "33", "34")
+WGMMA_OP(128, 64, int, WG_S8U8, R_, "k32.s32.s8.u8", "", "64", "65", "66")
+WGMMA_OP(256, 128, int, WG_S8U8, R_, "k32.s32.s8.u8", "", "128", "129", "130")
 
 // The same with A in registers (wgmma RS): a warp's four A registers are
 // the mma.sync m16n8k16 (INT8: m16n8k32) A fragment of its 16 rows; B is
 // K-major in shared memory. Operands: the accumulators, A0-A3, B, flag.
-template <int N, typename T>
+template <int N, typename T, int AB = WG_S8S8>
 struct wgmma_rs;
 #ifdef RESNETD_WGMMA
-#define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                               \
+#define WGMMA_RS(N, NACC, T, AB, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                           \
     template <>                                                                                       \
-    struct wgmma_rs<N, T> {                                                                           \
+    struct wgmma_rs<N, T, AB> {                                                                       \
         static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db) \
         {                                                                                             \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                              \
@@ -173,9 +178,9 @@ struct wgmma_rs;
         }                                                                                             \
     };
 #else
-#define WGMMA_RS(N, NACC, T, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                               \
+#define WGMMA_RS(N, NACC, T, AB, CONSTR, TYPES, IMM, A0, A1, A2, A3, DB, P)                           \
     template <>                                                                                       \
-    struct wgmma_rs<N, T> {                                                                           \
+    struct wgmma_rs<N, T, AB> {                                                                       \
         static __device__ __forceinline__ void mma(T (&d)[NACC], const uint32_t (&a)[4], uint64_t db) \
         {                                                                                             \
             (void)d;                                                                                  \
@@ -184,10 +189,11 @@ struct wgmma_rs;
         }                                                                                             \
     };
 #endif
-WGMMA_RS(64, 32, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "32", "33", "34", "35", "36", "37")
-WGMMA_RS(64, 32, int, R_, "k32.s32.s8.s8", "", "32", "33", "34", "35", "36", "37")
-WGMMA_RS(128, 64, float, F_, "k16.f32.f16.f16", ", 1, 1, 0", "64", "65", "66", "67", "68", "69")
-WGMMA_RS(128, 64, int, R_, "k32.s32.s8.s8", "", "64", "65", "66", "67", "68", "69")
-WGMMA_RS(256, 128, int, R_, "k32.s32.s8.s8", "", "128", "129", "130", "131", "132", "133")
+WGMMA_RS(64, 32, float, WG_S8S8, F_, "k16.f32.f16.f16", ", 1, 1, 0", "32", "33", "34", "35", "36", "37")
+WGMMA_RS(64, 32, int, WG_S8S8, R_, "k32.s32.s8.s8", "", "32", "33", "34", "35", "36", "37")
+WGMMA_RS(64, 32, int, WG_S8U8, R_, "k32.s32.s8.u8", "", "32", "33", "34", "35", "36", "37")
+WGMMA_RS(128, 64, float, WG_S8S8, F_, "k16.f32.f16.f16", ", 1, 1, 0", "64", "65", "66", "67", "68", "69")
+WGMMA_RS(128, 64, int, WG_S8U8, R_, "k32.s32.s8.u8", "", "64", "65", "66", "67", "68", "69")
+WGMMA_RS(256, 128, int, WG_S8U8, R_, "k32.s32.s8.u8", "", "128", "129", "130", "131", "132", "133")
 
 #endif

@@ -25,7 +25,8 @@ Writes into --out:
     logits.npy               float32 [N,10]: logits of input/*, jpegs.txt order
     random_logits.npy        float32 [R,10]: logits of random_u8.npy
   int8/                      engine/int8.h emulated (forward_int8)
-    table.json               a calibration table: max |x| / 127 over input/*
+    table.json               a calibration table: max |x| / 255 (after a ReLU)
+                             or / 127 (elsewhere) over input/*
     logits.npy               float32 [N,1000]: INT8 logits of input/*
     random_logits.npy        float32 [R,1000]: INT8 logits of random_u8.npy
     random_logits_float_{stem,layer1.0,layer1,...,layer3}.npy
@@ -331,9 +332,15 @@ def tensor_names():
     return ["input"] + [c[0] for c in resnet18_convs()[:-1]]
 
 
-def quant(x, s):
+def post_relu():
+    """Per calibration tensor: whether it follows a ReLU (never negative)."""
+    return [False] + [c[6] for c in resnet18_convs()[:-1]]
+
+
+def quant(x, s, u8=False):
+    """int8.h's q(x): int8, or (u8) 0..255 for a tensor that follows a ReLU."""
     inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(s, dtype=torch.float32)
-    return torch.round(x.float() * inv).nan_to_num(0.0).clamp(-127, 127).double()
+    return torch.round(x.float() * inv).nan_to_num(0.0).clamp(0 if u8 else -127, 255 if u8 else 127).double()
 
 
 # The precision mixes (engine/calib.h's calib_mix, in its order): a prefix
@@ -387,23 +394,25 @@ def per_channel(s):
 
 
 def forward_int8(sd, x, scales, nfloat=0, half=False, stem_chan=None):
-    """x: normalised float32 NCHW. scales: float32 per calibration tensor.
-    nfloat: the mix's float convs (mix_float_convs); its boundary tensor is
-    quantised with scale nfloat (the pool's is the stem output's, 1) and
-    read by the INT8 convs after it as any int8 tensor. stem_chan (an
-    experiment, tools/int8-emulate; no engine does it): float32 [64] scales
-    for the stem's output, one a channel, folded into the weights of the
-    convs that read it and applied per channel to a residual. Returns
-    float32 logits."""
+    """x: normalised float32 NCHW. scales: float32 per calibration tensor
+    (a version 3 table's: a 255th of the threshold after a ReLU, whose
+    tensors are u8, a 127th elsewhere). nfloat: the mix's float convs
+    (mix_float_convs); its boundary tensor is quantised with scale nfloat
+    (the pool's is the stem output's, 1) and read by the INT8 convs after
+    it as any u8 tensor. stem_chan (an experiment, tools/int8-emulate; no
+    engine does it): float32 [64] scales for the stem's u8 output, one a
+    channel, folded into the weights of the convs that read it and applied
+    per channel to a residual. Returns float32 logits."""
     import torch.nn.functional as F
     convs = resnet18_convs()
+    pos = post_relu()
     sc = [torch.tensor(s, dtype=torch.float32) for s in scales]
     if nfloat == 0:
         q = {"image": quant(x, scales[0])}
         qs = {"image": sc[0]}
     else:
         boundary = "pool" if nfloat == 1 else nfloat - 1
-        q = {boundary: quant(forward_float_prefix(sd, x, nfloat, half), scales[nfloat])}
+        q = {boundary: quant(forward_float_prefix(sd, x, nfloat, half), scales[nfloat], pos[nfloat])}
         qs = {boundary: sc[nfloat]}
     last = None
     for i, (name, bn, stride, pad, src, res, relu) in enumerate(convs):
@@ -429,10 +438,10 @@ def forward_int8(sd, x, scales, nfloat=0, half=False, stem_chan=None):
             break
         if i == 0 and stem_chan is not None:
             c = stem_chan.to(v.device)
-            q[i] = torch.round(v.float() * per_channel(1.0 / c)).nan_to_num(0.0).clamp(-127, 127).double()
+            q[i] = torch.round(v.float() * per_channel(1.0 / c)).nan_to_num(0.0).clamp(0, 255).double()
             qs[i] = c
         else:
-            q[i] = quant(v, scales[i + 1])
+            q[i] = quant(v, scales[i + 1], pos[i + 1])
             qs[i] = sc[i + 1]
         if i == 0:
             q["pool"] = F.max_pool2d(q[0], 3, 2, 1)
@@ -469,11 +478,11 @@ def write_int8(out, model, inputs, random_x):
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     with torch.inference_mode():
         amax = forward_fp32_activations(sd, inputs)
-        scales = [float(np.float32(a / 127.0)) for a in amax]
+        scales = [float(np.float32(a / (255.0 if u else 127.0))) for a, u in zip(amax, post_relu())]
         with open(os.path.join(out, "weights.safetensors"), "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         os.makedirs(os.path.join(out, "int8"), exist_ok=True)
-        table = {"format": "resnetd-int8-calibration", "version": 1, "weights_sha256": digest,
+        table = {"format": "resnetd-int8-calibration", "version": 3, "mix": "int8", "weights_sha256": digest,
                  "method": "percentile", "percentile": 100.0, "images": len(inputs), "histogram_bins": 2048,
                  "scales": dict(zip(tensor_names(), scales))}
         with open(os.path.join(out, "int8", "table.json"), "w") as f:

@@ -21,7 +21,9 @@
 # Environment: TRAIN_ARGS (more train-proxy options, e.g. --steps N),
 # TORCH_PYTHON (the Python with torch and torchvision; default python3),
 # DEVICE, TARGET, MIXES (the mixes searched, a comma list; default all),
-# BATCHES, ROUNDS, BENCH=0 (skip step 3), EMULATE=0 (skip step 4).
+# BATCHES, ROUNDS, BENCH=0 (skip step 3), EMULATE=0 (skip step 4),
+# TRAIN=0 (no training: OUT already holds train-proxy's weights and
+# heldout-rot, e.g. from a train-proxy run beside the build).
 set -u
 photos=${1:?usage: tools/int8-proxy.sh PHOTOS OUT [BUILD-DIR]}
 out=${2:?usage: tools/int8-proxy.sh PHOTOS OUT [BUILD-DIR]}
@@ -31,9 +33,11 @@ py=${TORCH_PYTHON:-python3}
 dev=${DEVICE:-cuda}
 batches=${BATCHES:-1,256}
 mkdir -p "$out"
-# shellcheck disable=SC2086 # TRAIN_ARGS is a list of options
-PYTHONUNBUFFERED=1 "$py" "$here/train-proxy" --photos "$photos" --out "$out" ${TRAIN_ARGS:-} \
-    >"$out/train.txt" 2>&1 || { cat "$out/train.txt"; exit 1; }
+if [ "${TRAIN:-1}" != 0 ]; then
+    # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options
+    PYTHONUNBUFFERED=1 "$py" "$here/train-proxy" --photos "$photos" --out "$out" ${TRAIN_ARGS:-} \
+        >"$out/train.txt" 2>&1 || { cat "$out/train.txt"; exit 1; }
+fi
 cat "$out/train.txt"
 w=$out/weights.safetensors
 rc=0

@@ -3,8 +3,8 @@
  * Calibration runs the FP32 CPU engine on every JPEG of a directory (name
  * order, with the daemon's preprocessing), observes each tensor that INT8
  * quantises (engine_cpu_observe), histograms |x| per tensor
- * (engine/calib.h), and writes the scales chosen by KL-divergence (entropy)
- * or a percentile. The same weights, images, method and batch give the
+ * (engine/calib.h), and writes the scales chosen by KL-divergence (entropy),
+ * a percentile or the least squared error (mse). The same weights, images, method and batch give the
  * same table, byte for byte: the images are read in strcmp order and the
  * statistics are exact counts.
  * The check runs the CPU engine at FP32 once on held-out JPEGs, keeps their
@@ -70,7 +70,8 @@ static void usage(FILE *f)
             "or check a table: INT8 against FP32 on held-out JPEGs.\n\n"
             "  --weights FILE       safetensors weights (torchvision names); 'synthetic' for random\n"
             "  --images DIR         calibration JPEGs (*.jpg, *.jpeg); a few hundred typical inputs\n"
-            "  --method M           entropy (KL divergence, TensorRT's; default) or percentile\n"
+            "  --method M           entropy (KL divergence, TensorRT's; default), percentile, or mse\n"
+            "                       (the threshold with the least squared rounding and clipping error)\n"
             "  --percentile P       with --method percentile: the percentile of |x| (default 99.99)\n"
             "  --mix M              the table's precision mix: int8 (default: every layer at INT8),\n"
             "                       float:stem, float:layer1.0, float:layer1, ... float:layer3\n"
@@ -88,8 +89,8 @@ static void usage(FILE *f)
             "                       (a table made here is written all the same)\n"
             "  --target-agreement PCT  with --images, --out and --check: time the INT8 engine at\n"
             "                       each mix on this machine, then, fastest mix first, check every\n"
-            "                       calibration method (entropy; percentile 99.9, 99.99, 99.999,\n"
-            "                       100) at that mix, printing each candidate's agreement, rel L2\n"
+            "                       calibration method (entropy; mse; percentile 99.9, 99.99,\n"
+            "                       99.999, 100) at that mix, printing each candidate's agreement, rel L2\n"
             "                       and img/s; write the first mix whose most agreeing method\n"
             "                       reaches PCT percent, with that method; none: the most agreeing\n"
             "                       candidate is written and the exit status is 3\n"
@@ -199,7 +200,7 @@ static int parse_one(int c, const char *arg, calibrate_opts *o)
     case OPT_METHOD:
         if (calib_parse_method(arg, &o->method) == 0)
             return 0;
-        fprintf(stderr, "resnetd-calibrate: --method must be entropy or percentile, got '%s'\n", arg);
+        fprintf(stderr, "resnetd-calibrate: --method must be entropy, percentile or mse, got '%s'\n", arg);
         return -1;
     case OPT_PCT:
         errno = 0;
@@ -372,9 +373,12 @@ static void table_of(const calib_hist *hist, int used, const resnet18_weights *w
     t->percentile = method == CALIB_PERCENTILE ? percentile : 0;
     t->images = used;
     t->mix = mix;
-    for (int i = 0; i < CALIB_NTENSORS; i++)
-        t->scale[i] = method == CALIB_ENTROPY ? calib_scale_entropy(&hist[i])
-                                              : calib_scale_percentile(&hist[i], percentile);
+    for (int i = 0; i < CALIB_NTENSORS; i++) {
+        const int levels = calib_tensor_levels(i);
+        t->scale[i] = method == CALIB_ENTROPY ? calib_scale_entropy(&hist[i], levels)
+                      : method == CALIB_MSE   ? calib_scale_mse(&hist[i], levels)
+                                              : calib_scale_percentile(&hist[i], percentile, levels);
+    }
 }
 
 static double now_s(void)
@@ -489,7 +493,7 @@ static const struct candidate {
     calib_method method;
     double percentile;
 } candidates[] = {
-    { CALIB_ENTROPY, 0 },         { CALIB_PERCENTILE, 99.9 }, { CALIB_PERCENTILE, 99.99 },
+    { CALIB_ENTROPY, 0 },         { CALIB_MSE, 0 },          { CALIB_PERCENTILE, 99.9 }, { CALIB_PERCENTILE, 99.99 },
     { CALIB_PERCENTILE, 99.999 }, { CALIB_PERCENTILE, 100 },
 };
 #define NCANDIDATES (int)(sizeof candidates / sizeof candidates[0])

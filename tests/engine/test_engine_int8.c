@@ -22,8 +22,9 @@
  * back end (RESNETD_CPU_GEMM) that runs its float prefix, the engine's
  * logits of the random images against reference.py's emulation with an
  * FP32 prefix, and every INT8 tile gives the same bits. Tables with a mix
- * round-trip (version 2; int8 stays version 1) and malformed ones are
- * refused; each mix's float convs and boundary are as documented.
+ * round-trip (version 3), older tables (versions 1 and 2, int8 everywhere)
+ * load as the same thresholds at u8, malformed ones are refused; each
+ * mix's float convs and boundary are as documented.
  *
  * Tolerance of a mix: after the boundary both sides are exact, but before
  * it torch and the engine add the FP32 sums in different orders, so a
@@ -469,11 +470,14 @@ START_TEST(bad_tables_are_refused_with_a_reason)
     } cases[] = {
         { "not json", "not JSON" },
         { "{\"format\": \"other\"}", "not a resnetd INT8 calibration table" },
-        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 3}", "unsupported \"version\"" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 4}", "unsupported \"version\"" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 0}", "unsupported \"version\"" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 1, \"mix\": \"float:stem\"}",
-          "\"mix\" is required in version 2 and not allowed in version 1" },
+          "\"mix\" is required from version 2 and not allowed in version 1" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"weights_sha256\": \"synthetic\"}",
-          "\"mix\" is required in version 2 and not allowed in version 1" },
+          "\"mix\" is required from version 2 and not allowed in version 1" },
+        { "{\"format\": \"resnetd-int8-calibration\", \"version\": 3, \"weights_sha256\": \"synthetic\"}",
+          "\"mix\" is required from version 2 and not allowed in version 1" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"mix\": \"float:layer4\"}",
           "\"mix\" must be one of int8, float:stem, float:layer1.0" },
         { "{\"format\": \"resnetd-int8-calibration\", \"version\": 2, \"mix\": \"FLOAT:STEM\"}", "\"mix\" must be" },
@@ -553,9 +557,17 @@ START_TEST(histogram_statistics)
     for (int b = 0; b < CALIB_BINS; b++)
         total += h.count[b];
     ck_assert_uint_eq(total, 1001);
-    /* The 100th percentile covers the outlier; 90% stays within the bulk. */
-    ck_assert_float_ge(calib_scale_percentile(&h, 100.0) * 127.0f, 3.0f);
-    ck_assert_float_le(calib_scale_percentile(&h, 90.0) * 127.0f, 1.0f);
+    /* The 100th percentile covers the outlier; 90% stays within the bulk;
+     * at 255 levels the same threshold makes half the step. mse keeps the
+     * outlier: clipping it at 1 costs 4 in squared error, the bulk's
+     * rounding at 127 levels up to 3 about 0.05. */
+    ck_assert_float_ge(calib_scale_percentile(&h, 100.0, 127) * 127.0f, 3.0f);
+    ck_assert_float_le(calib_scale_percentile(&h, 90.0, 127) * 127.0f, 1.0f);
+    ck_assert_float_eq(calib_scale_percentile(&h, 100.0, 255) * 255.0f,
+                       calib_scale_percentile(&h, 100.0, 127) * 127.0f);
+    const float mse = calib_scale_mse(&h, 127) * 127.0f;
+    ck_assert_float_ge(mse, 2.5f);
+    ck_assert_float_le(mse, 4.0f);
     /* A long tail (exponential quantiles, |x| up to ~12) and one far
      * outlier: entropy clips well below the outlier, above the median. */
     static float tail[100000];
@@ -564,12 +576,21 @@ START_TEST(histogram_statistics)
         tail[i] = -logf(((float)i + 0.5f) / 100000.0f);
     tail[7] = 50.0f;
     calib_hist_add(&h, tail, 100000);
-    float s = calib_scale_entropy(&h) * 127.0f;
-    ck_assert_float_lt(s, 20.0f);
-    ck_assert_float_gt(s, 0.7f);
+    for (int levels = 127; levels <= 255; levels += 128) {
+        float s = calib_scale_entropy(&h, levels) * (float)levels;
+        ck_assert_float_lt(s, 20.0f);
+        ck_assert_float_gt(s, 0.7f);
+        /* mse weighs the outlier's clipping (squared) against 100,000
+         * roundings: past the tail's end, short of the outlier. */
+        s = calib_scale_mse(&h, levels) * (float)levels;
+        ck_assert_float_lt(s, 50.0f);
+        ck_assert_float_gt(s, 8.0f);
+    }
+    ck_assert_float_ge(calib_scale_mse(&h, 255) * 255.0f, calib_scale_mse(&h, 127) * 127.0f);
     memset(&h, 0, sizeof h);
-    ck_assert_float_eq(calib_scale_entropy(&h), 1.0f);
-    ck_assert_float_eq(calib_scale_percentile(&h, 99.0), 1.0f);
+    ck_assert_float_eq(calib_scale_entropy(&h, 255), 1.0f);
+    ck_assert_float_eq(calib_scale_percentile(&h, 99.0, 127), 1.0f);
+    ck_assert_float_eq(calib_scale_mse(&h, 255), 1.0f);
 }
 END_TEST
 
@@ -632,9 +653,46 @@ START_TEST(each_float_mix_matches_its_fp32_prefix_emulation_on_every_gemm)
 }
 END_TEST
 
-/* Every mix round-trips; int8 is written as version 1 without "mix" (what
- * a resnetd older than mixes reads), the others as version 2 with it. */
-START_TEST(mix_tables_round_trip_as_version_2_and_int8_as_version_1)
+/* Version 1 and 2 tables (int8 everywhere, every scale threshold / 127)
+ * load with the same thresholds at 255 levels after a ReLU, the other
+ * tensors' scales unchanged, and without the check they recorded. */
+START_TEST(older_tables_load_as_their_thresholds_at_u8)
+{
+    char err[512], p[128], text[4096];
+    snprintf(p, sizeof p, "%s", tmp_path("old.json"));
+    for (int version = 1; version <= 2; version++) {
+        int n = snprintf(text, sizeof text,
+                         "{\"format\": \"resnetd-int8-calibration\", \"version\": %d,%s \"weights_sha256\": "
+                         "\"synthetic\", \"method\": \"entropy\", \"images\": 5, \"check\": {\"images\": 10, "
+                         "\"top1_agreement\": 90, \"rel_l2\": 0.01}, \"scales\": {",
+                         version, version == 2 ? " \"mix\": \"float:stem\"," : "");
+        for (int i = 0; i < CALIB_NTENSORS; i++)
+            n += snprintf(text + n, sizeof text - (size_t)n, "%s\"%s\": 0.5", i ? ", " : "", calib_tensor_name(i));
+        snprintf(text + n, sizeof text - (size_t)n, "}}");
+        write_text(p, text);
+        calib_table t;
+        ck_assert_msg(calib_load(p, &t, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(t.mix, version == 2 ? CALIB_MIX_STEM : CALIB_MIX_INT8);
+        ck_assert_int_eq(t.check.images, 0);
+        int unsigned_tensors = 0;
+        for (int i = 0; i < CALIB_NTENSORS; i++) {
+            const float want = calib_tensor_unsigned(i) ? (float)(0.5 * 127.0 / 255.0) : 0.5f;
+            ck_assert_msg(t.scale[i] == want, "version %d, %s: %.9g", version, calib_tensor_name(i), t.scale[i]);
+            unsigned_tensors += calib_tensor_unsigned(i);
+        }
+        /* Every conv output but the three downsamples'; not the input. */
+        ck_assert_int_eq(unsigned_tensors, CALIB_NTENSORS - 4);
+        ck_assert(!calib_tensor_unsigned(0) && calib_tensor_unsigned(1));
+    }
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(rmdir(tmpdir), 0);
+    tmpdir[0] = '\0';
+}
+END_TEST
+
+/* Every mix round-trips, written as version 3 with its "mix" (which a
+ * resnetd older than u8 refuses rather than misreads). */
+START_TEST(mix_tables_round_trip_as_version_3)
 {
     calib_table t, back;
     memset(&t, 0, sizeof t);
@@ -651,10 +709,7 @@ START_TEST(mix_tables_round_trip_as_version_2_and_int8_as_version_1)
         char *text = (char *)testutil_read_file(p, &len), want[64];
         ck_assert_ptr_nonnull(text);
         snprintf(want, sizeof want, "\"mix\": \"%s\"", calib_mix_name(t.mix));
-        if (m == CALIB_MIX_INT8)
-            ck_assert_msg(strstr(text, "\"version\": 1") && !strstr(text, "\"mix\""), "%s", text);
-        else
-            ck_assert_msg(strstr(text, "\"version\": 2") && strstr(text, want), "%s", text);
+        ck_assert_msg(strstr(text, "\"version\": 3") && strstr(text, want), "%s", text);
         free(text);
         memset(&back, 0xff, sizeof back);
         ck_assert_msg(calib_load(p, &back, err, sizeof err) == 0, "%s: %s", calib_mix_name(t.mix), err);
@@ -796,7 +851,8 @@ static Suite *engine_int8_suite(void)
     tcase_add_test(tc, histogram_statistics);
     tcase_add_loop_test(tc, each_float_mix_matches_its_fp32_prefix_emulation_on_every_gemm, 0,
                         (CALIB_NMIXES - 1) * NGEMMS);
-    tcase_add_test(tc, mix_tables_round_trip_as_version_2_and_int8_as_version_1);
+    tcase_add_test(tc, mix_tables_round_trip_as_version_3);
+    tcase_add_test(tc, older_tables_load_as_their_thresholds_at_u8);
     tcase_add_test(tc, mix_names_float_convs_and_boundaries);
     tcase_add_test(tc, a_float_mix_takes_fp32_input_tensors);
     tcase_add_test(tc, an_engine_refuses_a_mix_outside_calib_mix);

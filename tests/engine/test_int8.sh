@@ -37,22 +37,23 @@ trap 'rm -rf "$out"' EXIT
 w=$ref/weights.safetensors
 fail() { echo "FAIL: $*"; exit 1; }
 
-# --- calibration: deterministic, both methods ---------------------------------
+# --- calibration: deterministic, every method -------------------------------
 "$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --out "$out/a.json"
 "$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method entropy --out "$out/b.json"
 cmp "$out/a.json" "$out/b.json" || fail "two calibrations of the same inputs differ"
 "$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method percentile --percentile 99.99 \
   --out "$out/p.json"
-"$TORCH_PYTHON" - "$out/a.json" "$out/p.json" "$w" <<'PY'
+"$bin/resnetd-calibrate" --weights "$w" --images "$photos/calib" --method mse --out "$out/m.json"
+"$TORCH_PYTHON" - "$out/a.json" "$out/p.json" "$out/m.json" "$w" <<'PY'
 import hashlib, json, sys
-a, p = (json.load(open(f)) for f in sys.argv[1:3])
-digest = hashlib.sha256(open(sys.argv[3], "rb").read()).hexdigest()
-for t, method in ((a, "entropy"), (p, "percentile")):
-    assert t["format"] == "resnetd-int8-calibration" and t["version"] == 1, t
+a, p, m = (json.load(open(f)) for f in sys.argv[1:4])
+digest = hashlib.sha256(open(sys.argv[4], "rb").read()).hexdigest()
+for t, method in ((a, "entropy"), (p, "percentile"), (m, "mse")):
+    assert t["format"] == "resnetd-int8-calibration" and t["version"] == 3 and t["mix"] == "int8", t
     assert t["weights_sha256"] == digest and t["method"] == method and t["images"] > 100, t
     assert len(t["scales"]) == 20 and all(s > 0 for s in t["scales"].values()), t["scales"]
 assert p["percentile"] == 99.99
-print("calibrate: deterministic; entropy and percentile tables of %d images" % a["images"])
+print("calibrate: deterministic; entropy, percentile and mse tables of %d images" % a["images"])
 PY
 if "$bin/resnetd-calibrate" --weights "$w" --images "$out/none" --out "$out/x.json" 2>"$out/err"; then
   fail "calibrate without images succeeded"
@@ -86,6 +87,7 @@ agree() {
 fp32 "$w"
 agree "$w" "$out/a.json" "seeded random weights, entropy" 0.75 0.15
 agree "$w" "$out/p.json" "seeded random weights, percentile 99.99" 0.75 0.15
+agree "$w" "$out/m.json" "seeded random weights, mse" 0.75 0.15
 # --min-agreement: exit 3 below it, 0 at or above it; --table needs --check.
 set +e
 "$bin/resnetd-calibrate" --weights "$w" --table "$out/a.json" --check "$photos/heldout" --min-agreement 100 \
@@ -135,13 +137,13 @@ order = [(m, float(s)) for m, s in re.findall(r"([a-z0-9:.]+) ([0-9.]+) img/s", 
 assert sorted(m for m, _ in order) == sorted(mixes), (order, mixes)
 assert all(a[1] >= b[1] for a, b in zip(order, order[1:])), order
 rows = [(meth, mix, int(a), int(n), float(rel), float(s)) for meth, mix, a, n, rel, s in re.findall(
-    r"^(entropy|percentile \S+) +(\S+) +(\d+)/(\d+) +([0-9.]+) +([0-9.]+)$", text, re.M)]
-methods = ["entropy", "percentile 99.9", "percentile 99.99", "percentile 99.999", "percentile 100"]
+    r"^(entropy|mse|percentile \S+) +(\S+) +(\d+)/(\d+) +([0-9.]+) +([0-9.]+)$", text, re.M)]
+methods = ["entropy", "mse", "percentile 99.9", "percentile 99.99", "percentile 99.999", "percentile 100"]
 want, first_best, tried = None, None, 0
 for mix, img_s in order:
-    group = rows[tried:tried + 5]
+    group = rows[tried:tried + len(methods)]
     assert [(r[0], r[1], r[5], r[3]) for r in group] == [(m, mix, img_s, 60) for m in methods], (mix, group)
-    tried += 5
+    tried += len(methods)
     best = max(group, key=lambda r: (r[2], -r[4]))
     first_best = best[2] if first_best is None else first_best
     ties = [r for r in group if (r[2], r[4]) == (best[2], best[4])]
@@ -156,12 +158,12 @@ chosen = re.search(r"^chosen: mix (\S+), (.+) \((\d+) of (\d+) candidates tried\
                    r"\([0-9.]+%\), rel L2 ([0-9.]+), ([0-9.]+) img/s; (meets|is below) the target", text, re.M)
 assert chosen, text
 mix, method, agree, rel = chosen.group(1), chosen.group(2), int(chosen.group(5)), float(chosen.group(6))
-assert int(chosen.group(3)) == tried and int(chosen.group(4)) == 5 * len(mixes), chosen.group(0)
+assert int(chosen.group(3)) == tried and int(chosen.group(4)) == len(methods) * len(mixes), chosen.group(0)
 assert (method, mix, agree, rel) in [(r[0], r[1], r[2], r[4]) for r in want[0]], (chosen.group(0), want)
 assert (chosen.group(8) == "meets") == want[1] and rc == (0 if want[1] else 3), (chosen.group(0), rc)
-# The table: that mix (version 2 unless int8), that method, the check it passed.
-assert table.get("mix", "int8") == mix and table["version"] == (1 if mix == "int8" else 2), table
-label = table["method"] + ("" if table["method"] == "entropy" else " %g" % table["percentile"])
+# The table: version 3, that mix, that method, the check it passed.
+assert table["mix"] == mix and table["version"] == 3, table
+label = table["method"] + (" %g" % table["percentile"] if table["method"] == "percentile" else "")
 assert label == method, (label, method)
 c = table["check"]
 assert c["images"] == 60 and abs(c["top1_agreement"] - 100.0 * agree / 60) < 1e-9 and abs(c["rel_l2"] - rel) < 6e-5, c
@@ -210,7 +212,7 @@ fi
 "$bin/resnetd-calibrate" --weights "$w" --images "$out/calib60" --mix float:stem --check "$out/held60" \
   --out "$out/stem.json" >"$out/stem.txt" || fail "--mix float:stem: exit $?"
 grep -q "^check: INT8 vs FP32 on 60 images of .* (mix float:stem, INT8 on cpu): top-1 agreement" "$out/stem.txt" &&
-  "$TORCH_PYTHON" -c 'import json, sys; t = json.load(open(sys.argv[1])); sys.exit(not (t["version"] == 2 and t["mix"] == "float:stem" and t["check"]["images"] == 60))' "$out/stem.json" ||
+  "$TORCH_PYTHON" -c 'import json, sys; t = json.load(open(sys.argv[1])); sys.exit(not (t["version"] == 3 and t["mix"] == "float:stem" and t["check"]["images"] == 60))' "$out/stem.json" ||
   fail "--mix float:stem: $(cat "$out/stem.txt") $(cat "$out/stem.json")"
 # The daemon serves a searched table and reports its method, mix and check
 # in the model metadata and /metrics.
@@ -229,8 +231,8 @@ try:
     meta = json.loads(body)
     i8, c = meta["int8"], table["check"]
     assert meta["precision"] == "int8" and i8["mix"] == mix, (meta, mix)
-    if table["method"] == "entropy":
-        assert i8["calibration"] == "entropy", i8
+    if table["method"] != "percentile":
+        assert i8["calibration"] == table["method"], i8
     else:
         assert i8["calibration"].split()[0] == "percentile" and float(i8["calibration"].split()[1]) == table["percentile"], i8
     # The daemon writes reals with 9 significant digits.

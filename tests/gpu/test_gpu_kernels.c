@@ -378,14 +378,16 @@ END_TEST
 
 /* ---- INT8 convolution: engine/int8.h, bit for bit ---------------------------- */
 
-/* Shapes as above with int8 channel counts (multiples of 16, the stem's 4:
- * its odd output columns start 8-byte aligned chunks). */
+/* Shapes as above with int8 channel counts (multiples of 16; the stem,
+ * which reads the int8 image, runs only in gpu/stem.cu's kernel), and a
+ * 7x7/2 conv. The inputs are u8 (engine/int8.h: every conv but the stem
+ * reads a ReLU's output): random bytes, read as 0..255. */
 static const gpu_test_conv_shape s8_shapes[] = {
     /* n  h   w   c   k  kh kw s ph pw oh ow */
     { 2, 9, 9, 16, 24, 3, 3, 1, 1, 1, 0, 0 },
     { 3, 11, 11, 32, 40, 3, 3, 2, 1, 1, 0, 0 },
     { 2, 14, 14, 32, 64, 1, 1, 2, 0, 0, 0, 0 },
-    { 2, 20, 20, 4, 16, 7, 8, 2, 3, 4, 0, 10 },
+    { 2, 20, 20, 16, 16, 7, 7, 2, 3, 3, 0, 0 },
     { 2, 28, 28, 64, 136, 3, 3, 1, 1, 1, 0, 0 },
     { 1, 7, 7, 256, 512, 3, 3, 1, 1, 1, 0, 0 },
     { 5, 6, 6, 48, 8, 3, 3, 1, 1, 1, 0, 0 },
@@ -415,7 +417,8 @@ static void rand_s8_fill(int8_t *p, size_t n)
         p[i] = rand_s8();
 }
 
-/* The int32 sum of output (b, oy, ox, k) of an int8 conv (KRSC weights). */
+/* The int32 sum of output (b, oy, ox, k) of an INT8 conv: u8 inputs, int8
+ * KRSC weights. */
 static int32_t s8_acc(const gpu_test_conv_shape *s, const int8_t *in, const int8_t *w, int b, int oy, int ox, int k)
 {
     int32_t acc = 0;
@@ -425,7 +428,7 @@ static int32_t s8_acc(const gpu_test_conv_shape *s, const int8_t *in, const int8
             int ix = ox * s->stride - s->pad_w + q;
             if (ix < 0 || ix >= s->w)
                 continue;
-            const int8_t *x = in + (((size_t)b * s->h + iy) * s->w + ix) * s->c;
+            const uint8_t *x = (const uint8_t *)in + (((size_t)b * s->h + iy) * s->w + ix) * s->c;
             const int8_t *f = w + ((size_t)k * s->kh * s->kw + (size_t)r * s->kw + q) * s->c;
             for (int c = 0; c < s->c; c++)
                 acc += x[c] * f[c];
@@ -434,20 +437,39 @@ static int32_t s8_acc(const gpu_test_conv_shape *s, const int8_t *in, const int8
     return acc;
 }
 
-/* Per-channel multipliers that spread K-term sums of random int8 values to
- * about +-3 before the output scale: some clamp at 127. */
+/* Per-channel multipliers that spread K-term sums of random u8 by int8
+ * values to about +-2 before the output scale: some clamp. */
 static float *s8_mults(int k, int K)
 {
     float *mult = malloc(k * sizeof *mult);
     ck_assert_ptr_nonnull(mult);
     for (int c = 0; c < k; c++)
-        mult[c] = (1.0f + 0.5f * rng_float(1.0f)) / (127.0f * 127.0f * sqrtf((float)K) / 3.0f);
+        mult[c] = (1.0f + 0.5f * rng_float(1.0f)) / (255.0f * 127.0f * sqrtf((float)K) / 3.0f);
     return mult;
 }
 
-/* 1 when the tile ran the shape and matched bit for bit, 0 when it does not run it. */
+/* An output value as the conv stores it: u8 after a ReLU, else int8. */
+static int quantized(float v, float inv, int relu)
+{
+    return relu ? int8_quantize_u8(v, inv) : int8_quantize(v, inv);
+}
+
+static int stored(const unsigned char *out, size_t o, int relu)
+{
+    return relu ? out[o] : (int8_t)out[o];
+}
+
+static int at_clamp(int q, int relu)
+{
+    return relu ? q == 255 : q == 127 || q == -127;
+}
+
+/* 1 when the tile ran the shape and matched bit for bit, 0 when it does not
+ * run it. The residual is u8 (a block's input) on shapes not 1 mod 3, else
+ * int8 (a downsample's output). */
 static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu, int out_f32)
 {
+    const int res_u8 = shape % 3 != 1;
     gpu_test_conv_shape s = s8_shapes[shape];
     char err[256];
     int oh = s.oh ? s.oh : (s.h + 2 * s.pad_h - s.kh) / s.stride + 1;
@@ -462,8 +484,8 @@ static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu
     rand_s8_fill(w, nw);
     rand_s8_fill(res, nout);
     const float res_scale = 0.01f, out_inv = 127.0f / 2.5f;
-    int rc = gpu_test_conv_s8(tile, splits, &s, in, w, bias, mult, res_scale, out_inv, out_f32, res, relu, out, err,
-                              sizeof err);
+    int rc = gpu_test_conv_s8(tile, splits, &s, in, w, bias, mult, res_scale, out_inv, out_f32, res, res_u8, relu, out,
+                              err, sizeof err);
     ck_assert_msg(rc >= 0, "%s", err);
     size_t differ = 0, clamped = 0;
     for (int b = 0; rc == 0 && b < s.n; b++)
@@ -472,18 +494,19 @@ static int check_conv_s8(int tile, int splits, int shape, int with_res, int relu
                 for (int k = 0; k < s.k; k++) {
                     const int32_t acc = s8_acc(&s, in, w, b, oy, ox, k);
                     size_t o = (((size_t)b * oh + oy) * ow + ox) * s.k + k;
-                    float v = testutil_int8_epilogue(acc, mult[k], bias[k], res ? res + o : NULL, res_scale, relu);
+                    float v = testutil_int8_epilogue(acc, mult[k], bias[k], res ? res + o : NULL, res_u8, res_scale,
+                                                     relu);
                     if (out_f32) {
                         differ += memcmp(&v, out + 4 * o, sizeof v) != 0;
                     } else {
-                        int8_t q = int8_quantize(v, out_inv);
-                        clamped += q == 127 || q == -127;
-                        differ += (int8_t)out[o] != q;
+                        const int q = quantized(v, out_inv, relu);
+                        clamped += at_clamp(q, relu);
+                        differ += stored(out, o, relu) != q;
                     }
                 }
     if (rc == 0) {
-        ck_assert_msg(differ == 0, "%s split %d shape %d res %d relu %d f32 %d: %zu of %zu outputs differ",
-                      gpu_test_conv_tile_name(2, tile), splits, shape, with_res, relu, out_f32, differ, nout);
+        ck_assert_msg(differ == 0, "%s split %d shape %d res %d (u8 %d) relu %d f32 %d: %zu of %zu outputs differ",
+                      gpu_test_conv_tile_name(2, tile), splits, shape, with_res, res_u8, relu, out_f32, differ, nout);
         ck_assert_msg(out_f32 || clamped < nout / 4, "shape %d: %zu of %zu outputs clamped", shape, clamped, nout);
     }
     free(in);
@@ -567,7 +590,7 @@ static int check_conv_s8_pool(int tile, int shape, int with_res)
             for (int p = 0; p < hw; p++) {
                 const size_t o = ((size_t)b * hw + p) * s.k + k;
                 sum += testutil_int8_epilogue(s8_acc(&s, in, w, b, p / ow, p % ow, k), mult[k], bias[k],
-                                              res ? res + o : NULL, res_scale, 1);
+                                              res ? res + o : NULL, 1, res_scale, 1);
             }
             const float want = int8_round_half((float)(sum / hw)), got = testutil_half_bits(feat[(size_t)b * s.k + k]);
             differ += memcmp(&want, &got, sizeof want) != 0;
@@ -662,23 +685,24 @@ static int check_shortcut_s8(int tile, int shape, int relu, int out_f32)
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++)
                 for (int k = 0; k < s.k; k++) {
-                    const int8_t *a = in2 + (((size_t)b * h2 + (size_t)oy * st2) * w2 + (size_t)ox * st2) * c2;
+                    const uint8_t *a = (const uint8_t *)in2 +
+                                       (((size_t)b * h2 + (size_t)oy * st2) * w2 + (size_t)ox * st2) * c2;
                     int32_t acc2 = 0;
                     for (int c = 0; c < c2; c++)
                         acc2 += a[c] * w2s[(size_t)k * c2 + c];
                     /* The downsample's own output, as its conv would store it. */
-                    const int8_t r = int8_quantize(testutil_int8_epilogue(acc2, mult2[k], bias2[k], NULL, 0.f, 0),
+                    const int8_t r = int8_quantize(testutil_int8_epilogue(acc2, mult2[k], bias2[k], NULL, 0, 0.f, 0),
                                                    sc.inv);
                     rclamped += r == 127 || r == -127;
                     const size_t o = (((size_t)b * oh + oy) * ow + ox) * s.k + k;
-                    const float v = testutil_int8_epilogue(s8_acc(&s, in, w, b, oy, ox, k), mult[k], bias[k], &r,
+                    const float v = testutil_int8_epilogue(s8_acc(&s, in, w, b, oy, ox, k), mult[k], bias[k], &r, 0,
                                                            res_scale, relu);
                     if (out_f32) {
                         differ += memcmp(&v, out + 4 * o, sizeof v) != 0;
                     } else {
-                        const int8_t q = int8_quantize(v, out_inv);
-                        clamped += q == 127 || q == -127;
-                        differ += (int8_t)out[o] != q;
+                        const int q = quantized(v, out_inv, relu);
+                        clamped += at_clamp(q, relu);
+                        differ += stored(out, o, relu) != q;
                     }
                 }
     if (rc == 0) {

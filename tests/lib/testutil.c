@@ -83,12 +83,13 @@ int8_t testutil_rand_s8(uint64_t *state)
     return (int8_t)((int)(testutil_rand_u32(state) % 255) - 127);
 }
 
-float testutil_int8_epilogue(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu)
+float testutil_int8_epilogue(int32_t acc, float mult, float bias, const int8_t *res, int res_u8, float res_scale,
+                             int relu)
 {
     float v = (float)acc * mult;
     v = v + bias;
     if (res)
-        v = v + (float)*res * res_scale;
+        v = v + (float)(res_u8 ? (int)*(const uint8_t *)res : (int)*res) * res_scale;
     if (relu && v < 0.0f)
         v = 0.0f;
     return v;

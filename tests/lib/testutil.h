@@ -54,8 +54,10 @@ int8_t testutil_rand_s8(uint64_t *state);
 
 /* engine/int8.h's epilogue of one output, as the CPU INT8 engine computes
  * it (the build compiles C with -ffp-contract=off): acc * mult + bias
- * (+ *res * res_scale), then the ReLU; res may be NULL. */
-float testutil_int8_epilogue(int32_t acc, float mult, float bias, const int8_t *res, float res_scale, int relu);
+ * (+ *res * res_scale, *res read as u8 when res_u8), then the ReLU; res
+ * may be NULL. */
+float testutil_int8_epilogue(int32_t acc, float mult, float bias, const int8_t *res, int res_u8, float res_scale,
+                             int relu);
 
 /* ||a - b|| / ||b|| with the reference b in double. */
 double testutil_rel_l2_d(const float *a, const double *b, size_t n);
