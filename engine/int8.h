@@ -81,30 +81,25 @@ static inline float int8_round_half(float x)
     return v.f;
 }
 
-/* q(x) above, given inv = 1 / s. */
-static inline int8_t int8_quantize(float x, float inv)
+/* rint(x * inv) clamped to [lo, hi], NaN to 0: q(x) of either kind. */
+static inline float int8_round_clamp(float x, float inv, float lo, float hi)
 {
     float q = rintf(x * inv);
     if (q != q)
-        return 0;
-    if (q > 127.0f)
-        q = 127.0f;
-    if (q < -127.0f)
-        q = -127.0f;
-    return (int8_t)q;
+        return 0.0f;
+    return q > hi ? hi : q < lo ? lo : q;
 }
 
-/* q(x) of an unsigned (u8) tensor, given inv = 1 / s. */
+/* q(x) above, given inv = 1 / s: of a signed (int8) tensor, and of an
+ * unsigned (u8) one. */
+static inline int8_t int8_quantize(float x, float inv)
+{
+    return (int8_t)int8_round_clamp(x, inv, -127.0f, 127.0f);
+}
+
 static inline uint8_t int8_quantize_u8(float x, float inv)
 {
-    float q = rintf(x * inv);
-    if (q != q)
-        return 0;
-    if (q > 255.0f)
-        q = 255.0f;
-    if (q < 0.0f)
-        q = 0.0f;
-    return (uint8_t)q;
+    return (uint8_t)int8_round_clamp(x, inv, 0.0f, 255.0f);
 }
 
 /* Quantises cout rows of K weights: q[c][i] and scale[c] as above. */
