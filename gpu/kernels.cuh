@@ -91,7 +91,8 @@ struct conv_shape {
 };
 
 // INT8's largest shortcut (input channels): its int32 sums, at most
-// 256 * 127 * 127 in magnitude, stay below 2^22 (conv.cu's sc_int2float).
+// 256 * 255 * 127 in magnitude (u8 inputs), stay below 2^24, so each
+// converts to float exactly (sc_requant2).
 #define CONV_S8_SC_MAX_C2 256
 
 // The GEMM's K: the taps' columns, then the shortcut's.
