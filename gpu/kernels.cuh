@@ -90,9 +90,11 @@ struct conv_shape {
     const void *in2;
 };
 
-// INT8's largest shortcut (input channels): its int32 sums, at most
-// 256 * 255 * 127 in magnitude (u8 inputs), stay below 2^24, so each
-// converts to float exactly (sc_requant2).
+// INT8's largest shortcut (input channels). Its int32 sums reach 256 *
+// 255 * 127 in magnitude on u8 inputs; sc_int2float is exact below 2^22,
+// which 64 and 128 channels cannot pass (4.15M at most) but 256 (layer4.0's
+// downsample) can, with inputs near 255 against weights all of one sign:
+// an open item (bench/gpu-notes-diary.md, step 16).
 #define CONV_S8_SC_MAX_C2 256
 
 // The GEMM's K: the taps' columns, then the shortcut's.
