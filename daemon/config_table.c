@@ -110,8 +110,8 @@ static const config_option options[] = {
       check_bool },
     { "gpu_tuning", STR(gpu_tuning), "",
       "CUDA engine overrides, to compare its ways of running the network (serve with none): comma-separated "
-      "autotune=off|log, stem=separate, pool=separate, downsample=inside|separate, pdl=on|off; empty: the "
-      "engine's own choices",
+      "autotune=off|log, stem=separate (FP16; INT8 always fuses its stem), pool=separate, "
+      "downsample=inside|separate, pdl=on|off; empty: the engine's own choices",
       check_tuning },
     { "max_batch_size", INT_AUTO(max_batch_size, 1, 1024), "auto",
       "most images per inference batch; auto: 8 on CPU, 128 on CUDA", NULL },

@@ -106,8 +106,8 @@ int calib_tensor_levels(int i);
 int calib_source_unsigned(int src);
 const char *calib_method_name(calib_method m);
 int calib_parse_method(const char *s, calib_method *m);
-/* "entropy", or "percentile P" with P in the shortest form that reads back
- * as the same double. */
+/* "entropy", "mse", or "percentile P" with P in the shortest form that
+ * reads back as the same double. */
 void calib_method_label(calib_method m, double percentile, char *out, size_t outlen);
 
 /* "int8", "float:stem", "float:layer1.0", "float:layer1", ... (CALIB_MIX_NAMES). */

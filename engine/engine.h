@@ -57,7 +57,8 @@ typedef enum {
 typedef struct engine_tuning {
     engine_tune autotune; /* AUTO: time every candidate plan at creation; OFF: the cost model's
                                 pick; LOG: time them and log each time on stderr */
-    engine_tune stem; /* AUTO: stem conv + max pool in one kernel where it fits; SEPARATE: two */
+    engine_tune stem; /* AUTO: stem conv + max pool in one kernel where it fits; SEPARATE: two
+                            (FP16; INT8 always fuses them, FP32 never) */
     engine_tune pool; /* INT8, AUTO: the average pool inside the last conv where its plan
                                 allows; SEPARATE: its own kernel */
     engine_tune downsample; /* AUTO: FP16 inside the conv that adds it, INT8 where timed faster;

@@ -30,7 +30,7 @@
  * Precision mixes (engine/calib.h): a table whose mix runs a prefix in
  * float gets an FP32 CPU engine of its own (engine_cpu_forward_prefix),
  * which computes that prefix exactly as at FP32; its last tensor is
- * quantised into this engine's int8 buffer and the INT8 convs go on from
+ * quantised into this engine's u8 buffer and the INT8 convs go on from
  * there.
  *
  * Every buffer is allocated at create for max_batch; submit computes under
@@ -87,8 +87,8 @@ typedef struct i8_engine {
     i8_layer layer[RESNET18_NUM_CONVS];
     int pool_h;
     int th[NT], tc[NT]; /* tensor -> height (= width), channels */
-    int buf[NT]; /* int8 tensor -> buffer */
-    int8_t *act[NT]; /* distinct int8 buffers, [max_batch][h][h][c] */
+    int buf[NT]; /* 8-bit tensor -> buffer */
+    int8_t *act[NT]; /* distinct 8-bit buffers (u8 or int8), [max_batch][h][h][c] */
     int nact;
     float *last; /* the last conv's FP32 output, [max_batch][7][7][512] */
     float *feat; /* [max_batch][512] */
@@ -494,7 +494,7 @@ static void take_boundary(void *ctx, int tensor, const float *data, int n, int h
     cpu_pool_run(&e->pool, quantize_boundary_unit, e, e->small_units);
 }
 
-/* The mix's float prefix on slot's images, ending in the boundary's int8
+/* The mix's float prefix on slot's images, ending in the boundary's u8
  * tensor. The FP32 engine has one slot of its own: the images are copied
  * there (a few % of its convs' time). */
 static void run_float_prefix(i8_engine *e)
@@ -575,7 +575,7 @@ static int tensor_id(int x)
     return resnet18_tensor_id(x);
 }
 
-/* Shapes of every tensor, then int8 buffers by liveness (resnet18.h's
+/* Shapes of every tensor, then 8-bit buffers by liveness (resnet18.h's
  * plan). Returns the buffer count and each one's bytes per image, or -1. */
 static int plan_buffers(i8_engine *e, size_t per_image[NT], char *err, size_t errlen)
 {

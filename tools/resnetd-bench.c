@@ -136,7 +136,7 @@ static void usage(FILE *f)
             "  --deterministic      the same bits for an image at any batch position and size\n"
             "                       (the config's deterministic; CUDA FP16/FP32 plan for it)\n"
             "  --gpu-tuning LIST    CUDA engine overrides, as the config's gpu_tuning\n"
-            "                       (autotune=off|log, stem=separate, pool=separate, ...)\n"
+            "                       (autotune=off|log, stem=separate (FP16), pool=separate, ...)\n"
             "  --weights F          safetensors weights, or 'synthetic' (default)\n"
             "  --batches LIST       comma-separated batch sizes (default 1,8,32)\n"
             "  --iters N            timed batches per size, after %d warm-up (default 10)\n"

@@ -230,9 +230,10 @@ END_TEST
  * the same bits: the last conv's FP32 output, which every int8 tensor
  * before it feeds, and the logits. Random and smooth images plus a
  * non-finite FP32 one, with the reference table, with its scales divided
- * by 8 (most values clamp at +-127), and with subnormal scales, whose
- * inverses are +inf: every nonzero value quantises to +-127 and every
- * zero to NaN, which must give 0 (the epilogues' NaN paths). */
+ * by 8 (most values clamp at the ends: +-127, or 255 for u8), and with
+ * subnormal scales, whose inverses are +inf: every nonzero value quantises
+ * to an end and every zero to NaN, which must give 0 (the epilogues' NaN
+ * paths). */
 /* The reference weights, table and random uint8 images. */
 /* A table for synthetic weights, every scale 0.05. */
 static void synthetic_table(calib_table *t)
