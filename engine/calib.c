@@ -23,14 +23,15 @@ const char *calib_tensor_name(int i)
     return resnet18_convs[i - 1].name;
 }
 
-int calib_tensor_unsigned(int i)
-{
-    return i >= 1 && i < CALIB_NTENSORS && resnet18_convs[i - 1].relu;
-}
-
 int calib_source_unsigned(int src)
 {
     return src == R18_POOL || (src >= 0 && src < RESNET18_NUM_CONVS && resnet18_convs[src].relu);
+}
+
+/* Tensor i >= 1 is conv i - 1's output (the image, 0, is signed). */
+int calib_tensor_unsigned(int i)
+{
+    return i >= 1 && i < CALIB_NTENSORS && calib_source_unsigned(i - 1);
 }
 
 int calib_tensor_levels(int i)
